@@ -1,0 +1,69 @@
+//! Where Catena keeps things: the user's data directory (models, the Python runtime) and cache
+//! directory (the compiled sandbox), from the `directories` crate, each overridable by an
+//! environment variable (and by the CLI's flags, which set them).
+
+use std::path::{Path, PathBuf};
+
+/// Overrides the data directory.
+pub const DATA_DIR_ENV: &str = "CATENA_DATA_DIR";
+/// Overrides the cache directory.
+pub const CACHE_DIR_ENV: &str = "CATENA_CACHE_DIR";
+
+/// The directories of one Catena installation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub data_dir: PathBuf,
+    pub cache_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "cannot find a home directory for Catena's data; set {DATA_DIR_ENV} and {CACHE_DIR_ENV}"
+    )]
+    NoHome,
+}
+
+impl Paths {
+    /// The platform's standard directories, unless the environment overrides them.
+    pub fn from_env() -> Result<Paths, ConfigError> {
+        let env_dir = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let data = env_dir(DATA_DIR_ENV);
+        let cache = env_dir(CACHE_DIR_ENV);
+        if let (Some(data_dir), Some(cache_dir)) = (&data, &cache) {
+            return Ok(Paths::at(data_dir, cache_dir));
+        }
+        let dirs = directories::ProjectDirs::from("dev", "Catena", "catena")
+            .ok_or(ConfigError::NoHome)?;
+        Ok(Paths {
+            data_dir: data.unwrap_or_else(|| dirs.data_dir().to_path_buf()),
+            cache_dir: cache.unwrap_or_else(|| dirs.cache_dir().to_path_buf()),
+        })
+    }
+
+    pub fn at(data_dir: &Path, cache_dir: &Path) -> Paths {
+        Paths {
+            data_dir: data_dir.to_path_buf(),
+            cache_dir: cache_dir.to_path_buf(),
+        }
+    }
+
+    /// Verified model files.
+    pub fn models_dir(&self) -> PathBuf {
+        self.data_dir.join("models")
+    }
+
+    /// Verified WebAssembly runtimes.
+    pub fn runtimes_dir(&self) -> PathBuf {
+        self.data_dir.join("runtimes")
+    }
+
+    /// Compiled WebAssembly modules.
+    pub fn sandbox_cache_dir(&self) -> PathBuf {
+        self.cache_dir.join("sandbox")
+    }
+}

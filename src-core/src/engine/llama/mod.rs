@@ -1,0 +1,196 @@
+//! The llama.cpp engine (through `llama-cpp-2`): a GGUF model checked in Rust first, then loaded
+//! with llama.cpp's own reason quoted when it refuses.
+
+mod log;
+mod session;
+
+pub use session::LlamaSession;
+
+use super::{ChatFormat, EngineError, ModelInfo, PromptPart, SessionOptions};
+use crate::models::GgufHeader;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Architectures llama.cpp loads but that cannot write a trajectory (encoders, vision
+/// projectors, audio decoders).
+const NOT_GENERATIVE: &[&str] = &[
+    "bert",
+    "nomic-bert",
+    "nomic-bert-moe",
+    "jina-bert-v2",
+    "jina-bert-v3",
+    "neo-bert",
+    "modern-bert",
+    "t5encoder",
+    "clip",
+    "wavtokenizer-dec",
+];
+
+/// How to load a model.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Layers to offload to the GPU; `None` offloads all of them when a GPU backend is compiled in.
+    pub gpu_layers: Option<u32>,
+}
+
+/// llama.cpp's process-wide initialisation, done once.
+fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    log::install();
+    BACKEND
+        .get_or_init(|| LlamaBackend::init().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| EngineError::Backend(e.clone()))
+}
+
+/// A loaded GGUF model.
+pub struct LlamaEngine {
+    model: LlamaModel,
+    info: ModelInfo,
+}
+
+impl LlamaEngine {
+    /// Checks and loads a model.
+    pub fn load(path: &Path, options: &LoadOptions) -> Result<LlamaEngine, EngineError> {
+        if !path.is_file() {
+            return Err(EngineError::ModelNotFound {
+                path: path.to_path_buf(),
+            });
+        }
+        let header = preflight(path)?;
+        let backend = backend()?;
+        let offload = backend.supports_gpu_offload();
+        let block_count = header
+            .architecture()
+            .and_then(|arch| header.get_u64(&format!("{arch}.block_count")))
+            .unwrap_or(0) as u32;
+        let gpu_layers = if offload {
+            options.gpu_layers.unwrap_or(block_count + 1)
+        } else {
+            0
+        };
+        let params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
+        let capture = log::install();
+        let mark = capture.mark();
+        let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
+            let said = capture.problems_since(mark);
+            EngineError::LoadFailed {
+                path: path.to_path_buf(),
+                reason: if said.is_empty() {
+                    e.to_string()
+                } else {
+                    said.join("; ")
+                },
+            }
+        })?;
+        let chat_template = detect_chat_format(&model);
+        let info = ModelInfo {
+            path: path.to_path_buf(),
+            architecture: header.architecture().unwrap_or_default().to_string(),
+            name: header.get_str("general.name").map(str::to_string),
+            parameters: model.n_params(),
+            size_bytes: model.size(),
+            context_train: model.n_ctx_train(),
+            layers: model.n_layer(),
+            gpu_layers: gpu_layers.min(model.n_layer() + 1),
+            chat_template,
+        };
+        tracing::info!(
+            model = %path.display(),
+            architecture = %info.architecture,
+            gpu_layers = info.gpu_layers,
+            "model loaded"
+        );
+        Ok(LlamaEngine { model, info })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Opens a session with an empty context.
+    pub fn session(&self, options: &SessionOptions) -> Result<LlamaSession<'_>, EngineError> {
+        LlamaSession::new(self, options)
+    }
+
+    /// The prompt of a single-turn chat, up to the opening of the assistant turn.
+    pub fn chat_prompt(&self, system: &str, user: &str) -> Result<Vec<PromptPart>, EngineError> {
+        match self.info.chat_template {
+            ChatFormat::ChatMl => Ok(chatml_prompt(system, user)),
+            ChatFormat::Native => {
+                let template = self
+                    .model
+                    .chat_template(None)
+                    .map_err(|e| EngineError::Tokenize(format!("chat template: {e}")))?;
+                let message = |role: &str, content: &str| {
+                    LlamaChatMessage::new(role.into(), content.into())
+                        .map_err(|e| EngineError::Tokenize(format!("chat message: {e}")))
+                };
+                let messages = [message("system", system)?, message("user", user)?];
+                let text = self
+                    .model
+                    .apply_chat_template(&template, &messages, true)
+                    .map_err(|e| EngineError::Tokenize(format!("chat template: {e}")))?;
+                Ok(vec![PromptPart::special(text)])
+            }
+            ChatFormat::Plain => Ok(vec![PromptPart::plain(format!("{system}\n\n{user}\n\n"))]),
+        }
+    }
+
+    pub(crate) fn model(&self) -> &LlamaModel {
+        &self.model
+    }
+}
+
+/// The ChatML framing the AFM checkpoints were trained with; only the markers are special.
+pub fn chatml_prompt(system: &str, user: &str) -> Vec<PromptPart> {
+    vec![
+        PromptPart::special("<|im_start|>"),
+        PromptPart::plain(format!("system\n{system}")),
+        PromptPart::special("<|im_end|>"),
+        PromptPart::plain("\n"),
+        PromptPart::special("<|im_start|>"),
+        PromptPart::plain(format!("user\n{user}")),
+        PromptPart::special("<|im_end|>"),
+        PromptPart::plain("\n"),
+        PromptPart::special("<|im_start|>"),
+        PromptPart::plain("assistant\n"),
+    ]
+}
+
+fn detect_chat_format(model: &LlamaModel) -> ChatFormat {
+    match model.chat_template(None) {
+        Ok(template) => match template.to_str() {
+            Ok(t) if t.contains("<|im_start|>") => ChatFormat::ChatMl,
+            _ => ChatFormat::Native,
+        },
+        Err(_) => ChatFormat::Plain,
+    }
+}
+
+/// What Rust can tell about the file before llama.cpp reads it.
+fn preflight(path: &Path) -> Result<GgufHeader, EngineError> {
+    let bad = |reason: String| EngineError::BadModel {
+        path: PathBuf::from(path),
+        reason,
+    };
+    let header = GgufHeader::read(path).map_err(|e| bad(e.to_string()))?;
+    if header.file_type() == Some("adapter") {
+        return Err(bad(
+            "it is a LoRA adapter, not a model (pass it with --adapter)".into(),
+        ));
+    }
+    let Some(arch) = header.architecture() else {
+        return Err(bad("it has no general.architecture".into()));
+    };
+    if NOT_GENERATIVE.contains(&arch) {
+        return Err(bad(format!(
+            "its architecture `{arch}` does not generate text (an encoder or a projector)"
+        )));
+    }
+    header.check_data_present().map_err(|e| bad(e.to_string()))?;
+    Ok(header)
+}

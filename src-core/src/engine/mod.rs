@@ -1,0 +1,218 @@
+//! Inference engines: a model that opens sessions, and sessions whose KV cache only ever grows.
+//!
+//! A [`Session`] is one conversation's context. [`Session::append`] evaluates new text (the
+//! prompt, an observation), [`Session::generate`] samples until a stop condition. Nothing is ever
+//! evaluated twice: the last sampled token waits as "pending" and is evaluated together with
+//! whatever comes next, so `evaluated_tokens == context_tokens` holds at every step.
+
+pub mod llama;
+mod sampling;
+mod stops;
+mod utf8;
+
+pub use sampling::SamplingParams;
+pub use stops::StopMatcher;
+
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One piece of prompt text. Chat-template markers (`<|im_start|>`) are special; everything a
+/// user, a file, a tool or a model wrote is plain, so text such as `<|im_end|>` printed by a program
+/// can never become a control token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptPart {
+    pub text: String,
+    pub special: bool,
+}
+
+impl PromptPart {
+    pub fn plain(text: impl Into<String>) -> Self {
+        PromptPart {
+            text: text.into(),
+            special: false,
+        }
+    }
+
+    pub fn special(text: impl Into<String>) -> Self {
+        PromptPart {
+            text: text.into(),
+            special: true,
+        }
+    }
+}
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GenerationStop {
+    /// The model produced an end-of-generation token (`<|im_end|>` for Qwen).
+    EndOfTurn,
+    /// A stop string was produced; it is kept at the end of the text.
+    StopString { index: usize },
+    /// The token budget of this call ran out.
+    MaxTokens,
+    /// The wall-clock deadline passed.
+    Deadline,
+    /// The context window is full.
+    ContextFull,
+    /// The caller asked to stop.
+    Cancelled,
+}
+
+/// What one [`Session::generate`] call produced.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub text: String,
+    pub stop: GenerationStop,
+    /// Tokens sampled in this call.
+    pub tokens: usize,
+}
+
+/// One token of the context as the model saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TokenRecord {
+    pub id: i32,
+    /// Log-probability of the token under the sampling distribution (logits divided by the
+    /// temperature, 1 when greedy, before top-k/top-p truncation); `None` for tokens the model did
+    /// not sample (prompt, observations, the re-tokenised end of a stop string).
+    pub logprob: Option<f32>,
+}
+
+/// The counters of a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SessionStats {
+    /// Tokens in the KV cache.
+    pub context_tokens: usize,
+    /// Tokens run through the model. Equal to `context_tokens` unless something was re-read.
+    pub evaluated_tokens: usize,
+    /// Tokens sampled.
+    pub generated_tokens: usize,
+    /// Tokens appended as text (prompt, observations, prefill).
+    pub appended_tokens: usize,
+    /// Wall time spent evaluating appended text (batched prefill).
+    #[serde(with = "crate::util::duration_ms")]
+    pub prefill_time: Duration,
+    /// Wall time spent in single-token decoding steps, sampling included.
+    #[serde(with = "crate::util::duration_ms")]
+    pub decode_time: Duration,
+    /// Tokens evaluated in batched prefill (the appended ones, plus pending tokens folded in).
+    pub prefill_tokens: usize,
+    /// Tokens evaluated one at a time while generating.
+    pub decode_tokens: usize,
+}
+
+/// A flag a caller sets to stop a generation between two tokens.
+pub type CancelFlag = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
+/// One conversation's context.
+pub trait Session {
+    /// Evaluates new text at the end of the context; returns how many tokens it added.
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError>;
+
+    /// Samples until an end-of-generation token, a stop string (kept in the text), a limit, a
+    /// full context or a cancel. `on_text` receives the text as it is decided (never text past a
+    /// stop string).
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError>;
+
+    fn stats(&self) -> SessionStats;
+
+    /// The context window in tokens.
+    fn context_size(&self) -> usize;
+
+    /// Every token in the context, in order, pending ones included.
+    fn tokens(&self) -> &[TokenRecord];
+}
+
+/// Bounds of one [`Session::generate`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct GenerateLimits {
+    pub max_tokens: usize,
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl GenerateLimits {
+    pub fn tokens(max_tokens: usize) -> Self {
+        GenerateLimits {
+            max_tokens,
+            deadline: None,
+        }
+    }
+}
+
+/// Settings of one session.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Context window; `None` uses the model's training context, capped at 32,768 (the protocol's
+    /// budget).
+    pub context_size: Option<u32>,
+    pub sampling: SamplingParams,
+    /// CPU threads; `None` uses the physical cores.
+    pub threads: Option<i32>,
+    pub batch_size: u32,
+    pub cancel: Option<CancelFlag>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            context_size: None,
+            sampling: SamplingParams::default(),
+            threads: None,
+            batch_size: 512,
+            cancel: None,
+        }
+    }
+}
+
+/// Facts about a loaded model.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub architecture: String,
+    pub name: Option<String>,
+    pub parameters: u64,
+    pub size_bytes: u64,
+    pub context_train: u32,
+    pub layers: u32,
+    pub gpu_layers: u32,
+    pub chat_template: ChatFormat,
+}
+
+/// How prompts are framed for this model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatFormat {
+    /// `<|im_start|>role\n...<|im_end|>\n` (Qwen2.5, the AFM checkpoints).
+    ChatMl,
+    /// The model's own template, rendered by llama.cpp as one special-parsed string.
+    Native,
+    /// No template: system and user text are written as plain paragraphs.
+    Plain,
+}
+
+/// Errors from loading models and running sessions.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("model file {path} not found")]
+    ModelNotFound { path: PathBuf },
+    #[error("{path} is not a usable model: {reason}")]
+    BadModel { path: PathBuf, reason: String },
+    #[error("llama.cpp could not load {path}: {reason}")]
+    LoadFailed { path: PathBuf, reason: String },
+    #[error("could not create a context of {context_size} tokens: {reason}")]
+    ContextFailed { context_size: u32, reason: String },
+    #[error("the context is full ({context_size} tokens); {needed} more were needed")]
+    ContextOverflow { context_size: usize, needed: usize },
+    #[error("tokenizing failed: {0}")]
+    Tokenize(String),
+    #[error("evaluating the batch failed: {0}")]
+    Decode(String),
+    #[error("llama.cpp backend: {0}")]
+    Backend(String),
+}

@@ -1,0 +1,543 @@
+//! Reading a GGUF file's header in Rust before llama.cpp sees it.
+//!
+//! llama.cpp answers a broken file with a bare null pointer; this reader says what is wrong (not a
+//! GGUF file, an unsupported version, a header that runs past the end, tensor data missing from a
+//! cut-off download) and gives the facts later checks need (architecture, file type, tensors).
+//! It never trusts a length field: every count and size is checked against the bytes that are
+//! actually there, so a hostile file cannot make it allocate or loop without bound.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+const MAGIC: &[u8; 4] = b"GGUF";
+const DEFAULT_ALIGNMENT: u64 = 32;
+/// Longer arrays are summarised (type and length) rather than kept.
+const KEPT_ARRAY_LEN: u64 = 64;
+/// No key or string value in a sane model is longer (chat templates are tens of kilobytes).
+const MAX_STRING: u64 = 16 << 20;
+const MAX_DIMS: u32 = 8;
+
+/// One metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaValue {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    /// A short array, kept whole.
+    Array(Vec<MetaValue>),
+    /// A long array (a vocabulary, merges), summarised.
+    LongArray { element_type: u32, len: u64 },
+}
+
+impl MetaValue {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            MetaValue::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            MetaValue::U8(v) => Some(v.into()),
+            MetaValue::U16(v) => Some(v.into()),
+            MetaValue::U32(v) => Some(v.into()),
+            MetaValue::U64(v) => Some(v),
+            MetaValue::I8(v) => u64::try_from(v).ok(),
+            MetaValue::I16(v) => u64::try_from(v).ok(),
+            MetaValue::I32(v) => u64::try_from(v).ok(),
+            MetaValue::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// One tensor's entry in the header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dims: Vec<u64>,
+    pub ggml_type: u32,
+    /// Offset of the data from the start of the data section.
+    pub offset: u64,
+}
+
+impl TensorInfo {
+    /// Bytes of tensor data, when the type is known.
+    pub fn data_len(&self) -> Option<u64> {
+        let (block, type_size) = ggml_type_layout(self.ggml_type)?;
+        let elements = self
+            .dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))?;
+        (elements / block).checked_mul(type_size)
+    }
+}
+
+/// The parsed header of a GGUF file.
+#[derive(Debug, Clone)]
+pub struct GgufHeader {
+    pub version: u32,
+    pub metadata: BTreeMap<String, MetaValue>,
+    pub tensors: Vec<TensorInfo>,
+    /// Absolute offset of the tensor data section.
+    pub data_offset: u64,
+    pub file_len: u64,
+}
+
+/// What is wrong with a file that claims to be a GGUF model.
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    #[error("cannot read the file: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the file is empty")]
+    Empty,
+    #[error("not a GGUF file (it starts with {found:?}, a GGUF file starts with \"GGUF\")")]
+    NotGguf { found: String },
+    #[error("GGUF version {0} is not supported (versions 2 and 3 are)")]
+    UnsupportedVersion(u32),
+    #[error(
+        "the file is truncated: {what} needs {needed} bytes at offset {offset}, but the file has {file_len} (an interrupted download?)"
+    )]
+    Truncated {
+        what: String,
+        offset: u64,
+        needed: u64,
+        file_len: u64,
+    },
+    #[error("malformed header: {0}")]
+    Malformed(String),
+}
+
+impl GgufHeader {
+    /// Reads the header of the file at `path`.
+    pub fn read(path: &Path) -> Result<GgufHeader, GgufError> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        GgufHeader::parse(BufReader::new(file), len)
+    }
+
+    /// Parses a header from `reader`, which holds `file_len` bytes in all.
+    pub fn parse(reader: impl Read, file_len: u64) -> Result<GgufHeader, GgufError> {
+        if file_len == 0 {
+            return Err(GgufError::Empty);
+        }
+        let mut r = Reader {
+            inner: reader,
+            pos: 0,
+            len: file_len,
+        };
+        let magic = r.bytes(4.min(file_len), "the magic number")?;
+        if magic.as_slice() != MAGIC {
+            return Err(GgufError::NotGguf {
+                found: String::from_utf8_lossy(&magic).into_owned(),
+            });
+        }
+        let version = r.u32("the version")?;
+        if !(2..=3).contains(&version) {
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        let tensor_count = r.u64("the tensor count")?;
+        let kv_count = r.u64("the metadata count")?;
+        let mut metadata = BTreeMap::new();
+        for i in 0..kv_count {
+            let key = r.string(&format!("metadata key {i}"))?;
+            let value_type = r.u32(&format!("the type of {key}"))?;
+            let value = r.value(value_type, &key, 0)?;
+            metadata.insert(key, value);
+        }
+        let mut tensors = Vec::new();
+        for i in 0..tensor_count {
+            let name = r.string(&format!("tensor name {i}"))?;
+            let n_dims = r.u32(&format!("the dimensions of {name}"))?;
+            if n_dims > MAX_DIMS {
+                return Err(GgufError::Malformed(format!(
+                    "tensor {name} claims {n_dims} dimensions"
+                )));
+            }
+            let dims = (0..n_dims)
+                .map(|_| r.u64(&format!("the shape of {name}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let ggml_type = r.u32(&format!("the type of {name}"))?;
+            let offset = r.u64(&format!("the offset of {name}"))?;
+            tensors.push(TensorInfo {
+                name,
+                dims,
+                ggml_type,
+                offset,
+            });
+        }
+        let alignment = metadata
+            .get("general.alignment")
+            .and_then(MetaValue::as_u64)
+            .filter(|a| *a > 0 && a.is_power_of_two())
+            .unwrap_or(DEFAULT_ALIGNMENT);
+        let data_offset = r.pos.div_ceil(alignment) * alignment;
+        Ok(GgufHeader {
+            version,
+            metadata,
+            tensors,
+            data_offset,
+            file_len,
+        })
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.metadata.get(key).and_then(MetaValue::as_str)
+    }
+
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        self.metadata.get(key).and_then(MetaValue::as_u64)
+    }
+
+    /// `general.architecture`.
+    pub fn architecture(&self) -> Option<&str> {
+        self.get_str("general.architecture")
+    }
+
+    /// `general.type` (`model`, `adapter`, ...); absent in older files, which are models.
+    pub fn file_type(&self) -> Option<&str> {
+        self.get_str("general.type")
+    }
+
+    /// Checks that every tensor's data lies inside the file.
+    pub fn check_data_present(&self) -> Result<(), GgufError> {
+        for t in &self.tensors {
+            let Some(len) = t.data_len() else {
+                return Err(GgufError::Malformed(format!(
+                    "tensor {} has unknown type {}",
+                    t.name, t.ggml_type
+                )));
+            };
+            let start = self.data_offset.checked_add(t.offset);
+            let end = start.and_then(|s| s.checked_add(len));
+            match (start, end) {
+                (Some(_), Some(end)) if end <= self.file_len => {}
+                (start, _) => {
+                    return Err(GgufError::Truncated {
+                        what: format!("the data of tensor {}", t.name),
+                        offset: start.unwrap_or(u64::MAX),
+                        needed: len,
+                        file_len: self.file_len,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// (elements per block, bytes per block) of a ggml tensor type, as in the vendored ggml.
+pub fn ggml_type_layout(ggml_type: u32) -> Option<(u64, u64)> {
+    Some(match ggml_type {
+        0 => (1, 4),      // F32
+        1 => (1, 2),      // F16
+        2 => (32, 18),    // Q4_0
+        3 => (32, 20),    // Q4_1
+        6 => (32, 22),    // Q5_0
+        7 => (32, 24),    // Q5_1
+        8 => (32, 34),    // Q8_0
+        9 => (32, 36),    // Q8_1
+        10 => (256, 84),  // Q2_K
+        11 => (256, 110), // Q3_K
+        12 => (256, 144), // Q4_K
+        13 => (256, 176), // Q5_K
+        14 => (256, 210), // Q6_K
+        15 => (256, 292), // Q8_K
+        16 => (256, 66),  // IQ2_XXS
+        17 => (256, 74),  // IQ2_XS
+        18 => (256, 98),  // IQ3_XXS
+        19 => (256, 50),  // IQ1_S
+        20 => (32, 18),   // IQ4_NL
+        21 => (256, 110), // IQ3_S
+        22 => (256, 82),  // IQ2_S
+        23 => (256, 136), // IQ4_XS
+        24 => (1, 1),     // I8
+        25 => (1, 2),     // I16
+        26 => (1, 4),     // I32
+        27 => (1, 8),     // I64
+        28 => (1, 8),     // F64
+        29 => (256, 56),  // IQ1_M
+        30 => (1, 2),     // BF16
+        34 => (256, 54),  // TQ1_0
+        35 => (256, 66),  // TQ2_0
+        39 => (32, 17),   // MXFP4
+        _ => return None,
+    })
+}
+
+/// A bounds-checked little-endian reader.
+struct Reader<R> {
+    inner: R,
+    pos: u64,
+    len: u64,
+}
+
+impl<R: Read> Reader<R> {
+    fn need(&self, n: u64, what: &str) -> Result<(), GgufError> {
+        if self.pos.checked_add(n).is_none_or(|end| end > self.len) {
+            return Err(GgufError::Truncated {
+                what: what.to_string(),
+                offset: self.pos,
+                needed: n,
+                file_len: self.len,
+            });
+        }
+        Ok(())
+    }
+
+    fn bytes(&mut self, n: u64, what: &str) -> Result<Vec<u8>, GgufError> {
+        self.need(n, what)?;
+        let mut buf = vec![0u8; n as usize];
+        self.inner.read_exact(&mut buf)?;
+        self.pos += n;
+        Ok(buf)
+    }
+
+    fn skip(&mut self, n: u64, what: &str) -> Result<(), GgufError> {
+        self.need(n, what)?;
+        let copied = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink())?;
+        if copied != n {
+            return Err(GgufError::Truncated {
+                what: what.to_string(),
+                offset: self.pos,
+                needed: n,
+                file_len: self.len,
+            });
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
+        self.need(N as u64, what)?;
+        let mut buf = [0u8; N];
+        self.inner.read_exact(&mut buf)?;
+        self.pos += N as u64;
+        Ok(buf)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        let len = self.u64(what)?;
+        if len > MAX_STRING {
+            return Err(GgufError::Malformed(format!(
+                "{what} claims a string of {len} bytes"
+            )));
+        }
+        let bytes = self.bytes(len, what)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn value(&mut self, value_type: u32, key: &str, depth: u32) -> Result<MetaValue, GgufError> {
+        Ok(match value_type {
+            0 => MetaValue::U8(u8::from_le_bytes(self.array(key)?)),
+            1 => MetaValue::I8(i8::from_le_bytes(self.array(key)?)),
+            2 => MetaValue::U16(u16::from_le_bytes(self.array(key)?)),
+            3 => MetaValue::I16(i16::from_le_bytes(self.array(key)?)),
+            4 => MetaValue::U32(u32::from_le_bytes(self.array(key)?)),
+            5 => MetaValue::I32(i32::from_le_bytes(self.array(key)?)),
+            6 => MetaValue::F32(f32::from_le_bytes(self.array(key)?)),
+            7 => MetaValue::Bool(u8::from_le_bytes(self.array(key)?) != 0),
+            8 => MetaValue::String(self.string(key)?),
+            9 => {
+                if depth > 0 {
+                    return Err(GgufError::Malformed(format!("{key}: nested arrays")));
+                }
+                let element_type = self.u32(key)?;
+                let len = self.u64(key)?;
+                if len <= KEPT_ARRAY_LEN {
+                    let items = (0..len)
+                        .map(|_| self.value(element_type, key, depth + 1))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    MetaValue::Array(items)
+                } else {
+                    self.skip_array(element_type, len, key)?;
+                    MetaValue::LongArray { element_type, len }
+                }
+            }
+            10 => MetaValue::U64(u64::from_le_bytes(self.array(key)?)),
+            11 => MetaValue::I64(i64::from_le_bytes(self.array(key)?)),
+            12 => MetaValue::F64(f64::from_le_bytes(self.array(key)?)),
+            other => {
+                return Err(GgufError::Malformed(format!(
+                    "{key} has unknown value type {other}"
+                )));
+            }
+        })
+    }
+
+    fn skip_array(&mut self, element_type: u32, len: u64, key: &str) -> Result<(), GgufError> {
+        let fixed = match element_type {
+            0 | 1 | 7 => Some(1),
+            2 | 3 => Some(2),
+            4..=6 => Some(4),
+            10..=12 => Some(8),
+            _ => None,
+        };
+        match (fixed, element_type) {
+            (Some(size), _) => {
+                let total = len.checked_mul(size).ok_or_else(|| {
+                    GgufError::Malformed(format!("{key}: array of {len} elements"))
+                })?;
+                self.skip(total, key)
+            }
+            (None, 8) => {
+                for _ in 0..len {
+                    let n = self.u64(key)?;
+                    self.skip(n, key)?;
+                }
+                Ok(())
+            }
+            (None, other) => Err(GgufError::Malformed(format!(
+                "{key}: array of unsupported type {other}"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A minimal GGUF writer for tests: metadata strings and u32s, and F32 tensors.
+    pub(crate) fn write_gguf(
+        kv: &[(&str, MetaValue)],
+        tensors: &[(&str, Vec<u64>)],
+        with_data: bool,
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+        let put_str = |out: &mut Vec<u8>, s: &str| {
+            out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        };
+        for (k, v) in kv {
+            put_str(&mut out, k);
+            match v {
+                MetaValue::String(s) => {
+                    out.extend_from_slice(&8u32.to_le_bytes());
+                    put_str(&mut out, s);
+                }
+                MetaValue::U32(n) => {
+                    out.extend_from_slice(&4u32.to_le_bytes());
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+                other => panic!("test writer does not write {other:?}"),
+            }
+        }
+        let mut offset = 0u64;
+        let mut sizes = Vec::new();
+        for (name, dims) in tensors {
+            put_str(&mut out, name);
+            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+            for d in dims {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+            let size = dims.iter().product::<u64>() * 4;
+            sizes.push(size);
+            offset += size.div_ceil(32) * 32;
+        }
+        if with_data {
+            while out.len() % 32 != 0 {
+                out.push(0);
+            }
+            out.resize(out.len() + offset as usize, 0);
+        }
+        out
+    }
+
+    fn parse(bytes: &[u8]) -> Result<GgufHeader, GgufError> {
+        GgufHeader::parse(bytes, bytes.len() as u64)
+    }
+
+    #[test]
+    fn reads_metadata_and_tensors() {
+        let bytes = write_gguf(
+            &[
+                ("general.architecture", MetaValue::String("qwen2".into())),
+                ("qwen2.block_count", MetaValue::U32(24)),
+            ],
+            &[("a", vec![4, 8]), ("b", vec![16])],
+            true,
+        );
+        let h = parse(&bytes).unwrap();
+        assert_eq!(h.version, 3);
+        assert_eq!(h.architecture(), Some("qwen2"));
+        assert_eq!(h.get_u64("qwen2.block_count"), Some(24));
+        assert_eq!(h.tensors.len(), 2);
+        assert_eq!(h.tensors[1].offset, 128);
+        assert_eq!(h.data_offset % 32, 0);
+        h.check_data_present().unwrap();
+    }
+
+    #[test]
+    fn missing_tensor_data_is_truncation() {
+        let bytes = write_gguf(&[], &[("w", vec![1024])], false);
+        let h = parse(&bytes).unwrap();
+        let err = h.check_data_present().unwrap_err();
+        assert!(matches!(err, GgufError::Truncated { .. }), "{err}");
+        assert!(err.to_string().contains("tensor w"));
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        assert!(matches!(parse(b""), Err(GgufError::Empty)));
+        assert!(matches!(parse(b"PK\x03\x04rest"), Err(GgufError::NotGguf { .. })));
+        assert!(matches!(parse(b"GG"), Err(GgufError::NotGguf { .. })));
+        let mut v9 = b"GGUF".to_vec();
+        v9.extend_from_slice(&9u32.to_le_bytes());
+        assert!(matches!(parse(&v9), Err(GgufError::UnsupportedVersion(9))));
+        let whole = write_gguf(
+            &[("general.architecture", MetaValue::String("qwen2".into()))],
+            &[("t", vec![2])],
+            false,
+        );
+        for cut in 8..whole.len() {
+            assert!(
+                matches!(parse(&whole[..cut]), Err(GgufError::Truncated { .. })),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn hostile_lengths_do_not_allocate() {
+        let mut bytes = b"GGUF".to_vec();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&u64::MAX.to_le_bytes()); // key length
+        let err = parse(&bytes).unwrap_err();
+        assert!(matches!(err, GgufError::Malformed(_)), "{err}");
+        // A huge tensor count with no bytes behind it ends at the first missing byte.
+        let mut many = b"GGUF".to_vec();
+        many.extend_from_slice(&3u32.to_le_bytes());
+        many.extend_from_slice(&u64::MAX.to_le_bytes());
+        many.extend_from_slice(&0u64.to_le_bytes());
+        assert!(matches!(parse(&many), Err(GgufError::Truncated { .. })));
+    }
+}
