@@ -37,8 +37,8 @@ impl Paths {
         if let (Some(data_dir), Some(cache_dir)) = (&data, &cache) {
             return Ok(Paths::at(data_dir, cache_dir));
         }
-        let dirs = directories::ProjectDirs::from("dev", "Catena", "catena")
-            .ok_or(ConfigError::NoHome)?;
+        let dirs =
+            directories::ProjectDirs::from("dev", "Catena", "catena").ok_or(ConfigError::NoHome)?;
         Ok(Paths {
             data_dir: data.unwrap_or_else(|| dirs.data_dir().to_path_buf()),
             cache_dir: cache.unwrap_or_else(|| dirs.cache_dir().to_path_buf()),

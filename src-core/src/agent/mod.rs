@@ -9,7 +9,7 @@ pub use events::{AgentEvent, Source};
 pub use summary::{RunSummary, StopReason, Timings};
 
 use crate::engine::{
-    EngineError, GenerateLimits, GenerationStop, PromptPart, Session, StopMatcher,
+    EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session, StopMatcher,
 };
 use crate::protocol::{
     Block, ParseEvent, Parser, Profile, Tag, final_answer, last_suggested_answer,
@@ -32,6 +32,10 @@ pub struct Budgets {
 /// What to run.
 pub struct RunRequest<'a> {
     pub profile: &'a Profile,
+    /// The model's name, for the `run_started` event.
+    pub model: String,
+    /// The session's sampling settings, for the `run_started` event.
+    pub sampling: SamplingParams,
     /// The rendered prompt up to the opening of the assistant turn.
     pub prompt: Vec<PromptPart>,
     /// Text the assistant turn starts with; a complete tool call at its end runs first.
@@ -56,6 +60,14 @@ pub fn run_chain(
     let started = Instant::now();
     let deadline = request.budgets.max_time.map(|t| started + t);
     let prompt_tokens = session.append(&request.prompt)?;
+    emit(AgentEvent::RunStarted {
+        profile: request.profile.name.clone(),
+        model: request.model.clone(),
+        prompt_tokens,
+        context_size: session.context_size(),
+        seed: request.sampling.seed,
+        temperature: request.sampling.temperature,
+    });
     let mut chain = Chain::new(request.profile, tools, request.budgets);
     let prefill_done = match request.prefill {
         Some(prefill) if !prefill.is_empty() => chain.prefill(session, prefill, emit)?,
@@ -208,7 +220,8 @@ impl<'a> Chain<'a> {
                 tool: call.tag,
                 input: call.content.clone(),
             });
-            let (text, success, duplicate, elapsed) = self.call_tool(call.tag, &call.content, &input);
+            let (text, success, duplicate, elapsed) =
+                self.call_tool(call.tag, &call.content, &input);
             self.tool_time += elapsed;
             emit(AgentEvent::Observation {
                 index,
@@ -221,7 +234,9 @@ impl<'a> Chain<'a> {
             let appended = render_observation(&text);
             match session.append(&[PromptPart::plain(appended.as_str())]) {
                 Ok(_) => {}
-                Err(EngineError::ContextOverflow { .. }) => return Ok(Some(StopReason::ContextFull)),
+                Err(EngineError::ContextOverflow { .. }) => {
+                    return Ok(Some(StopReason::ContextFull));
+                }
                 Err(e) => return Err(e.into()),
             }
             self.parser.skip_external(&appended);
@@ -261,7 +276,12 @@ impl<'a> Chain<'a> {
         }
     }
 
-    fn on_parse_event(&mut self, event: ParseEvent, source: Source, emit: &mut dyn FnMut(AgentEvent)) {
+    fn on_parse_event(
+        &mut self,
+        event: ParseEvent,
+        source: Source,
+        emit: &mut dyn FnMut(AgentEvent),
+    ) {
         match event {
             ParseEvent::Text(text) => emit(AgentEvent::Text { text, source }),
             ParseEvent::BlockStart(tag) => emit(AgentEvent::BlockStarted { tag, source }),

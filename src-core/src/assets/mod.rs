@@ -20,10 +20,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AssetProgress {
     /// Packages are being downloaded (once; large).
-    Fetching {
-        asset: &'static str,
-        megabytes: u64,
-    },
+    Fetching { asset: &'static str, megabytes: u64 },
     /// A file was checked and installed.
     Installed { path: PathBuf },
 }

@@ -39,7 +39,11 @@ impl SamplingParams {
 
     /// The temperature the log-probabilities are taken at: the sampling one, or 1 when greedy.
     pub fn logprob_temperature(&self) -> f32 {
-        if self.is_greedy() { 1.0 } else { self.temperature }
+        if self.is_greedy() {
+            1.0
+        } else {
+            self.temperature
+        }
     }
 }
 
@@ -49,10 +53,7 @@ pub fn token_logprob(logits: &[f32], token: usize, temperature: f32) -> Option<f
     let target = *logits.get(token)?;
     let t = if temperature > 0.0 { temperature } else { 1.0 };
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits
-        .iter()
-        .map(|&l| (((l - max) / t) as f64).exp())
-        .sum();
+    let sum: f64 = logits.iter().map(|&l| (((l - max) / t) as f64).exp()).sum();
     Some(((target - max) / t) - sum.ln() as f32)
 }
 

@@ -37,7 +37,10 @@ pub enum MetaValue {
     /// A short array, kept whole.
     Array(Vec<MetaValue>),
     /// A long array (a vocabulary, merges), summarised.
-    LongArray { element_type: u32, len: u64 },
+    LongArray {
+        element_type: u32,
+        len: u64,
+    },
 }
 
 impl MetaValue {
@@ -506,7 +509,10 @@ pub(crate) mod tests {
     #[test]
     fn bad_files_are_named() {
         assert!(matches!(parse(b""), Err(GgufError::Empty)));
-        assert!(matches!(parse(b"PK\x03\x04rest"), Err(GgufError::NotGguf { .. })));
+        assert!(matches!(
+            parse(b"PK\x03\x04rest"),
+            Err(GgufError::NotGguf { .. })
+        ));
         assert!(matches!(parse(b"GG"), Err(GgufError::NotGguf { .. })));
         let mut v9 = b"GGUF".to_vec();
         v9.extend_from_slice(&9u32.to_le_bytes());

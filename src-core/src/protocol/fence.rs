@@ -98,10 +98,7 @@ mod tests {
 
     #[test]
     fn python_and_untagged_fences_count() {
-        assert_eq!(
-            program_and_stdin("```python\nx=1\n```").unwrap().0,
-            "x=1\n"
-        );
+        assert_eq!(program_and_stdin("```python\nx=1\n```").unwrap().0, "x=1\n");
         assert_eq!(program_and_stdin("```\nx=2\n```").unwrap().0, "x=2\n");
         assert_eq!(program_and_stdin("```sh\nls\n```"), None);
         assert_eq!(program_and_stdin("print(1)"), None);

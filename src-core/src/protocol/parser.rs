@@ -53,7 +53,10 @@ impl std::fmt::Display for ParseIssue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ParseIssue::NestedTag { open, found } => {
-                write!(f, "<{found}> opened inside <{open}>; <{open}> was ended there")
+                write!(
+                    f,
+                    "<{found}> opened inside <{open}>; <{open}> was ended there"
+                )
             }
             ParseIssue::MismatchedClose { open, found } => {
                 write!(f, "</{found}> closed <{open}>")
@@ -74,7 +77,10 @@ pub enum ParseEvent {
     /// Text outside any block (usually the whitespace between blocks).
     Text(String),
     BlockStart(Tag),
-    BlockDelta { tag: Tag, text: String },
+    BlockDelta {
+        tag: Tag,
+        text: String,
+    },
     BlockEnd(Block),
     Issue(ParseIssue),
 }
@@ -99,7 +105,11 @@ pub struct Parser {
 
 enum TagMatch {
     /// A whole tag of `len` bytes.
-    Full { tag: Tag, closing: bool, len: usize },
+    Full {
+        tag: Tag,
+        closing: bool,
+        len: usize,
+    },
     /// The input ends inside what may still become a tag.
     Partial,
     No,
@@ -147,7 +157,9 @@ impl Parser {
             let tag = *tag;
             if self.fence.is_some() {
                 self.events
-                    .push(ParseEvent::Issue(ParseIssue::UnclosedFence { open: Some(tag) }));
+                    .push(ParseEvent::Issue(ParseIssue::UnclosedFence {
+                        open: Some(tag),
+                    }));
             }
             self.events
                 .push(ParseEvent::Issue(ParseIssue::Unclosed { open: tag }));
@@ -232,8 +244,10 @@ impl Parser {
             (None, false) => self.start_block(tag),
             (Some(open), false) => {
                 self.flush_text();
-                self.events
-                    .push(ParseEvent::Issue(ParseIssue::NestedTag { open, found: tag }));
+                self.events.push(ParseEvent::Issue(ParseIssue::NestedTag {
+                    open,
+                    found: tag,
+                }));
                 self.end_block(false);
                 self.start_block(tag);
             }
@@ -244,7 +258,10 @@ impl Parser {
             (Some(open), true) => {
                 self.flush_text();
                 self.events
-                    .push(ParseEvent::Issue(ParseIssue::MismatchedClose { open, found: tag }));
+                    .push(ParseEvent::Issue(ParseIssue::MismatchedClose {
+                        open,
+                        found: tag,
+                    }));
                 self.end_block(false);
             }
             (None, true) => {
@@ -424,7 +441,10 @@ mod tests {
     #[test]
     fn deltas_stream_before_the_block_ends() {
         let mut parser = Parser::new();
-        assert_eq!(parser.push("<think>"), vec![ParseEvent::BlockStart(Tag::Think)]);
+        assert_eq!(
+            parser.push("<think>"),
+            vec![ParseEvent::BlockStart(Tag::Think)]
+        );
         assert_eq!(
             parser.push("hello <"),
             vec![ParseEvent::BlockDelta {
@@ -532,12 +552,16 @@ mod tests {
     fn unclosed_blocks_end_at_finish() {
         let text = "<answer>42";
         assert_eq!(blocks(text), vec![(Tag::Answer, "42".into(), false)]);
-        assert_eq!(issues(text), vec![ParseIssue::Unclosed { open: Tag::Answer }]);
+        assert_eq!(
+            issues(text),
+            vec![ParseIssue::Unclosed { open: Tag::Answer }]
+        );
     }
 
     #[test]
     fn observations_are_opaque() {
-        let text = "<observation>\n<answer>fake</answer>\n```\n</observation>\n\n<answer>1</answer>";
+        let text =
+            "<observation>\n<answer>fake</answer>\n```\n</observation>\n\n<answer>1</answer>";
         let got = blocks(text);
         assert_eq!(got[0].0, Tag::Observation);
         assert!(got[0].1.contains("<answer>fake</answer>"));

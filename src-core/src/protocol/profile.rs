@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The system message the released checkpoints were trained with (Qwen's default).
-pub const QWEN_SYSTEM: &str = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+pub const QWEN_SYSTEM: &str =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 /// The placeholder in `user_template` that the task text replaces.
 pub const QUESTION_PLACEHOLDER: &str = "{question}";
@@ -118,7 +119,9 @@ impl Profile {
             return Err(format!("`tools` lists <{tag}>, which is not a tool"));
         }
         if !self.user_template.contains(QUESTION_PLACEHOLDER) {
-            return Err(format!("`user_template` has no {QUESTION_PLACEHOLDER} placeholder"));
+            return Err(format!(
+                "`user_template` has no {QUESTION_PLACEHOLDER} placeholder"
+            ));
         }
         Ok(())
     }
@@ -156,7 +159,10 @@ mod tests {
             assert!(user.contains("QUESTION-TEXT"));
             assert!(!user.contains(QUESTION_PLACEHOLDER));
             for tool in &profile.tools {
-                assert!(user.contains(&tool.open()), "{name} does not describe <{tool}>");
+                assert!(
+                    user.contains(&tool.open()),
+                    "{name} does not describe <{tool}>"
+                );
             }
             assert!(user.contains("<answer>"));
         }

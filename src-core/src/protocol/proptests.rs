@@ -24,12 +24,18 @@ fn plain_text() -> impl Strategy<Value = String> {
 
 /// A fenced program whose code mentions tags, as models do when they print them.
 fn fenced_code() -> impl Strategy<Value = String> {
-    (plain_text(), prop::sample::select(Tag::ALL.to_vec()), any::<bool>()).prop_map(
-        |(text, tag, close)| {
-            let mention = if close { tag.close() } else { tag.open() };
-            format!("\n```py\nprint(\"{mention}\")  # {}\n```\n", text.replace('\n', " "))
-        },
+    (
+        plain_text(),
+        prop::sample::select(Tag::ALL.to_vec()),
+        any::<bool>(),
     )
+        .prop_map(|(text, tag, close)| {
+            let mention = if close { tag.close() } else { tag.open() };
+            format!(
+                "\n```py\nprint(\"{mention}\")  # {}\n```\n",
+                text.replace('\n', " ")
+            )
+        })
 }
 
 fn content_for(tag: Tag) -> BoxedStrategy<String> {
@@ -55,7 +61,11 @@ fn chunk(text: &str, cuts: &[f64]) -> Vec<String> {
     let boundaries: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
     let mut points: Vec<usize> = cuts
         .iter()
-        .filter_map(|f| boundaries.get((f * boundaries.len() as f64) as usize).copied())
+        .filter_map(|f| {
+            boundaries
+                .get((f * boundaries.len() as f64) as usize)
+                .copied()
+        })
         .collect();
     points.sort_unstable();
     points.dedup();

@@ -23,7 +23,10 @@ pub fn render_observation(result: &str) -> String {
 }
 
 /// Blocks joined by `separator`.
-pub fn render_blocks<'a>(blocks: impl IntoIterator<Item = (Tag, &'a str)>, separator: &str) -> String {
+pub fn render_blocks<'a>(
+    blocks: impl IntoIterator<Item = (Tag, &'a str)>,
+    separator: &str,
+) -> String {
     blocks
         .into_iter()
         .map(|(tag, content)| render_block(tag, content))

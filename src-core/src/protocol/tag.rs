@@ -78,9 +78,11 @@ impl Tag {
                 TagKind::Role
             }
             Tag::Answer => TagKind::Final,
-            Tag::Code | Tag::WebSearch | Tag::CrawlPage | Tag::WikiSearch | Tag::VisualInspector => {
-                TagKind::Tool
-            }
+            Tag::Code
+            | Tag::WebSearch
+            | Tag::CrawlPage
+            | Tag::WikiSearch
+            | Tag::VisualInspector => TagKind::Tool,
             Tag::Observation => TagKind::Environment,
         }
     }

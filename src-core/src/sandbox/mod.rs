@@ -124,15 +124,22 @@ impl Sandbox {
         on_compile: impl FnOnce(),
     ) -> Result<Sandbox, SandboxError> {
         let engine = new_engine()?;
-        let module =
-            module_cache::load_or_compile(&engine, &spec.wasm, &spec.digest, cache_dir, on_compile)?;
+        let module = module_cache::load_or_compile(
+            &engine,
+            &spec.wasm,
+            &spec.digest,
+            cache_dir,
+            on_compile,
+        )?;
         let mut linker: Linker<Guest> = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |g: &mut Guest| &mut g.wasi)
             .map_err(|e| SandboxError::Link(format!("{e:#}")))?;
         // CPython's host door: "-1, no host" (FACTS.md). Tools reach the guest through Catena's
         // own protocol, not through this door.
         linker
-            .func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 { -1 })
+            .func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 {
+                -1
+            })
             .map_err(|e| SandboxError::Link(format!("{e:#}")))?;
         let pre = linker
             .instantiate_pre(&module)
@@ -306,7 +313,9 @@ fn exit_of(result: Result<i32, wasmtime::Error>) -> Exit {
 
 fn trap_message(trap: wasmtime::Trap) -> String {
     match trap {
-        wasmtime::Trap::StackOverflow => "the program overflowed its stack (too deep a recursion)".into(),
+        wasmtime::Trap::StackOverflow => {
+            "the program overflowed its stack (too deep a recursion)".into()
+        }
         wasmtime::Trap::UnreachableCodeReached => "the interpreter crashed (a fatal error)".into(),
         wasmtime::Trap::MemoryOutOfBounds | wasmtime::Trap::HeapMisaligned => {
             "the program crashed (an invalid memory access)".into()

@@ -30,8 +30,7 @@ impl Capture {
         }
         if bytes.len() >= self.tail_cap {
             self.tail.clear();
-            self.tail
-                .extend(&bytes[bytes.len() - self.tail_cap..]);
+            self.tail.extend(&bytes[bytes.len() - self.tail_cap..]);
             return;
         }
         let overflow = (self.tail.len() + bytes.len()).saturating_sub(self.tail_cap);
@@ -66,9 +65,7 @@ impl CapturedOutput {
         let mut text = String::from_utf8_lossy(&self.head).into_owned();
         let dropped = self.dropped();
         if dropped > 0 {
-            text.push_str(&format!(
-                "\n[... {dropped} bytes of output omitted ...]\n"
-            ));
+            text.push_str(&format!("\n[... {dropped} bytes of output omitted ...]\n"));
         }
         text.push_str(&String::from_utf8_lossy(&self.tail));
         text
@@ -197,7 +194,10 @@ mod tests {
         assert_eq!(out.tail, &data[990..]);
         assert_eq!(out.total, 1000);
         assert_eq!(out.dropped(), 980);
-        assert!(out.to_text().contains("[... 980 bytes of output omitted ...]"));
+        assert!(
+            out.to_text()
+                .contains("[... 980 bytes of output omitted ...]")
+        );
     }
 
     #[test]

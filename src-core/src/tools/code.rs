@@ -165,7 +165,9 @@ mod tests {
     fn timeout_text_drops_stdout() {
         assert_eq!(
             code_observation(&exec(Exit::Timeout, "partial", "")),
-            format!("[FAILED] Code exited with status 1.\n[STDERR:BEGIN]\n{TIMEOUT_MESSAGE}\n[STDERR:END]")
+            format!(
+                "[FAILED] Code exited with status 1.\n[STDERR:BEGIN]\n{TIMEOUT_MESSAGE}\n[STDERR:END]"
+            )
         );
     }
 

@@ -11,10 +11,7 @@ pub fn cut_observation(text: &str) -> String {
         return text.to_string();
     }
     let half = OBSERVATION_LIMIT / 2;
-    let head_end = text
-        .char_indices()
-        .nth(half)
-        .map_or(text.len(), |(i, _)| i);
+    let head_end = text.char_indices().nth(half).map_or(text.len(), |(i, _)| i);
     let tail_start = text
         .char_indices()
         .nth(total - half)
@@ -39,7 +36,9 @@ mod tests {
 
     #[test]
     fn long_text_keeps_768_each_side() {
-        let text: String = (0..5000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let text: String = (0..5000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
         let cut = cut_observation(&text);
         let lines: Vec<&str> = cut.split('\n').collect();
         assert_eq!(lines.len(), 3);

@@ -140,6 +140,38 @@ impl LlamaEngine {
         }
     }
 
+    /// Token ids of `text`, as llama.cpp tokenises it (`special`: parse control-token text such
+    /// as `<|im_start|>`).
+    pub fn tokenize(&self, text: &str, special: bool) -> Vec<i32> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), false, special)
+            .into_iter()
+            .map(|t| t.0)
+            .collect()
+    }
+
+    /// The text of token ids, as generation renders them (control tokens render as nothing).
+    pub fn detokenize(&self, ids: &[i32]) -> String {
+        let vocab = self.model.vocab();
+        let mut bytes = Vec::new();
+        for &id in ids {
+            bytes.extend(vocab.token_to_piece(llama_cpp_2::token::LlamaToken(id), false, None));
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.model.n_vocab().max(0) as usize
+    }
+
+    /// The token a model wants at the start of a sequence, if it wants one.
+    pub fn bos_token(&self) -> Option<i32> {
+        let vocab = self.model.vocab();
+        vocab.should_add_bos().then(|| vocab.bos().0)
+    }
+
     pub(crate) fn model(&self) -> &LlamaModel {
         &self.model
     }
@@ -191,6 +223,8 @@ fn preflight(path: &Path) -> Result<GgufHeader, EngineError> {
             "its architecture `{arch}` does not generate text (an encoder or a projector)"
         )));
     }
-    header.check_data_present().map_err(|e| bad(e.to_string()))?;
+    header
+        .check_data_present()
+        .map_err(|e| bad(e.to_string()))?;
     Ok(header)
 }

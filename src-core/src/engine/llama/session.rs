@@ -64,19 +64,17 @@ impl<'m> LlamaSession<'m> {
             .with_n_threads_batch(threads);
         let capture = super::log::install();
         let mark = capture.mark();
-        let ctx = model
-            .new_context(super::backend()?, params)
-            .map_err(|e| {
-                let said = capture.problems_since(mark);
-                EngineError::ContextFailed {
-                    context_size,
-                    reason: if said.is_empty() {
-                        e.to_string()
-                    } else {
-                        said.join("; ")
-                    },
-                }
-            })?;
+        let ctx = model.new_context(super::backend()?, params).map_err(|e| {
+            let said = capture.problems_since(mark);
+            EngineError::ContextFailed {
+                context_size,
+                reason: if said.is_empty() {
+                    e.to_string()
+                } else {
+                    said.join("; ")
+                },
+            }
+        })?;
         Ok(LlamaSession {
             engine,
             context_size: ctx.n_ctx() as usize,
@@ -91,6 +89,25 @@ impl<'m> LlamaSession<'m> {
             logits_at: None,
             stats: SessionStats::default(),
         })
+    }
+
+    /// Appends token ids directly (benchmarks, and callers that tokenised already). Ids outside
+    /// the vocabulary are refused.
+    pub fn append_tokens(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
+        let vocab = self.engine.model().n_vocab();
+        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id >= vocab) {
+            return Err(EngineError::Tokenize(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let start = Instant::now();
+        self.tokens
+            .extend(ids.iter().map(|&id| TokenRecord { id, logprob: None }));
+        let evaluated = self.evaluate_pending()?;
+        self.stats.appended_tokens += ids.len();
+        self.stats.prefill_tokens += evaluated;
+        self.stats.prefill_time += start.elapsed();
+        Ok(ids.len())
     }
 
     fn tokenize(&self, part: &PromptPart) -> Vec<LlamaToken> {
@@ -168,11 +185,10 @@ impl<'m> LlamaSession<'m> {
     fn replace_last_token(&mut self, kept: &str) {
         self.tokens.pop();
         let forced = self.tokenize(&PromptPart::plain(kept));
-        self.tokens
-            .extend(forced.into_iter().map(|t| TokenRecord {
-                id: t.0,
-                logprob: None,
-            }));
+        self.tokens.extend(forced.into_iter().map(|t| TokenRecord {
+            id: t.0,
+            logprob: None,
+        }));
     }
 }
 

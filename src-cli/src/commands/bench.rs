@@ -1,0 +1,170 @@
+//! `catena bench`: prompt processing (pp) and generation (tg) speed through Catena's own engine
+//! path, measured the way llama.cpp's `llama-bench` measures them, so the two can be compared
+//! token for token (scripts/bench.sh runs both).
+//!
+//! pp: a fresh context evaluates `n_prompt` random tokens in one batch.
+//! tg: a fresh context takes one token, then generates `n_gen` tokens greedily through
+//! `Session::generate` (sampling, log-probabilities, detokenising and stop checks included),
+//! continuing past end-of-turn tokens so every repetition generates exactly `n_gen`.
+
+use crate::setup;
+use anyhow::{Result, bail};
+use catena_core::config::Paths;
+use catena_core::engine::llama::LlamaEngine;
+use catena_core::engine::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A GGUF model; default: the default model.
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Prompt tokens of the pp test (0 skips it).
+    #[arg(short = 'p', long, default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens of the tg test (0 skips it).
+    #[arg(short = 'n', long, default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions (after one warm-up).
+    #[arg(short = 'r', long, default_value_t = 5)]
+    pub repetitions: usize,
+    /// CPU threads (default: the physical cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<i32>,
+    /// Layers to offload to the GPU (default: all, in a GPU build).
+    #[arg(long)]
+    pub gpu_layers: Option<u32>,
+    /// Batch size of prompt processing.
+    #[arg(short = 'b', long, default_value_t = 512)]
+    pub batch_size: u32,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
+    if args.repetitions == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    let model_path = setup::model_path(args.model.as_deref(), paths)?;
+    let engine = setup::load_model(&model_path, args.gpu_layers)?;
+    let options = SessionOptions {
+        context_size: Some((args.n_prompt.max(args.n_gen) + 16) as u32),
+        sampling: SamplingParams::greedy(),
+        threads: args.threads,
+        batch_size: args.batch_size,
+        cancel: None,
+    };
+    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    let mut results = Vec::new();
+    if args.n_prompt > 0 {
+        let rates = measure(args.repetitions, || {
+            prompt_rate(&engine, &options, args.n_prompt, &mut rng)
+        })?;
+        results.push(("pp", args.n_prompt, rates));
+    }
+    if args.n_gen > 0 {
+        let rates = measure(args.repetitions, || {
+            gen_rate(&engine, &options, args.n_gen, &mut rng)
+        })?;
+        results.push(("tg", args.n_gen, rates));
+    }
+    let info = engine.info();
+    if args.json {
+        let tests: Vec<_> = results
+            .iter()
+            .map(|(name, n, rates)| {
+                let (mean, sd) = mean_sd(rates);
+                serde_json::json!({
+                    "test": format!("{name}{n}"),
+                    "tokens_per_s": mean,
+                    "stddev": sd,
+                    "samples": rates,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": model_path,
+                "architecture": info.architecture,
+                "gpu_layers": info.gpu_layers,
+                "threads": args.threads,
+                "tests": tests,
+            })
+        );
+    } else {
+        for (name, n, rates) in &results {
+            let (mean, sd) = mean_sd(rates);
+            println!("{name}{n}: {mean:.2} ± {sd:.2} tokens/s");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One warm-up, then `reps` measured runs.
+fn measure(reps: usize, mut once: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
+    once()?;
+    (0..reps).map(|_| once()).collect()
+}
+
+fn prompt_rate(
+    engine: &LlamaEngine,
+    options: &SessionOptions,
+    n: usize,
+    rng: &mut XorShift,
+) -> Result<f64> {
+    let vocab = engine.vocab_size() as u64;
+    let tokens: Vec<i32> = (0..n).map(|_| (rng.next() % vocab) as i32).collect();
+    let mut session = engine.session(options)?;
+    let start = Instant::now();
+    session.append_tokens(&tokens)?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+fn gen_rate(
+    engine: &LlamaEngine,
+    options: &SessionOptions,
+    n: usize,
+    rng: &mut XorShift,
+) -> Result<f64> {
+    let first = engine
+        .bos_token()
+        .unwrap_or_else(|| (rng.next() % engine.vocab_size() as u64) as i32);
+    let mut session = engine.session(options)?;
+    let no_stops = StopMatcher::default();
+    let start = Instant::now();
+    session.append_tokens(&[first])?;
+    let mut generated = 0;
+    while generated < n {
+        let g = session.generate(
+            &no_stops,
+            GenerateLimits::tokens(n - generated),
+            &mut |_| {},
+        )?;
+        generated += g.tokens;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (mean, var.sqrt())
+}
+
+/// A tiny deterministic generator for benchmark tokens (no need for a crate).
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}

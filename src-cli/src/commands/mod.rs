@@ -1,0 +1,6 @@
+//! One module per subcommand.
+
+pub mod assets;
+pub mod bench;
+pub mod run;
+pub mod sandbox;

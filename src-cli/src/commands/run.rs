@@ -1,0 +1,212 @@
+//! `catena run`: one task, one Chain-of-Agents trajectory.
+
+use crate::render::{EventSink, HumanPrinter, JsonPrinter};
+use crate::setup;
+use anyhow::{Context, Result, bail};
+use catena_core::agent::{Budgets, RunRequest, run_chain};
+use catena_core::config::Paths;
+use catena_core::engine::{SamplingParams, SessionOptions};
+use catena_core::protocol::{Profile, Tag};
+use catena_core::sandbox::Limits;
+use catena_core::tools::{CodeTool, ToolBox, UnavailableTool};
+use clap::Args;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The task; `-` reads it from stdin.
+    pub task: String,
+
+    /// Prompt profile: code, math, web, mhqa or all-tools.
+    #[arg(long, default_value = "math", conflicts_with = "profile_file")]
+    pub profile: String,
+
+    /// A profile file of your own (TOML, like the shipped ones).
+    #[arg(long, value_name = "FILE")]
+    pub profile_file: Option<PathBuf>,
+
+    /// A GGUF model; default: the default model (fetched on first use).
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+
+    /// Print one JSON object per event, one per line, ending with a summary object.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Text the assistant turn starts with; if it ends with a complete tool call, the tool runs
+    /// before the model continues.
+    #[arg(long, value_name = "TEXT")]
+    pub prefill: Option<String>,
+
+    /// Most tool calls in the run (default: the profile's budget).
+    #[arg(long, value_name = "N")]
+    pub max_tool_calls: Option<u32>,
+
+    /// Most tokens the model may generate in the run.
+    #[arg(long, value_name = "N", default_value_t = 8192)]
+    pub max_tokens: usize,
+
+    /// Most seconds the whole run may take.
+    #[arg(long, value_name = "SECONDS")]
+    pub max_time: Option<f64>,
+
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.6)]
+    pub temperature: f32,
+
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+
+    /// Keep only the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: i32,
+
+    /// Random seed (default: a new one each run, shown in the output).
+    #[arg(long)]
+    pub seed: Option<u32>,
+
+    /// Layers to offload to the GPU (default: all, in a GPU build).
+    #[arg(long, value_name = "N")]
+    pub gpu_layers: Option<u32>,
+
+    /// Context window in tokens (default: the model's, at most 32768).
+    #[arg(long, value_name = "TOKENS")]
+    pub ctx_size: Option<u32>,
+
+    /// CPU threads (default: the physical cores).
+    #[arg(long)]
+    pub threads: Option<i32>,
+
+    /// Wall-time limit of one sandboxed program, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 7.0)]
+    pub code_timeout: f64,
+
+    /// Memory limit of one sandboxed program, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 2048)]
+    pub code_memory: u64,
+}
+
+pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
+    let task = read_task(&args.task)?;
+    let profile = match &args.profile_file {
+        Some(file) => Profile::from_file(file)?,
+        None => Profile::builtin(&args.profile)?,
+    };
+    if !(args.code_timeout > 0.0 && args.code_timeout.is_finite()) {
+        bail!("--code-timeout must be a positive number of seconds");
+    }
+    let seed = args.seed.unwrap_or_else(random_seed);
+    let sampling = SamplingParams {
+        temperature: args.temperature.max(0.0),
+        top_p: args.top_p,
+        top_k: args.top_k,
+        seed,
+    };
+    let model_path = setup::model_path(args.model.as_deref(), paths)?;
+    let tools = tool_box(&profile, paths, &args)?;
+    let engine = setup::load_model(&model_path, args.gpu_layers)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    // First Ctrl-C stops the run cleanly (the summary is still printed); a second one exits.
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+    let options = SessionOptions {
+        context_size: args.ctx_size,
+        sampling,
+        threads: args.threads,
+        cancel: Some(cancel),
+        ..SessionOptions::default()
+    };
+    let mut session = engine.session(&options)?;
+    let prompt = engine.chat_prompt(&profile.system, &profile.user_message(&task))?;
+    let budgets = Budgets {
+        max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
+        max_tokens: args.max_tokens,
+        max_time: args.max_time.map(Duration::from_secs_f64),
+    };
+    let model_name = engine
+        .info()
+        .name
+        .clone()
+        .unwrap_or_else(|| model_path.display().to_string());
+    let mut printer: Box<dyn EventSink> = if args.json {
+        Box::new(JsonPrinter::new())
+    } else {
+        Box::new(HumanPrinter::new())
+    };
+    let request = RunRequest {
+        profile: &profile,
+        model: model_name,
+        sampling,
+        prompt,
+        prefill: args.prefill.as_deref(),
+        budgets,
+    };
+    let summary = run_chain(&mut session, request, &tools, &mut |e| printer.event(&e))
+        .context("the run failed")?;
+    printer.summary(&summary);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_task(task: &str) -> Result<String> {
+    let text = if task == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the task from stdin")?;
+        text
+    } else {
+        task.to_string()
+    };
+    if text.trim().is_empty() {
+        bail!("the task is empty");
+    }
+    Ok(text.trim().to_string())
+}
+
+/// The profile's tools: code runs in the sandbox; tools that need a service Catena does not have
+/// yet answer with an observation that says so.
+fn tool_box(profile: &Profile, paths: &Paths, args: &RunArgs) -> Result<ToolBox> {
+    let mut tools = ToolBox::new();
+    for &tag in &profile.tools {
+        match tag {
+            Tag::Code => {
+                let limits = Limits {
+                    wall: Duration::from_secs_f64(args.code_timeout),
+                    memory_bytes: args.code_memory << 20,
+                    ..Limits::default()
+                };
+                let sandbox = setup::sandbox(paths, limits)?;
+                tools.add(Box::new(CodeTool::new(Arc::new(sandbox))));
+            }
+            other => tools.add(Box::new(UnavailableTool {
+                tag: other,
+                reason: match other {
+                    Tag::WebSearch | Tag::CrawlPage => {
+                        "no web search backend is configured in this version of Catena".into()
+                    }
+                    Tag::WikiSearch => "no local Wikipedia index is installed".into(),
+                    _ => "no vision model is configured".into(),
+                },
+            })),
+        }
+    }
+    Ok(tools)
+}
+
+fn random_seed() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
+        .unwrap_or(0);
+    nanos ^ std::process::id().rotate_left(16)
+}

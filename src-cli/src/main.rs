@@ -1,0 +1,63 @@
+//! `catena`: run Chain-of-Agents models on your own machine.
+
+mod commands;
+mod render;
+mod setup;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "catena",
+    version,
+    about = "Run Chain-of-Agents models locally: one model plans, thinks, runs Python in a sandbox, reflects and answers.",
+    propagate_version = true
+)]
+struct Cli {
+    /// More logging on stderr (-v: info, -vv: debug, including llama.cpp's own log).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+
+    /// Data directory (models, the Python runtime); default: the platform's data directory.
+    #[arg(long, global = true, env = "CATENA_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<std::path::PathBuf>,
+
+    /// Cache directory (the compiled sandbox); default: the platform's cache directory.
+    #[arg(long, global = true, env = "CATENA_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one task as a Chain-of-Agents trajectory, streamed to the terminal.
+    Run(commands::run::RunArgs),
+    /// Run Python in the sandbox and print the observation the model would see.
+    Sandbox(commands::sandbox::SandboxArgs),
+    /// Fetch or list the default model and the Python runtime.
+    Assets(commands::assets::AssetsArgs),
+    /// Measure prompt processing and generation speed (llama-bench's pp/tg tests).
+    Bench(commands::bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    setup::init_logging(cli.verbose);
+    let paths = match setup::paths(cli.data_dir.as_deref(), cli.cache_dir.as_deref()) {
+        Ok(paths) => paths,
+        Err(e) => return setup::report(&e),
+    };
+    let result = match cli.command {
+        Command::Run(args) => commands::run::run(args, &paths),
+        Command::Sandbox(args) => commands::sandbox::run(args, &paths),
+        Command::Assets(args) => commands::assets::run(args, &paths),
+        Command::Bench(args) => commands::bench::run(args, &paths),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => setup::report(&e),
+    }
+}

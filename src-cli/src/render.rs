@@ -1,0 +1,223 @@
+//! Printing a run: each agent block distinct (colour where the terminal has it) as it streams,
+//! or JSON lines for programs.
+
+use anstyle::{AnsiColor, Style};
+use catena_core::agent::{AgentEvent, RunSummary, Source};
+use catena_core::protocol::Tag;
+use std::io::Write;
+
+/// Where a run's events go.
+pub trait EventSink {
+    fn event(&mut self, event: &AgentEvent);
+    fn summary(&mut self, summary: &RunSummary);
+}
+
+/// One JSON object per event, one per line; a `summary` object last.
+pub struct JsonPrinter {
+    out: std::io::Stdout,
+}
+
+impl JsonPrinter {
+    pub fn new() -> Self {
+        JsonPrinter {
+            out: std::io::stdout(),
+        }
+    }
+
+    fn line(&mut self, value: &serde_json::Value) {
+        let mut out = self.out.lock();
+        let _ = writeln!(out, "{value}");
+        let _ = out.flush();
+    }
+}
+
+impl EventSink for JsonPrinter {
+    fn event(&mut self, event: &AgentEvent) {
+        if let Ok(value) = serde_json::to_value(event) {
+            self.line(&value);
+        }
+    }
+
+    fn summary(&mut self, summary: &RunSummary) {
+        if let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(summary) {
+            let mut object = serde_json::Map::new();
+            object.insert("type".into(), "summary".into());
+            object.append(&mut fields);
+            self.line(&serde_json::Value::Object(object));
+        }
+    }
+}
+
+/// The chain for people: a coloured heading per block, the text as it streams.
+pub struct HumanPrinter {
+    out: anstream::AutoStream<std::io::Stdout>,
+    err: anstream::AutoStream<std::io::Stderr>,
+    at_line_start: bool,
+    /// Skip the newline that usually follows an opening tag.
+    skip_newline: bool,
+    style: Style,
+}
+
+impl HumanPrinter {
+    pub fn new() -> Self {
+        HumanPrinter {
+            out: anstream::stdout(),
+            err: anstream::stderr(),
+            at_line_start: true,
+            skip_newline: false,
+            style: Style::new(),
+        }
+    }
+
+    fn heading(&mut self, label: &str, style: Style) {
+        if !self.at_line_start {
+            let _ = writeln!(self.out);
+        }
+        let bold = style.bold();
+        let _ = writeln!(self.out, "{bold}▍{label}{bold:#}");
+        self.at_line_start = true;
+    }
+
+    fn text(&mut self, text: &str) {
+        let mut text = text;
+        if self.skip_newline {
+            if let Some(rest) = text.strip_prefix('\n') {
+                text = rest;
+            }
+            if !text.is_empty() {
+                self.skip_newline = false;
+            }
+        }
+        if text.is_empty() {
+            return;
+        }
+        let style = self.style;
+        let _ = write!(self.out, "{style}{text}{style:#}");
+        let _ = self.out.flush();
+        self.at_line_start = text.ends_with('\n');
+    }
+
+    fn end_line(&mut self) {
+        if !self.at_line_start {
+            let _ = writeln!(self.out);
+            self.at_line_start = true;
+        }
+        let _ = self.out.flush();
+    }
+}
+
+fn color(c: AnsiColor) -> Style {
+    Style::new().fg_color(Some(c.into()))
+}
+
+fn tag_style(tag: Tag) -> Style {
+    match tag {
+        Tag::Plan => color(AnsiColor::Blue),
+        Tag::Think => Style::new().dimmed(),
+        Tag::Reflection => color(AnsiColor::Magenta),
+        Tag::SuggestedAnswer | Tag::DoubleCheck => color(AnsiColor::Yellow),
+        Tag::Answer => color(AnsiColor::Green),
+        Tag::Observation => color(AnsiColor::BrightBlack),
+        Tag::Code | Tag::WebSearch | Tag::CrawlPage | Tag::WikiSearch | Tag::VisualInspector => {
+            color(AnsiColor::Cyan)
+        }
+    }
+}
+
+impl EventSink for HumanPrinter {
+    fn event(&mut self, event: &AgentEvent) {
+        match event {
+            AgentEvent::RunStarted {
+                profile,
+                model,
+                prompt_tokens,
+                seed,
+                temperature,
+                ..
+            } => {
+                let dim = Style::new().dimmed();
+                let _ = writeln!(
+                    self.err,
+                    "{dim}catena · {model} · profile {profile} · prompt {prompt_tokens} tokens · temperature {temperature} · seed {seed}{dim:#}"
+                );
+            }
+            AgentEvent::BlockStarted { tag, source } => {
+                let label = match source {
+                    Source::Prefill => format!("{tag} (prefill)"),
+                    Source::Model => tag.to_string(),
+                };
+                self.heading(&label, tag_style(*tag));
+                self.style = tag_style(*tag);
+                self.skip_newline = true;
+            }
+            AgentEvent::BlockDelta { text, .. } => self.text(text),
+            AgentEvent::BlockEnded { .. } => {
+                self.end_line();
+                self.style = Style::new();
+            }
+            AgentEvent::Text { text, .. } => {
+                if !text.trim().is_empty() {
+                    self.style = Style::new().dimmed();
+                    self.text(text);
+                    self.style = Style::new();
+                }
+            }
+            AgentEvent::ParseIssue { message, .. } => {
+                self.end_line();
+                let yellow = color(AnsiColor::Yellow);
+                let _ = writeln!(self.err, "{yellow}warning: {message}{yellow:#}");
+            }
+            AgentEvent::ToolCall { .. } => {}
+            AgentEvent::Observation {
+                tool,
+                text,
+                success,
+                duplicate,
+                elapsed_ms,
+                ..
+            } => {
+                let style = if *success {
+                    color(AnsiColor::Green)
+                } else {
+                    color(AnsiColor::Red)
+                };
+                let note = if *duplicate { ", repeated call" } else { "" };
+                self.heading(
+                    &format!("observation · {tool} · {:.0} ms{note}", elapsed_ms),
+                    style,
+                );
+                self.style = tag_style(Tag::Observation);
+                self.text(text);
+                self.end_line();
+                self.style = Style::new();
+            }
+        }
+    }
+
+    fn summary(&mut self, s: &RunSummary) {
+        self.end_line();
+        let green = color(AnsiColor::Green).bold();
+        match &s.answer {
+            Some(answer) => {
+                let _ = writeln!(self.out, "\n{green}Answer:{green:#} {answer}");
+            }
+            None => {
+                let _ = writeln!(self.out, "\n(no answer)");
+            }
+        }
+        let dim = Style::new().dimmed();
+        let t = &s.timings;
+        let _ = writeln!(
+            self.err,
+            "{dim}stop: {:?} · {} tool calls · context {} tokens ({} evaluated, {} generated) · prefill {:.0} tok/s · decode {:.1} tok/s · {:.1} s{dim:#}",
+            s.stop_reason,
+            s.tool_calls,
+            s.context_tokens,
+            s.evaluated_tokens,
+            s.generated_tokens,
+            t.prefill_tokens_per_s,
+            t.decode_tokens_per_s,
+            t.total_ms / 1e3
+        );
+    }
+}

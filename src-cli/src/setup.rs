@@ -1,0 +1,86 @@
+//! What every command needs: logging, paths, the model and the sandbox, and error reporting.
+
+use anyhow::{Context, Result};
+use catena_core::assets::{self, AssetProgress};
+use catena_core::config::Paths;
+use catena_core::engine::llama::{LlamaEngine, LoadOptions};
+use catena_core::sandbox::{Limits, Sandbox};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use tracing_subscriber::EnvFilter;
+
+/// Logs go to stderr; `RUST_LOG` overrides the level chosen with `-v`.
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn,llama.cpp=error",
+        1 => "info,llama.cpp=warn",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .try_init();
+}
+
+pub fn paths(data_dir: Option<&Path>, cache_dir: Option<&Path>) -> Result<Paths> {
+    let mut paths = Paths::from_env()?;
+    if let Some(dir) = data_dir {
+        paths.data_dir = dir.to_path_buf();
+    }
+    if let Some(dir) = cache_dir {
+        paths.cache_dir = dir.to_path_buf();
+    }
+    Ok(paths)
+}
+
+/// Prints an error and its causes on stderr; exit status 1.
+pub fn report(error: &anyhow::Error) -> ExitCode {
+    let mut err = anstream::stderr();
+    let red = anstyle::Style::new()
+        .bold()
+        .fg_color(Some(anstyle::AnsiColor::Red.into()));
+    let _ = write!(err, "{red}error{red:#}: {error}");
+    for cause in error.chain().skip(1) {
+        let _ = write!(err, "\n  caused by: {cause}");
+    }
+    let _ = writeln!(err);
+    ExitCode::FAILURE
+}
+
+/// Progress of asset fetching, on stderr.
+pub fn asset_progress(event: AssetProgress) {
+    match event {
+        AssetProgress::Fetching { asset, megabytes } => {
+            eprintln!("Fetching {asset} ({megabytes} MB, once; afterwards Catena works offline)...")
+        }
+        AssetProgress::Installed { path } => eprintln!("Installed {}", path.display()),
+    }
+}
+
+/// The model to run: the given file, or the default model (fetched on first use).
+pub fn model_path(model: Option<&Path>, paths: &Paths) -> Result<std::path::PathBuf> {
+    match model {
+        Some(path) => Ok(path.to_path_buf()),
+        None => assets::default_model(paths, &mut asset_progress)
+            .context("the default model is not available"),
+    }
+}
+
+pub fn load_model(path: &Path, gpu_layers: Option<u32>) -> Result<LlamaEngine> {
+    Ok(LlamaEngine::load(path, &LoadOptions { gpu_layers })?)
+}
+
+/// The CPython sandbox, fetched and compiled on first use (saying so, since it takes minutes).
+pub fn sandbox(paths: &Paths, limits: Limits) -> Result<Sandbox> {
+    let spec = assets::python_runtime(paths, &mut asset_progress)
+        .context("the Python sandbox runtime is not available")?;
+    let sandbox = Sandbox::new(spec, limits, &paths.sandbox_cache_dir(), || {
+        eprintln!(
+            "Preparing the Python sandbox: compiling CPython to machine code (first use only, a few minutes)..."
+        )
+    })?;
+    Ok(sandbox)
+}

@@ -1,0 +1,121 @@
+//! Broken model files get a clear error and a non-zero exit, never a crash.
+
+mod common;
+
+use catena_core::engine::EngineError;
+use catena_core::engine::llama::{LlamaEngine, LoadOptions};
+use std::io::Write;
+use std::path::Path;
+
+/// A GGUF header with the given metadata and no tensors.
+fn gguf_with(kv: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+    for (k, v) in kv {
+        out.extend_from_slice(&(k.len() as u64).to_le_bytes());
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(&8u32.to_le_bytes());
+        out.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        out.extend_from_slice(v.as_bytes());
+    }
+    out
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let path = dir.join(name);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
+    path.display().to_string()
+}
+
+/// (file name, contents, what the error must say)
+fn broken_files(dir: &Path) -> Vec<(String, &'static str)> {
+    let real = std::fs::read(common::default_model()).unwrap();
+    let mut random = vec![0u8; 1 << 16];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for b in &mut random {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    vec![
+        (write(dir, "empty.gguf", b""), "the file is empty"),
+        (write(dir, "random.gguf", &random), "not a GGUF file"),
+        (write(dir, "header-only.gguf", &real[..4096]), "truncated"),
+        (
+            write(dir, "half.gguf", &real[..real.len() / 2]),
+            "truncated",
+        ),
+        (
+            write(
+                dir,
+                "alien.gguf",
+                &gguf_with(&[("general.architecture", "catena-alien-arch")]),
+            ),
+            "unknown model architecture",
+        ),
+        (
+            write(
+                dir,
+                "encoder.gguf",
+                &gguf_with(&[("general.architecture", "bert")]),
+            ),
+            "does not generate text",
+        ),
+        (
+            write(
+                dir,
+                "adapter.gguf",
+                &gguf_with(&[
+                    ("general.type", "adapter"),
+                    ("general.architecture", "qwen2"),
+                ]),
+            ),
+            "LoRA adapter",
+        ),
+    ]
+}
+
+#[test]
+fn the_library_explains_each_broken_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, needle) in broken_files(dir.path()) {
+        let err = match LlamaEngine::load(Path::new(&path), &LoadOptions::default()) {
+            Ok(_) => panic!("{path} loaded"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(
+                err,
+                EngineError::BadModel { .. } | EngineError::LoadFailed { .. }
+            ),
+            "{path}: {err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains(needle), "{path}: {message}");
+        assert!(message.contains(&path), "{message}");
+    }
+    let missing = LlamaEngine::load(
+        Path::new("/nonexistent/model.gguf"),
+        &LoadOptions::default(),
+    );
+    assert!(matches!(missing, Err(EngineError::ModelNotFound { .. })));
+}
+
+#[test]
+fn the_cli_exits_non_zero_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, needle) in broken_files(dir.path()) {
+        let output = common::catena(&["run", "--model", &path, "--profile", "web", "hello"]);
+        // 1 is an orderly error; a crash would be a signal (no code) or 134 (abort).
+        assert_eq!(output.status.code(), Some(1), "{path}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("error:"), "{stderr}");
+        assert!(stderr.contains(needle), "{path}: {stderr}");
+    }
+}

@@ -1,0 +1,132 @@
+//! `catena run` end to end: the real binary, the real default model, the real sandbox.
+
+mod common;
+
+use serde_json::Value;
+
+const PREFILL: &str =
+    "<plan>compute it</plan>\n<think>use code</think>\n<code>\n```py\nprint(2**100)\n```\n</code>";
+
+fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
+}
+
+#[test]
+fn prefilled_tool_call_runs_then_the_model_continues() {
+    common::default_model();
+    let output = common::catena(&[
+        "run",
+        "--profile",
+        "math",
+        "--json",
+        "--seed",
+        "11",
+        "--max-tokens",
+        "64",
+        "--prefill",
+        PREFILL,
+        "What is 2 to the power 100?",
+    ]);
+    assert!(
+        output.status.success(),
+        "catena failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events = common::json_lines(&output);
+    assert_eq!(events[0]["type"], "run_started");
+
+    let observations = of_type(&events, "observation");
+    assert_eq!(observations.len(), 1, "{events:#?}");
+    let text = observations[0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("[EXECUTED] Code exited with status 0."),
+        "{text}"
+    );
+    assert!(text.contains("1267650600228229401496703205376"), "{text}");
+
+    // The model continued after the observation.
+    let at = events
+        .iter()
+        .position(|e| e["type"] == "observation")
+        .unwrap();
+    assert!(
+        events[at + 1..]
+            .iter()
+            .any(|e| e["source"] == "model" && (e["type"] == "text" || e["type"] == "block_delta")),
+        "the model wrote nothing after the observation"
+    );
+
+    let summary = events.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    for field in [
+        "answer",
+        "stop_reason",
+        "tool_calls",
+        "context_tokens",
+        "evaluated_tokens",
+        "generated_tokens",
+        "timings",
+    ] {
+        assert!(
+            summary.get(field).is_some(),
+            "summary lacks {field}: {summary}"
+        );
+    }
+    assert_eq!(summary["tool_calls"], 1);
+    assert!(summary["generated_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(summary["evaluated_tokens"], summary["context_tokens"]);
+    let trajectory = summary["trajectory"].as_str().unwrap();
+    assert!(trajectory.starts_with(PREFILL));
+    assert!(trajectory.contains(
+        "</code>\n<observation>\n[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n1267650600228229401496703205376\n[STDOUT:END]\n</observation>\n\n"
+    ));
+}
+
+#[test]
+fn every_line_is_one_json_object_and_human_output_streams_blocks() {
+    common::default_model();
+    let output = common::catena(&[
+        "run",
+        "--profile",
+        "math",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "--prefill",
+        "<plan>1. add</plan>\n<code>\n```py\nprint(40 + 2)\n```\n</code>",
+        "What is 40 + 2?",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // Not a terminal: no colour codes, but each block under its own heading.
+    assert!(!stdout.contains('\u{1b}'), "{stdout}");
+    assert!(stdout.contains("▍plan (prefill)"), "{stdout}");
+    assert!(stdout.contains("▍observation · code"), "{stdout}");
+    assert!(stdout.contains("42"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("stop: "), "{stderr}");
+}
+
+#[test]
+fn bad_arguments_are_explained() {
+    let output = common::catena(&["run", "--profile", "nope", "task"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown profile `nope`"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("p.toml");
+    std::fs::write(&profile, "name = \"x\"\n").unwrap();
+    let output = common::catena(&["run", "--profile-file", profile.to_str().unwrap(), "task"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("p.toml"));
+
+    let output = common::catena(&["run", "  "]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("the task is empty"));
+}

@@ -1,0 +1,75 @@
+//! Shared set-up of the end-to-end tests: the real assets (fetched once into the user's data
+//! directory, or the directories `CATENA_DATA_DIR` / `CATENA_CACHE_DIR` name), the real binary.
+#![allow(dead_code)]
+
+use catena_core::assets::{self, AssetProgress};
+use catena_core::config::Paths;
+use catena_core::sandbox::{Limits, Sandbox};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+pub fn paths() -> Paths {
+    Paths::from_env().expect("Catena's data and cache directories")
+}
+
+fn progress(event: AssetProgress) {
+    eprintln!("{event:?}");
+}
+
+/// The default model, fetched if this machine does not have it yet.
+pub fn default_model() -> PathBuf {
+    assets::default_model(&paths(), &mut progress).expect("the default model")
+}
+
+/// Gemma 3 270M: a second architecture, with no chat template.
+pub fn gemma_model() -> PathBuf {
+    assets::ensure(&assets::GEMMA_TEST_MODEL, &paths(), &mut progress)
+        .expect("the Gemma test model")
+}
+
+/// The real CPython sandbox with the given limits.
+pub fn python_sandbox(limits: Limits) -> Sandbox {
+    let paths = paths();
+    let spec = assets::python_runtime(&paths, &mut progress).expect("the Python runtime");
+    Sandbox::new(spec, limits, &paths.sandbox_cache_dir(), || {
+        eprintln!("compiling the Python sandbox (first use)")
+    })
+    .expect("the sandbox")
+}
+
+/// The `catena` binary of this build (tests run from target/<profile>/deps/).
+pub fn catena_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CATENA_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    let bin = dir.join(format!("catena{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build --release -p catena-cli)",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `catena` with `args`.
+pub fn catena(args: &[&str]) -> Output {
+    Command::new(catena_bin())
+        .args(args)
+        .output()
+        .expect("running catena")
+}
+
+/// The JSON lines a `--json` run printed.
+pub fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"))
+        })
+        .collect()
+}

@@ -1,0 +1,180 @@
+//! The llama.cpp engine on the real default model (and a second architecture).
+
+mod common;
+
+use catena_core::engine::llama::{LlamaEngine, LoadOptions};
+use catena_core::engine::{
+    ChatFormat, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
+    SessionOptions, StopMatcher,
+};
+use std::sync::OnceLock;
+
+fn engine() -> &'static LlamaEngine {
+    static ENGINE: OnceLock<LlamaEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        LlamaEngine::load(&common::default_model(), &LoadOptions::default())
+            .expect("the default model")
+    })
+}
+
+fn options(sampling: SamplingParams) -> SessionOptions {
+    SessionOptions {
+        context_size: Some(2048),
+        sampling,
+        ..SessionOptions::default()
+    }
+}
+
+fn prompt(user: &str) -> Vec<PromptPart> {
+    engine()
+        .chat_prompt("You are a helpful assistant.", user)
+        .unwrap()
+}
+
+#[test]
+fn the_default_model_is_chatml() {
+    let info = engine().info();
+    assert_eq!(info.architecture, "qwen2");
+    assert_eq!(info.chat_template, ChatFormat::ChatMl);
+    assert_eq!(info.layers, 24);
+    // The ChatML markers are single special tokens; the same text typed by a user is not.
+    assert_eq!(engine().tokenize("<|im_start|>", true).len(), 1);
+    assert!(engine().tokenize("<|im_start|>", false).len() > 1);
+}
+
+#[test]
+fn every_token_is_evaluated_once_and_the_context_matches_the_text() {
+    let mut session = engine()
+        .session(&options(SamplingParams::greedy()))
+        .unwrap();
+    let prompt_tokens = session
+        .append(&prompt("Write a Python program that prints the sum of 1 to 10, inside <code> and </code> tags with a ```py fence."))
+        .unwrap();
+    let stats = session.stats();
+    assert_eq!(stats.context_tokens, prompt_tokens);
+    assert_eq!(stats.evaluated_tokens, prompt_tokens);
+
+    let stops = StopMatcher::new(["</code>", "```\n"]);
+    let mut streamed = String::new();
+    let generation = session
+        .generate(&stops, GenerateLimits::tokens(200), &mut |t| {
+            streamed.push_str(t)
+        })
+        .unwrap();
+    assert_eq!(streamed, generation.text);
+    assert!(generation.tokens > 0);
+    if let GenerationStop::StopString { index } = generation.stop {
+        assert!(generation.text.ends_with(stops.stops()[index].as_str()));
+    }
+    // The context holds exactly the prompt and the returned text: nothing past a stop string.
+    let generated_ids: Vec<i32> = session.tokens()[prompt_tokens..]
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(engine().detokenize(&generated_ids), generation.text);
+    // Sampled tokens carry log-probabilities; prompt tokens do not.
+    assert!(
+        session.tokens()[..prompt_tokens]
+            .iter()
+            .all(|t| t.logprob.is_none())
+    );
+    let sampled: Vec<f32> = session.tokens()[prompt_tokens..]
+        .iter()
+        .filter_map(|t| t.logprob)
+        .collect();
+    assert!(!sampled.is_empty());
+    assert!(
+        sampled.iter().all(|lp| *lp <= 0.0 && lp.is_finite()),
+        "{sampled:?}"
+    );
+
+    // An observation is appended after the (still pending) last token: one batch, no re-reading.
+    let added = session
+        .append(&[PromptPart::plain("\n<observation>\n55\n</observation>\n\n")])
+        .unwrap();
+    let stats = session.stats();
+    assert_eq!(stats.context_tokens, session.tokens().len());
+    assert_eq!(stats.evaluated_tokens, stats.context_tokens);
+    assert_eq!(stats.appended_tokens, prompt_tokens + added);
+    let more = session
+        .generate(
+            &StopMatcher::default(),
+            GenerateLimits::tokens(8),
+            &mut |_| {},
+        )
+        .unwrap();
+    let stats = session.stats();
+    assert_eq!(stats.evaluated_tokens, stats.context_tokens);
+    assert_eq!(stats.generated_tokens, generation.tokens + more.tokens);
+}
+
+#[test]
+fn a_seed_makes_sampling_repeatable() {
+    let run = |seed: u32| {
+        let sampling = SamplingParams {
+            temperature: 0.9,
+            top_p: 0.95,
+            top_k: 40,
+            seed,
+        };
+        let mut session = engine().session(&options(sampling)).unwrap();
+        session.append(&prompt("Name three colours.")).unwrap();
+        session
+            .generate(
+                &StopMatcher::default(),
+                GenerateLimits::tokens(24),
+                &mut |_| {},
+            )
+            .unwrap()
+            .text
+    };
+    assert_eq!(run(5), run(5));
+}
+
+#[test]
+fn a_full_context_is_an_error_not_a_crash() {
+    let mut session = engine()
+        .session(&SessionOptions {
+            context_size: Some(64),
+            ..options(SamplingParams::greedy())
+        })
+        .unwrap();
+    // llama.cpp may round the window up; overflow whatever it chose.
+    let long = "word ".repeat(session.context_size() + 10);
+    let err = session.append(&[PromptPart::plain(long)]).unwrap_err();
+    assert!(matches!(err, EngineError::ContextOverflow { .. }), "{err}");
+    // The session is still usable after the refused append.
+    session.append(&[PromptPart::plain("Hello")]).unwrap();
+    let g = session
+        .generate(
+            &StopMatcher::default(),
+            GenerateLimits::tokens(session.context_size() + 10),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert!(matches!(
+        g.stop,
+        GenerationStop::ContextFull | GenerationStop::EndOfTurn
+    ));
+}
+
+#[test]
+fn a_second_architecture_without_a_chat_template_runs() {
+    let gemma = LlamaEngine::load(&common::gemma_model(), &LoadOptions::default()).unwrap();
+    assert_eq!(gemma.info().architecture, "gemma3");
+    let prompt = gemma
+        .chat_prompt("You are terse.", "The capital of France is")
+        .unwrap();
+    let mut session = gemma.session(&options(SamplingParams::greedy())).unwrap();
+    session.append(&prompt).unwrap();
+    let g = session
+        .generate(
+            &StopMatcher::default(),
+            GenerateLimits::tokens(16),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert!(g.tokens > 0);
+    let stats = session.stats();
+    assert_eq!(stats.evaluated_tokens, stats.context_tokens);
+}
