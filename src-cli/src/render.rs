@@ -209,7 +209,7 @@ impl EventSink for HumanPrinter {
         let t = &s.timings;
         let _ = writeln!(
             self.err,
-            "{dim}stop: {:?} · {} tool calls · context {} tokens ({} evaluated, {} generated) · prefill {:.0} tok/s · decode {:.1} tok/s · {:.1} s{dim:#}",
+            "{dim}stop: {} · {} tool calls · context {} tokens ({} evaluated, {} generated) · prefill {:.0} tok/s · decode {:.1} tok/s · {:.1} s{dim:#}",
             s.stop_reason,
             s.tool_calls,
             s.context_tokens,

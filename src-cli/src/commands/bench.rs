@@ -28,7 +28,7 @@ pub struct BenchArgs {
     /// Generated tokens of the tg test (0 skips it).
     #[arg(short = 'n', long, default_value_t = 128)]
     pub n_gen: usize,
-    /// Repetitions (after one warm-up).
+    /// Repetitions (after a short warm-up, as llama-bench does).
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
     /// CPU threads (default: the physical cores).
@@ -60,16 +60,23 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
     let mut results = Vec::new();
+    // Warm up as llama-bench does: a short prompt, one generated token.
     if args.n_prompt > 0 {
-        let rates = measure(args.repetitions, || {
-            prompt_rate(&engine, &options, args.n_prompt, &mut rng)
-        })?;
+        prompt_rate(&engine, &options, args.n_prompt.min(32), &mut rng)?;
+    }
+    if args.n_gen > 0 {
+        gen_rate(&engine, &options, 1, &mut rng)?;
+    }
+    if args.n_prompt > 0 {
+        let rates = (0..args.repetitions)
+            .map(|_| prompt_rate(&engine, &options, args.n_prompt, &mut rng))
+            .collect::<Result<Vec<_>>>()?;
         results.push(("pp", args.n_prompt, rates));
     }
     if args.n_gen > 0 {
-        let rates = measure(args.repetitions, || {
-            gen_rate(&engine, &options, args.n_gen, &mut rng)
-        })?;
+        let rates = (0..args.repetitions)
+            .map(|_| gen_rate(&engine, &options, args.n_gen, &mut rng))
+            .collect::<Result<Vec<_>>>()?;
         results.push(("tg", args.n_gen, rates));
     }
     let info = engine.info();
@@ -103,12 +110,6 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One warm-up, then `reps` measured runs.
-fn measure(reps: usize, mut once: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
-    once()?;
-    (0..reps).map(|_| once()).collect()
 }
 
 fn prompt_rate(

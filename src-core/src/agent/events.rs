@@ -22,7 +22,7 @@ pub enum AgentEvent {
         prompt_tokens: usize,
         context_size: usize,
         seed: u32,
-        temperature: f32,
+        temperature: f64,
     },
     BlockStarted {
         tag: Tag,

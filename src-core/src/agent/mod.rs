@@ -66,7 +66,8 @@ pub fn run_chain(
         prompt_tokens,
         context_size: session.context_size(),
         seed: request.sampling.seed,
-        temperature: request.sampling.temperature,
+        // f32 → f64 without the binary noise (0.6, not 0.6000000238418579).
+        temperature: (f64::from(request.sampling.temperature) * 1e6).round() / 1e6,
     });
     let mut chain = Chain::new(request.profile, tools, request.budgets);
     let prefill_done = match request.prefill {
@@ -260,10 +261,10 @@ impl<'a> Chain<'a> {
                 Duration::ZERO,
             );
         };
-        if let Some(notice) = tool.duplicate_notice() {
-            if !self.seen.insert((tag, key.to_string())) {
-                return (notice, false, true, Duration::ZERO);
-            }
+        if let Some(notice) = tool.duplicate_notice()
+            && !self.seen.insert((tag, key.to_string()))
+        {
+            return (notice, false, true, Duration::ZERO);
         }
         let output = tool.call(raw);
         (output.observation, output.success, false, output.elapsed)

@@ -23,6 +23,20 @@ pub enum StopReason {
     Cancelled,
 }
 
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Answer => "answer",
+            StopReason::EndOfTurn => "end_of_turn",
+            StopReason::ToolBudget => "tool_budget",
+            StopReason::TokenBudget => "token_budget",
+            StopReason::TimeBudget => "time_budget",
+            StopReason::ContextFull => "context_full",
+            StopReason::Cancelled => "cancelled",
+        })
+    }
+}
+
 impl StopReason {
     /// Whether a budget ended the run (then the last suggested answer stands in for the answer).
     pub fn is_budget(self) -> bool {

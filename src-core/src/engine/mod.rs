@@ -10,7 +10,7 @@ mod sampling;
 mod stops;
 mod utf8;
 
-pub use sampling::SamplingParams;
+pub use sampling::{SamplingParams, token_logprob};
 pub use stops::StopMatcher;
 
 use serde::Serialize;

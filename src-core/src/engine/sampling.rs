@@ -47,14 +47,103 @@ impl SamplingParams {
     }
 }
 
-/// `log softmax(logits / temperature)[token]`, computed stably. Returns `None` for a token
-/// outside the vocabulary.
+/// The most likely token and its log-probability (temperature 1): greedy sampling in two passes
+/// over the logits, without building llama.cpp's candidate array.
+pub fn greedy_pick(logits: &[f32]) -> Option<(usize, f32)> {
+    let max = max_of(logits);
+    let token = logits.iter().position(|&l| l == max)?;
+    Some((token, token_logprob_given_max(logits, token, 1.0, max)?))
+}
+
+/// `log softmax(logits / temperature)[token]`. Returns `None` for a token outside the
+/// vocabulary or logits that are not finite.
+///
+/// This runs once per generated token over the whole vocabulary (151,936 entries for Qwen2.5),
+/// so it is written to vectorise: a max pass and a sum of [`exp_nonpositive`], both in
+/// independent lanes, with f64 partial sums. About 0.2 ms on one laptop core, a third of a plain
+/// `f64::exp` loop (benches/sampling.rs), under 1% of a decoding step of the 0.5B model; it
+/// agrees with the exact value to about 1e-6.
 pub fn token_logprob(logits: &[f32], token: usize, temperature: f32) -> Option<f32> {
+    token_logprob_given_max(logits, token, temperature, max_of(logits))
+}
+
+fn token_logprob_given_max(
+    logits: &[f32],
+    token: usize,
+    temperature: f32,
+    max: f32,
+) -> Option<f32> {
     let target = *logits.get(token)?;
-    let t = if temperature > 0.0 { temperature } else { 1.0 };
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| (((l - max) / t) as f64).exp()).sum();
-    Some(((target - max) / t) - sum.ln() as f32)
+    let inv_t = if temperature > 0.0 {
+        1.0 / temperature
+    } else {
+        1.0
+    };
+    const LANES: usize = 16;
+    const CHUNK: usize = 256;
+    let mut total = 0.0f64;
+    for chunk in logits.chunks(CHUNK) {
+        let mut lanes = [0.0f32; LANES];
+        let mut pieces = chunk.chunks_exact(LANES);
+        for piece in &mut pieces {
+            for (lane, &l) in lanes.iter_mut().zip(piece) {
+                *lane += exp_nonpositive((l - max) * inv_t);
+            }
+        }
+        for &l in pieces.remainder() {
+            lanes[0] += exp_nonpositive((l - max) * inv_t);
+        }
+        total += lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+    }
+    let logprob = (target - max) * inv_t - total.ln() as f32;
+    logprob.is_finite().then_some(logprob)
+}
+
+/// The largest value, in independent lanes so the comparisons vectorise (one running maximum
+/// is a chain of dependent instructions).
+fn max_of(values: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut pieces = values.chunks_exact(LANES);
+    for piece in &mut pieces {
+        for (lane, &v) in lanes.iter_mut().zip(piece) {
+            *lane = if v > *lane { v } else { *lane };
+        }
+    }
+    let mut max = f32::NEG_INFINITY;
+    for &v in lanes.iter().chain(pieces.remainder()) {
+        if v > max {
+            max = v;
+        }
+    }
+    max
+}
+
+/// `e^x` for `x <= 0` to about 2e-7 relative error, in operations SSE2 has for four lanes at
+/// once (float multiply-adds, bit casts, integer adds and shifts), so a loop of it vectorises on
+/// any x86-64 CPU. Below -87 it returns e^-87 (about 1.6e-38), which no sum notices; NaN stays
+/// NaN. Why not a crate: the standard library's `exp` is a scalar libm call, and no maintained
+/// crate offers this one function.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to an integer that lands in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
+    // ln 2 split in two, the high part with few mantissa bits, so n * LN2_HI is exact
+    // (Cody and Waite's range reduction).
+    const LN2_HI: f32 = 0.693_145_751_953_125;
+    const LN2_LO: f32 = 1.428_606_765_330_187e-6;
+    let x = if x < -87.0 { -87.0 } else { x };
+    // e^x = 2^n * e^g with n = round(x / ln 2) and |g| <= ln(2) / 2.
+    let r = x * std::f32::consts::LOG2_E + MAGIC;
+    let n_int = (r.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let n = r - MAGIC;
+    let g = (x - n * LN2_HI) - n * LN2_LO;
+    // e^g for |g| <= 0.347: Taylor to degree 6 (remainder < 1.3e-7).
+    let p = 1.0
+        + g * (1.0
+            + g * (0.5
+                + g * (1.0 / 6.0 + g * (1.0 / 24.0 + g * (1.0 / 120.0 + g * (1.0 / 720.0))))));
+    p * f32::from_bits((n_int.wrapping_add(127) as u32) << 23)
 }
 
 #[cfg(test)]
@@ -72,6 +161,62 @@ mod tests {
         let expected2 = ((2.0f32 * 1.0).exp() / z2).ln();
         assert!((token_logprob(&logits, 0, 0.5).unwrap() - expected2).abs() < 1e-6);
         assert_eq!(token_logprob(&logits, 3, 1.0), None);
+    }
+
+    #[test]
+    fn fast_exp_is_accurate() {
+        let mut x = 0.0f32;
+        while x > -90.0 {
+            let exact = f64::from(x).exp();
+            let fast = f64::from(exp_nonpositive(x));
+            if x > -87.0 {
+                assert!(
+                    ((fast - exact) / exact).abs() < 3e-7,
+                    "x={x}: {fast} vs {exact}"
+                );
+            }
+            x -= 0.0137;
+        }
+        assert!(exp_nonpositive(-1000.0) < 1e-37);
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert!(exp_nonpositive(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn logprob_agrees_with_an_exact_computation_on_a_vocabulary() {
+        let mut state = 12345u32;
+        let logits: Vec<f32> = (0..151_936)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state % 4000) as f32 / 100.0 - 20.0
+            })
+            .collect();
+        for (token, t) in [(0usize, 1.0f32), (77_777, 0.6), (151_935, 0.2)] {
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let sum: f64 = logits
+                .iter()
+                .map(|&l| ((l as f64 - max) / t as f64).exp())
+                .sum();
+            let exact = (logits[token] as f64 - max) / t as f64 - sum.ln();
+            let fast = token_logprob(&logits, token, t).unwrap() as f64;
+            assert!(
+                (fast - exact).abs() < 1e-4 + exact.abs() * 1e-6,
+                "{fast} vs {exact}"
+            );
+        }
+        assert_eq!(token_logprob(&[f32::NAN, 1.0], 1, 1.0), None);
+    }
+
+    #[test]
+    fn greedy_pick_takes_the_first_maximum() {
+        let logits = [0.5f32, 3.0, -1.0, 3.0];
+        let (token, lp) = greedy_pick(&logits).unwrap();
+        assert_eq!(token, 1);
+        assert!((lp - token_logprob(&logits, 1, 1.0).unwrap()).abs() < 1e-6);
+        assert_eq!(greedy_pick(&[]), None);
+        assert_eq!(greedy_pick(&[f32::NAN]), None);
     }
 
     #[test]

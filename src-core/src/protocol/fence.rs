@@ -30,7 +30,7 @@ pub fn fenced_blocks(text: &str) -> Vec<Fenced<'_>> {
         }
         let body_start = lines.pos;
         let mut closed_at = None;
-        while let Some((start, line)) = lines.next() {
+        for (start, line) in lines.by_ref() {
             let t = line.trim();
             if t.len() >= run && t.bytes().all(|b| b == b'`') {
                 closed_at = Some(start);

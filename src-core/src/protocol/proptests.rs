@@ -140,7 +140,7 @@ proptest! {
         text in "(<|</|>|`|```|\n|think|answer|code|plan|observation|x| ){0,60}",
         cuts in proptest::collection::vec(0.0f64..1.0, 0..12),
     ) {
-        let whole = parse_chunks(&[text.clone()]);
+        let whole = parse_chunks(std::slice::from_ref(&text));
         let pieces = parse_chunks(&chunk(&text, &cuts));
         prop_assert_eq!(structure(&whole), structure(&pieces));
     }

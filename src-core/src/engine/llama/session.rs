@@ -6,7 +6,7 @@
 //! and the last token of a run is never evaluated for nothing.
 
 use super::LlamaEngine;
-use crate::engine::sampling::token_logprob;
+use crate::engine::sampling::{greedy_pick, token_logprob};
 use crate::engine::stops::StopMatcher;
 use crate::engine::utf8::Utf8Stream;
 use crate::engine::{
@@ -165,12 +165,20 @@ impl<'m> LlamaSession<'m> {
                 "no logits to sample from (nothing was evaluated)".into(),
             ));
         };
-        let token = self.sampler.sample(&self.ctx, index);
-        let logprob = token_logprob(
-            self.ctx.get_logits_ith(index),
-            token.0 as usize,
-            self.sampling.logprob_temperature(),
-        );
+        let (token, logprob) = if self.sampling.is_greedy() {
+            // Greedy needs no sampler: the argmax pass also gives the log-probability.
+            let (id, logprob) = greedy_pick(self.ctx.get_logits_ith(index))
+                .ok_or_else(|| EngineError::Decode("the model produced no usable logits".into()))?;
+            (LlamaToken(id as i32), Some(logprob))
+        } else {
+            let token = self.sampler.sample(&self.ctx, index);
+            let logprob = token_logprob(
+                self.ctx.get_logits_ith(index),
+                token.0 as usize,
+                self.sampling.logprob_temperature(),
+            );
+            (token, logprob)
+        };
         self.tokens.push(TokenRecord {
             id: token.0,
             logprob,

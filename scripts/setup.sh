@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what building Catena needs and is missing: a C/C++ toolchain, CMake and libclang (for
+# llama.cpp and its bindings), ccache (cheap rebuilds of llama.cpp), and Python 3 with pip (the
+# client that fetches the default model and the Python sandbox runtime). Uses apt-get (as root,
+# or through sudo); on other systems it names what to install.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 || need+=(build-essential)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null || compgen -G "/usr/lib/*/libclang*.so*" >/dev/null \
+  || need+=(libclang-dev)
+command -v ccache >/dev/null 2>&1 || need+=(ccache)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+
+if ((${#need[@]})); then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    echo "Installing system packages: ${need[*]}" >&2
+    $sudo apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+  else
+    echo "Please install these packages (Debian names): ${need[*]}" >&2
+    exit 1
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "Rust is needed: install it from https://rustup.rs (stable 1.95 or newer)." >&2
+  exit 1
+fi

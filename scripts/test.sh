@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: system packages, formatting, lints, the build, the
+# real assets (default model, Python runtime, test models; fetched once into the user's data
+# directory), then every unit, property and end-to-end test.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+target="${CARGO_TARGET_DIR:-$root/target}"
+step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
+
+step "system packages"
+scripts/setup.sh
+
+step "format"
+cargo fmt --all -- --check
+
+step "build"
+cargo build --release --locked --workspace
+
+step "lint"
+cargo clippy --release --locked --workspace --all-targets -- -D warnings
+
+step "assets and the sandbox's compiled CPython"
+"$target/release/catena" assets fetch all
+"$target/release/catena" sandbox 'print("the sandbox is ready")'
+
+step "tests"
+cargo test --release --locked --workspace
+
+step "done"
