@@ -130,8 +130,8 @@ fn exp_nonpositive(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     // ln 2 split in two, the high part with few mantissa bits, so n * LN2_HI is exact
     // (Cody and Waite's range reduction).
-    const LN2_HI: f32 = 0.693_145_751_953_125;
-    const LN2_LO: f32 = 1.428_606_765_330_187e-6;
+    const LN2_HI: f32 = f32::from_bits(0x3F31_7200); // 0.693145751953125
+    const LN2_LO: f32 = f32::from_bits(0x35BF_BE8E); // 1.4286068e-6
     let x = if x < -87.0 { -87.0 } else { x };
     // e^x = 2^n * e^g with n = round(x / ln 2) and |g| <= ln(2) / 2.
     let r = x * std::f32::consts::LOG2_E + MAGIC;
