@@ -27,4 +27,7 @@ step "assets and the sandbox's compiled CPython"
 step "tests"
 cargo test --release --locked --workspace
 
+step "fuzz smoke (the parsers of untrusted bytes)"
+scripts/fuzz.sh 20
+
 step "done"

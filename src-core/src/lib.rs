@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 pub mod models;
 pub mod protocol;
+#[cfg(feature = "runtime")]
 pub mod sandbox;
 pub mod tools;
 mod util;

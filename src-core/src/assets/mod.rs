@@ -13,6 +13,7 @@ pub use catalog::{
 pub use fetch::{AssetError, installed_path, is_installed};
 
 use crate::config::Paths;
+#[cfg(feature = "runtime")]
 use crate::sandbox::RuntimeSpec;
 use std::path::PathBuf;
 
@@ -44,6 +45,7 @@ pub fn default_model(
 }
 
 /// The CPython sandbox runtime, fetched if needed.
+#[cfg(feature = "runtime")]
 pub fn python_runtime(
     paths: &Paths,
     progress: &mut dyn FnMut(AssetProgress),
@@ -62,6 +64,7 @@ pub fn python_runtime(
 }
 
 /// The MicroPython runtime (for fast tests of the sandbox machinery), fetched if needed.
+#[cfg(feature = "runtime")]
 pub fn micropython_runtime(
     paths: &Paths,
     progress: &mut dyn FnMut(AssetProgress),

@@ -5,12 +5,14 @@
 //! evaluated twice: the last sampled token waits as "pending" and is evaluated together with
 //! whatever comes next, so `evaluated_tokens == context_tokens` holds at every step.
 
+#[cfg(feature = "runtime")]
 pub mod llama;
 mod sampling;
 mod stops;
+#[cfg(feature = "runtime")]
 mod utf8;
 
-pub use sampling::{SamplingParams, token_logprob};
+pub use sampling::{SamplingParams, greedy_pick, token_logprob};
 pub use stops::StopMatcher;
 
 use serde::Serialize;

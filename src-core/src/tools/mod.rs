@@ -1,8 +1,10 @@
 //! Tools a trajectory can call. One trait; the agent runner looks tools up by their tag.
 
+#[cfg(feature = "runtime")]
 mod code;
 mod observation;
 
+#[cfg(feature = "runtime")]
 pub use code::{CodeTool, code_observation};
 pub use observation::{OBSERVATION_LIMIT, cut_observation};
 
