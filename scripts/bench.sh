@@ -24,8 +24,8 @@ cd "$root"
 target="${CARGO_TARGET_DIR:-$root/target}"
 model=""
 threads="$(lscpu -p=core 2>/dev/null | grep -v '^#' | sort -u | wc -l)"
-reps=3
-rounds=3
+reps=1
+rounds=10
 gpu=0
 while [ $# -gt 0 ]; do
   case "$1" in
