@@ -23,10 +23,7 @@ fn logits(n: usize) -> Vec<f32> {
 fn scalar_logprob(logits: &[f32], token: usize, temperature: f32) -> f32 {
     let t = f64::from(temperature);
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits
-        .iter()
-        .map(|&l| (f64::from(l - max) / t).exp())
-        .sum();
+    let sum: f64 = logits.iter().map(|&l| (f64::from(l - max) / t).exp()).sum();
     (f64::from(logits[token] - max) / t - sum.ln()) as f32
 }
 
