@@ -13,6 +13,8 @@ compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null || compgen -G "/usr/li
 command -v ccache >/dev/null 2>&1 || need+=(ccache)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+# The tests install the official OpenAI client into a virtual environment.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 if ((${#need[@]})); then
   if command -v apt-get >/dev/null 2>&1; then

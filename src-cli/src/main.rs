@@ -27,6 +27,10 @@ struct Cli {
     #[arg(long, global = true, env = "CATENA_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<std::path::PathBuf>,
 
+    /// Folder of the session store (catena.db); default: the data directory.
+    #[arg(long, global = true, env = "CATENA_STORE_DIR", value_name = "DIR")]
+    store_dir: Option<std::path::PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -41,12 +45,20 @@ enum Command {
     Assets(commands::assets::AssetsArgs),
     /// Measure prompt processing and generation speed (llama-bench's pp/tg tests).
     Bench(commands::bench::BenchArgs),
+    /// Serve the model locally: an OpenAI-compatible API and agent runs.
+    Serve(commands::serve::ServeArgs),
+    /// List, show and export stored sessions and runs.
+    Sessions(commands::sessions::SessionsArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     setup::init_logging(cli.verbose);
-    let paths = match setup::paths(cli.data_dir.as_deref(), cli.cache_dir.as_deref()) {
+    let paths = match setup::paths(
+        cli.data_dir.as_deref(),
+        cli.cache_dir.as_deref(),
+        cli.store_dir.as_deref(),
+    ) {
         Ok(paths) => paths,
         Err(e) => return setup::report(&e),
     };
@@ -55,6 +67,8 @@ fn main() -> ExitCode {
         Command::Sandbox(args) => commands::sandbox::run(args, &paths),
         Command::Assets(args) => commands::assets::run(args, &paths),
         Command::Bench(args) => commands::bench::run(args, &paths),
+        Command::Serve(args) => commands::serve::run(args, &paths),
+        Command::Sessions(args) => commands::sessions::run(args, &paths),
     };
     match result {
         Ok(code) => code,

@@ -25,13 +25,21 @@ pub fn init_logging(verbose: u8) {
         .try_init();
 }
 
-pub fn paths(data_dir: Option<&Path>, cache_dir: Option<&Path>) -> Result<Paths> {
+pub fn paths(
+    data_dir: Option<&Path>,
+    cache_dir: Option<&Path>,
+    store_dir: Option<&Path>,
+) -> Result<Paths> {
     let mut paths = Paths::from_env()?;
     if let Some(dir) = data_dir {
         paths.data_dir = dir.to_path_buf();
+        paths.store_dir = dir.to_path_buf();
     }
     if let Some(dir) = cache_dir {
         paths.cache_dir = dir.to_path_buf();
+    }
+    if let Some(dir) = store_dir {
+        paths.store_dir = dir.to_path_buf();
     }
     Ok(paths)
 }

@@ -8,12 +8,16 @@ use std::path::{Path, PathBuf};
 pub const DATA_DIR_ENV: &str = "CATENA_DATA_DIR";
 /// Overrides the cache directory.
 pub const CACHE_DIR_ENV: &str = "CATENA_CACHE_DIR";
+/// Overrides where the session store lives (default: the data directory).
+pub const STORE_DIR_ENV: &str = "CATENA_STORE_DIR";
 
 /// The directories of one Catena installation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
     pub data_dir: PathBuf,
     pub cache_dir: PathBuf,
+    /// The session store's folder.
+    pub store_dir: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,21 +38,30 @@ impl Paths {
         };
         let data = env_dir(DATA_DIR_ENV);
         let cache = env_dir(CACHE_DIR_ENV);
-        if let (Some(data_dir), Some(cache_dir)) = (&data, &cache) {
-            return Ok(Paths::at(data_dir, cache_dir));
+        let store = env_dir(STORE_DIR_ENV);
+        let mut paths = match (&data, &cache) {
+            (Some(data_dir), Some(cache_dir)) => Paths::at(data_dir, cache_dir),
+            _ => {
+                let dirs = directories::ProjectDirs::from("dev", "Catena", "catena")
+                    .ok_or(ConfigError::NoHome)?;
+                Paths::at(
+                    data.as_deref().unwrap_or(dirs.data_dir()),
+                    cache.as_deref().unwrap_or(dirs.cache_dir()),
+                )
+            }
+        };
+        if let Some(store_dir) = store {
+            paths.store_dir = store_dir;
         }
-        let dirs =
-            directories::ProjectDirs::from("dev", "Catena", "catena").ok_or(ConfigError::NoHome)?;
-        Ok(Paths {
-            data_dir: data.unwrap_or_else(|| dirs.data_dir().to_path_buf()),
-            cache_dir: cache.unwrap_or_else(|| dirs.cache_dir().to_path_buf()),
-        })
+        Ok(paths)
     }
 
+    /// Paths rooted at the given directories (the store in the data directory).
     pub fn at(data_dir: &Path, cache_dir: &Path) -> Paths {
         Paths {
             data_dir: data_dir.to_path_buf(),
             cache_dir: cache_dir.to_path_buf(),
+            store_dir: data_dir.to_path_buf(),
         }
     }
 

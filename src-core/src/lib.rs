@@ -13,5 +13,9 @@ pub mod models;
 pub mod protocol;
 #[cfg(feature = "runtime")]
 pub mod sandbox;
+#[cfg(feature = "runtime")]
+pub mod server;
+#[cfg(feature = "runtime")]
+pub mod store;
 pub mod tools;
 mod util;

@@ -130,3 +130,82 @@ fn bad_arguments_are_explained() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("the task is empty"));
 }
+
+#[test]
+fn runs_are_stored_and_can_be_listed_rated_and_exported() {
+    common::default_model();
+    let store = tempfile::tempdir().unwrap();
+    let catena = |args: &[&str]| {
+        std::process::Command::new(common::catena_bin())
+            .args(args)
+            .env("CATENA_STORE_DIR", store.path())
+            .output()
+            .unwrap()
+    };
+    let output = catena(&[
+        "run",
+        "--profile",
+        "math",
+        "--json",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "16",
+        "--prefill",
+        PREFILL,
+        "What is 2 to the power 100?",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown = common::json_lines(&output);
+
+    let list = catena(&["sessions", "list", "--json"]);
+    let sessions: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let session = sessions[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(sessions[0]["title"], "What is 2 to the power 100?");
+
+    let show = catena(&["sessions", "show", &session, "--events", "--json"]);
+    assert!(show.status.success());
+    let run: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(run["status"], "finished");
+    // Every event that was printed was stored, in the same order.
+    let stored: Vec<&Value> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["data"])
+        .collect();
+    assert_eq!(stored.len(), shown.len());
+    for (printed, saved) in shown.iter().zip(stored) {
+        assert_eq!(printed, saved);
+    }
+
+    let run_id = run["id"].as_str().unwrap();
+    assert!(
+        catena(&["sessions", "feedback", run_id, "good"])
+            .status
+            .success()
+    );
+    let out = store.path().join("good.jsonl");
+    let export = catena(&[
+        "sessions",
+        "export",
+        "--feedback",
+        "good",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let line: Value = serde_json::from_str(std::fs::read_to_string(&out).unwrap().trim()).unwrap();
+    assert_eq!(line["id"], run_id);
+    let assistant = line["messages"][2]["content"].as_str().unwrap();
+    assert!(assistant.starts_with(PREFILL));
+    assert!(assistant.contains("<observation>\n[EXECUTED]"));
+}

@@ -56,7 +56,6 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         sampling: SamplingParams::greedy(),
         threads: args.threads,
         batch_size: args.batch_size,
-        cancel: None,
     };
     let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
     let mut results = Vec::new();

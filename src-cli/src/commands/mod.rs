@@ -4,3 +4,5 @@ pub mod assets;
 pub mod bench;
 pub mod run;
 pub mod sandbox;
+pub mod serve;
+pub mod sessions;

@@ -5,9 +5,10 @@ use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_core::agent::{Budgets, RunRequest, run_chain};
 use catena_core::config::Paths;
-use catena_core::engine::{SamplingParams, SessionOptions};
+use catena_core::engine::{SamplingParams, Session, SessionOptions};
 use catena_core::protocol::{Profile, Tag};
 use catena_core::sandbox::Limits;
+use catena_core::store::{NewRun, Recorder, RunKind, Store};
 use catena_core::tools::{CodeTool, ToolBox, UnavailableTool};
 use clap::Args;
 use std::io::Read;
@@ -90,6 +91,10 @@ pub struct RunArgs {
     /// Memory limit of one sandboxed program, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 2048)]
     pub code_memory: u64,
+
+    /// Do not record the run in the session store.
+    #[arg(long)]
+    pub no_store: bool,
 }
 
 pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
@@ -123,11 +128,12 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         context_size: args.ctx_size,
         sampling,
         threads: args.threads,
-        cancel: Some(cancel),
         ..SessionOptions::default()
     };
     let mut session = engine.session(&options)?;
-    let prompt = engine.chat_prompt(&profile.system, &profile.user_message(&task))?;
+    let user_prompt = profile.user_message(&task);
+    let prompt = engine.chat_prompt(&profile.system, &user_prompt)?;
+    let prompt_tokens = session.append(&prompt)?;
     let budgets = Budgets {
         max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
         max_tokens: args.max_tokens,
@@ -143,17 +149,87 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     } else {
         Box::new(HumanPrinter::new())
     };
+    let store = if args.no_store {
+        None
+    } else {
+        match Store::open_in(&paths.store_dir) {
+            Ok(store) => Some(store),
+            Err(e) => {
+                eprintln!("warning: this run will not be saved: {e}");
+                None
+            }
+        }
+    };
+    let options_json = serde_json::json!({
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "seed": seed,
+        "max_tool_calls": budgets.max_tool_calls,
+        "max_tokens": budgets.max_tokens,
+        "max_time": args.max_time,
+        "prefill": args.prefill,
+    });
+    let mut recorder = match &store {
+        Some(store) => {
+            let run = store.start_run(&NewRun {
+                session: None,
+                kind: RunKind::Agent,
+                task: &task,
+                profile: Some(&profile.name),
+                model: &model_name,
+                adapter: None,
+                options: options_json,
+                system_prompt: &profile.system,
+                user_prompt: &user_prompt,
+            });
+            match run {
+                Ok(id) => Some(Recorder::new(store, id)),
+                Err(e) => {
+                    eprintln!("warning: this run will not be saved: {e}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let request = RunRequest {
         profile: &profile,
-        model: model_name,
+        model: model_name.clone(),
         sampling,
-        prompt,
+        prompt_tokens,
+        cached_tokens: 0,
         prefill: args.prefill.as_deref(),
         budgets,
+        cancel: Some(cancel),
     };
-    let summary = run_chain(&mut session, request, &tools, &mut |e| printer.event(&e))
-        .context("the run failed")?;
+    // Each event is saved before it is shown.
+    let result = run_chain(&mut session, request, &tools, &mut |e| {
+        if let Some(recorder) = recorder.as_mut() {
+            recorder.event(&e);
+        }
+        printer.event(&e)
+    });
+    let summary = match result {
+        Ok(summary) => summary,
+        Err(e) => {
+            if let Some(recorder) = recorder.as_mut() {
+                recorder.fail(&e.to_string());
+            }
+            return Err(anyhow::Error::new(e).context("the run failed"));
+        }
+    };
+    if let Some(recorder) = recorder.as_mut() {
+        recorder.finish(&summary, 0);
+        if let Some(problem) = recorder.failure() {
+            eprintln!("warning: the run was not saved completely: {problem}");
+        }
+    }
     printer.summary(&summary);
+    if let Some(recorder) = recorder.as_ref().filter(|_| !args.json) {
+        let id = recorder.run_id();
+        eprintln!("Saved as run {id} (catena sessions show {id}).");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

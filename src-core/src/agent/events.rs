@@ -20,6 +20,8 @@ pub enum AgentEvent {
         model: String,
         /// Tokens of the rendered prompt.
         prompt_tokens: usize,
+        /// Of those, tokens found already evaluated in a kept KV cache.
+        cached_tokens: usize,
         context_size: usize,
         seed: u32,
         temperature: f64,

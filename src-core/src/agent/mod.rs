@@ -9,7 +9,8 @@ pub use events::{AgentEvent, Source};
 pub use summary::{RunSummary, StopReason, Timings};
 
 use crate::engine::{
-    EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session, StopMatcher,
+    CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
+    StopMatcher,
 };
 use crate::protocol::{
     Block, ParseEvent, Parser, Profile, Tag, final_answer, last_suggested_answer,
@@ -36,11 +37,16 @@ pub struct RunRequest<'a> {
     pub model: String,
     /// The session's sampling settings, for the `run_started` event.
     pub sampling: SamplingParams,
-    /// The rendered prompt up to the opening of the assistant turn.
-    pub prompt: Vec<PromptPart>,
+    /// Tokens of the prompt, which the session already holds (rendered up to the opening of the
+    /// assistant turn).
+    pub prompt_tokens: usize,
+    /// How many of them were found already evaluated in a kept KV cache.
+    pub cached_tokens: usize,
     /// Text the assistant turn starts with; a complete tool call at its end runs first.
     pub prefill: Option<&'a str>,
     pub budgets: Budgets,
+    /// Set it to stop the run between two tokens or two tool calls.
+    pub cancel: Option<CancelFlag>,
 }
 
 /// A run that could not go on.
@@ -50,7 +56,8 @@ pub enum AgentError {
     Engine(#[from] EngineError),
 }
 
-/// Runs a chain to its end and returns the summary. `emit` receives every event as it happens.
+/// Runs a chain to its end and returns the summary. The session must already hold the prompt;
+/// `emit` receives every event as it happens.
 pub fn run_chain(
     session: &mut dyn Session,
     request: RunRequest<'_>,
@@ -59,17 +66,18 @@ pub fn run_chain(
 ) -> Result<RunSummary, AgentError> {
     let started = Instant::now();
     let deadline = request.budgets.max_time.map(|t| started + t);
-    let prompt_tokens = session.append(&request.prompt)?;
+    let prompt_tokens = request.prompt_tokens;
     emit(AgentEvent::RunStarted {
         profile: request.profile.name.clone(),
         model: request.model.clone(),
         prompt_tokens,
+        cached_tokens: request.cached_tokens,
         context_size: session.context_size(),
         seed: request.sampling.seed,
         // f32 → f64 without the binary noise (0.6, not 0.6000000238418579).
         temperature: (f64::from(request.sampling.temperature) * 1e6).round() / 1e6,
     });
-    let mut chain = Chain::new(request.profile, tools, request.budgets);
+    let mut chain = Chain::new(request.profile, tools, request.budgets, request.cancel);
     let prefill_done = match request.prefill {
         Some(prefill) if !prefill.is_empty() => chain.prefill(session, prefill, emit)?,
         _ => None,
@@ -102,10 +110,16 @@ struct Chain<'a> {
     /// (tool, input) pairs already answered, for the duplicate guard.
     seen: HashSet<(Tag, String)>,
     generated: usize,
+    cancel: Option<CancelFlag>,
 }
 
 impl<'a> Chain<'a> {
-    fn new(profile: &'a Profile, tools: &'a ToolBox, budgets: Budgets) -> Self {
+    fn new(
+        profile: &'a Profile,
+        tools: &'a ToolBox,
+        budgets: Budgets,
+        cancel: Option<CancelFlag>,
+    ) -> Self {
         Chain {
             profile,
             tools,
@@ -120,6 +134,7 @@ impl<'a> Chain<'a> {
             issues: 0,
             seen: HashSet::new(),
             generated: 0,
+            cancel,
         }
     }
 
@@ -163,6 +178,7 @@ impl<'a> Chain<'a> {
             let limits = GenerateLimits {
                 max_tokens: remaining,
                 deadline,
+                cancel: self.cancel.clone(),
             };
             let stops = self.stops.clone();
             let generation = session.generate(&stops, limits, &mut |text| {
@@ -209,6 +225,9 @@ impl<'a> Chain<'a> {
         for call in calls {
             if !self.profile.enables(call.tag) {
                 continue;
+            }
+            if self.is_cancelled() {
+                return Ok(Some(StopReason::Cancelled));
             }
             if self.tool_calls >= self.budgets.max_tool_calls as usize {
                 return Ok(Some(StopReason::ToolBudget));
@@ -268,6 +287,12 @@ impl<'a> Chain<'a> {
         }
         let output = tool.call(raw);
         (output.observation, output.success, false, output.elapsed)
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn feed(&mut self, text: &str, source: Source, emit: &mut dyn FnMut(AgentEvent)) {

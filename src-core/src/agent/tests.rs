@@ -52,6 +52,13 @@ impl Session for Scripted {
         let mut text = String::new();
         let mut tokens = 0;
         loop {
+            if limits.is_cancelled() {
+                return Ok(Generation {
+                    text,
+                    stop: GenerationStop::Cancelled,
+                    tokens,
+                });
+            }
             if tokens >= limits.max_tokens {
                 return Ok(Generation {
                     text,
@@ -87,6 +94,8 @@ impl Session for Scripted {
     fn stats(&self) -> SessionStats {
         self.stats.clone()
     }
+
+    fn set_sampling(&mut self, _sampling: SamplingParams) {}
 
     fn context_size(&self) -> usize {
         self.context_size
@@ -155,6 +164,7 @@ fn run(
     tools: &ToolBox,
 ) -> (RunSummary, Vec<AgentEvent>) {
     let profile = Profile::builtin(profile).unwrap();
+    let prompt_tokens = session.append(&[PromptPart::plain("PROMPT")]).unwrap();
     let mut events = Vec::new();
     let summary = run_chain(
         session,
@@ -162,7 +172,9 @@ fn run(
             profile: &profile,
             model: "scripted".into(),
             sampling: SamplingParams::greedy(),
-            prompt: vec![PromptPart::plain("PROMPT")],
+            prompt_tokens,
+            cached_tokens: 0,
+            cancel: None,
             prefill,
             budgets,
         },

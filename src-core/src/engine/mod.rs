@@ -124,6 +124,9 @@ pub trait Session {
 
     fn stats(&self) -> SessionStats;
 
+    /// Changes how the next tokens are sampled.
+    fn set_sampling(&mut self, sampling: SamplingParams);
+
     /// The context window in tokens.
     fn context_size(&self) -> usize;
 
@@ -132,10 +135,12 @@ pub trait Session {
 }
 
 /// Bounds of one [`Session::generate`] call.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct GenerateLimits {
     pub max_tokens: usize,
     pub deadline: Option<std::time::Instant>,
+    /// Checked between tokens: set it to stop the generation.
+    pub cancel: Option<CancelFlag>,
 }
 
 impl GenerateLimits {
@@ -143,7 +148,14 @@ impl GenerateLimits {
         GenerateLimits {
             max_tokens,
             deadline: None,
+            cancel: None,
         }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed))
     }
 }
 
@@ -157,7 +169,6 @@ pub struct SessionOptions {
     /// CPU threads; `None` uses the physical cores.
     pub threads: Option<i32>,
     pub batch_size: u32,
-    pub cancel: Option<CancelFlag>,
 }
 
 impl Default for SessionOptions {
@@ -167,7 +178,6 @@ impl Default for SessionOptions {
             sampling: SamplingParams::default(),
             threads: None,
             batch_size: 512,
-            cancel: None,
         }
     }
 }

@@ -56,10 +56,18 @@ pub fn catena_bin() -> PathBuf {
     bin
 }
 
-/// Runs `catena` with `args`.
+/// A session store for this test process, so tests never write into the user's own history.
+pub fn test_store_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary folder"))
+        .path()
+}
+
+/// Runs `catena` with `args` (recording into this process's test store).
 pub fn catena(args: &[&str]) -> Output {
     Command::new(catena_bin())
         .args(args)
+        .env("CATENA_STORE_DIR", test_store_dir())
         .output()
         .expect("running catena")
 }

@@ -50,6 +50,8 @@ fn backend() -> Result<&'static LlamaBackend, EngineError> {
 pub struct LlamaEngine {
     model: LlamaModel,
     info: ModelInfo,
+    /// The system prompt the model's template inserts when a conversation has none.
+    default_system: Option<String>,
 }
 
 impl LlamaEngine {
@@ -104,7 +106,17 @@ impl LlamaEngine {
             gpu_layers = info.gpu_layers,
             "model loaded"
         );
-        Ok(LlamaEngine { model, info })
+        let default_system = model
+            .chat_template(None)
+            .ok()
+            .and_then(|t| t.to_str().ok().map(str::to_string))
+            .filter(|t| t.contains(crate::protocol::profile::QWEN_SYSTEM))
+            .map(|_| crate::protocol::profile::QWEN_SYSTEM.to_string());
+        Ok(LlamaEngine {
+            model,
+            info,
+            default_system,
+        })
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -118,26 +130,65 @@ impl LlamaEngine {
 
     /// The prompt of a single-turn chat, up to the opening of the assistant turn.
     pub fn chat_prompt(&self, system: &str, user: &str) -> Result<Vec<PromptPart>, EngineError> {
+        self.conversation_prompt(&[
+            ChatMessage::new("system", system),
+            ChatMessage::new("user", user),
+        ])
+    }
+
+    /// The prompt of a conversation, up to the opening of the next assistant turn. Without a
+    /// system message, the model's own default system prompt is used where its template has one
+    /// (Qwen2.5's does).
+    pub fn conversation_prompt(
+        &self,
+        messages: &[ChatMessage],
+    ) -> Result<Vec<PromptPart>, EngineError> {
+        let with_default;
+        let messages = match (&self.default_system, messages.first()) {
+            (Some(system), Some(first)) if first.role != "system" => {
+                with_default = std::iter::once(ChatMessage::new("system", system))
+                    .chain(messages.iter().cloned())
+                    .collect::<Vec<_>>();
+                &with_default[..]
+            }
+            _ => messages,
+        };
         match self.info.chat_template {
-            ChatFormat::ChatMl => Ok(chatml_prompt(system, user)),
+            ChatFormat::ChatMl => Ok(chatml_prompt(messages)),
             ChatFormat::Native => {
                 let template = self
                     .model
                     .chat_template(None)
                     .map_err(|e| EngineError::Tokenize(format!("chat template: {e}")))?;
-                let message = |role: &str, content: &str| {
-                    LlamaChatMessage::new(role.into(), content.into())
-                        .map_err(|e| EngineError::Tokenize(format!("chat message: {e}")))
-                };
-                let messages = [message("system", system)?, message("user", user)?];
+                let messages = messages
+                    .iter()
+                    .map(|m| {
+                        LlamaChatMessage::new(m.role.clone(), m.content.clone())
+                            .map_err(|e| EngineError::Tokenize(format!("chat message: {e}")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
                 let text = self
                     .model
                     .apply_chat_template(&template, &messages, true)
                     .map_err(|e| EngineError::Tokenize(format!("chat template: {e}")))?;
                 Ok(vec![PromptPart::special(text)])
             }
-            ChatFormat::Plain => Ok(vec![PromptPart::plain(format!("{system}\n\n{user}\n\n"))]),
+            ChatFormat::Plain => {
+                let text: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+                Ok(vec![PromptPart::plain(format!(
+                    "{}\n\n",
+                    text.join("\n\n")
+                ))])
+            }
         }
+    }
+
+    /// Token ids of prompt parts, as [`crate::engine::Session::append`] would evaluate them.
+    pub fn tokenize_parts(&self, parts: &[PromptPart]) -> Vec<i32> {
+        parts
+            .iter()
+            .flat_map(|p| self.tokenize(&p.text, p.special))
+            .collect()
     }
 
     /// Token ids of `text`, as llama.cpp tokenises it (`special`: parse control-token text such
@@ -177,20 +228,35 @@ impl LlamaEngine {
     }
 }
 
-/// The ChatML framing the AFM checkpoints were trained with; only the markers are special.
-pub fn chatml_prompt(system: &str, user: &str) -> Vec<PromptPart> {
-    vec![
-        PromptPart::special("<|im_start|>"),
-        PromptPart::plain(format!("system\n{system}")),
-        PromptPart::special("<|im_end|>"),
-        PromptPart::plain("\n"),
-        PromptPart::special("<|im_start|>"),
-        PromptPart::plain(format!("user\n{user}")),
-        PromptPart::special("<|im_end|>"),
-        PromptPart::plain("\n"),
-        PromptPart::special("<|im_start|>"),
-        PromptPart::plain("assistant\n"),
-    ]
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> Self {
+        ChatMessage {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
+    }
+}
+
+/// The ChatML framing the AFM checkpoints were trained with, up to the opening of the assistant
+/// turn; only the markers are special tokens, so message text can never forge one.
+pub fn chatml_prompt(messages: &[ChatMessage]) -> Vec<PromptPart> {
+    let mut parts = Vec::with_capacity(messages.len() * 4 + 2);
+    for m in messages {
+        parts.push(PromptPart::special("<|im_start|>"));
+        parts.push(PromptPart::plain(format!("{}\n{}", m.role, m.content)));
+        parts.push(PromptPart::special("<|im_end|>"));
+        parts.push(PromptPart::plain("\n"));
+    }
+    parts.push(PromptPart::special("<|im_start|>"));
+    parts.push(PromptPart::plain("assistant\n"));
+    parts
 }
 
 fn detect_chat_format(model: &LlamaModel) -> ChatFormat {

@@ -10,8 +10,8 @@ use crate::engine::sampling::{greedy_pick, token_logprob};
 use crate::engine::stops::StopMatcher;
 use crate::engine::utf8::Utf8Stream;
 use crate::engine::{
-    CancelFlag, EngineError, GenerateLimits, Generation, GenerationStop, PromptPart,
-    SamplingParams, Session, SessionOptions, SessionStats, TokenRecord,
+    EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
+    SessionOptions, SessionStats, TokenRecord,
 };
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -19,7 +19,6 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use std::num::NonZeroU32;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// The protocol's context budget (spec section 2, step 4).
@@ -32,7 +31,6 @@ pub struct LlamaSession<'m> {
     batch_size: usize,
     sampler: LlamaSampler,
     sampling: SamplingParams,
-    cancel: Option<CancelFlag>,
     context_size: usize,
     tokens: Vec<TokenRecord>,
     /// `tokens[..evaluated]` are in the KV cache.
@@ -83,12 +81,37 @@ impl<'m> LlamaSession<'m> {
             batch_size: batch_size as usize,
             sampler: build_sampler(&options.sampling),
             sampling: options.sampling,
-            cancel: options.cancel.clone(),
             tokens: Vec::new(),
             evaluated: 0,
             logits_at: None,
             stats: SessionStats::default(),
         })
+    }
+
+    /// Keeps only the first `keep` tokens of the context (a later turn of a conversation that
+    /// shares them): the KV cache past them is dropped, and the next append evaluates from there.
+    pub fn truncate(&mut self, keep: usize) -> Result<(), EngineError> {
+        if keep >= self.tokens.len() {
+            return Ok(());
+        }
+        if keep < self.evaluated {
+            let keep_u32 = u32::try_from(keep)
+                .map_err(|_| EngineError::Decode(format!("position {keep} out of range")))?;
+            let removed = self
+                .ctx
+                .clear_kv_cache_seq(Some(0), Some(keep_u32), None)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            if !removed {
+                return Err(EngineError::Decode(
+                    "llama.cpp could not drop the end of the KV cache".into(),
+                ));
+            }
+            self.evaluated = keep;
+            self.stats.context_tokens = keep;
+        }
+        self.tokens.truncate(keep);
+        self.logits_at = None;
+        Ok(())
     }
 
     /// Appends token ids directly (benchmarks, and callers that tokenised already). Ids outside
@@ -150,12 +173,6 @@ impl<'m> LlamaSession<'m> {
         }
         self.stats.context_tokens = self.evaluated;
         Ok(pending)
-    }
-
-    fn cancelled(&self) -> bool {
-        self.cancel
-            .as_ref()
-            .is_some_and(|flag| flag.load(Ordering::Relaxed))
     }
 
     /// Samples one token from the current logits and records it as pending.
@@ -240,7 +257,7 @@ impl Session for LlamaSession<'_> {
         let engine = self.engine;
         let vocab = engine.model().vocab();
         let stop = loop {
-            if self.cancelled() {
+            if limits.is_cancelled() {
                 break GenerationStop::Cancelled;
             }
             if sampled >= limits.max_tokens {
@@ -294,6 +311,13 @@ impl Session for LlamaSession<'_> {
 
     fn stats(&self) -> SessionStats {
         self.stats.clone()
+    }
+
+    fn set_sampling(&mut self, sampling: SamplingParams) {
+        if sampling != self.sampling {
+            self.sampler = build_sampler(&sampling);
+            self.sampling = sampling;
+        }
     }
 
     fn context_size(&self) -> usize {

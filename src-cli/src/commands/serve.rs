@@ -1,0 +1,146 @@
+//! `catena serve`: the local server (OpenAI-compatible API, agent runs).
+
+use crate::setup;
+use anyhow::{Context, Result};
+use catena_core::config::Paths;
+use catena_core::engine::{SamplingParams, SessionOptions};
+use catena_core::sandbox::Limits;
+use catena_core::server::{InferenceConfig, ServeConfig, Server};
+use catena_core::store::Store;
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on; loopback by default (other machines cannot connect).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8420)]
+    pub port: u16,
+
+    /// Require this key as `Authorization: Bearer KEY`. Prefer the environment variable, which
+    /// other users of the machine cannot read from the process list.
+    #[arg(long, env = "CATENA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// A GGUF model; default: the default model (fetched on first use).
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+
+    /// Layers to offload to the GPU (default: all, in a GPU build).
+    #[arg(long, value_name = "N")]
+    pub gpu_layers: Option<u32>,
+
+    /// Context window of each kept conversation, in tokens.
+    #[arg(long, value_name = "TOKENS", default_value_t = 8192)]
+    pub ctx_size: u32,
+
+    /// Conversations whose KV cache is kept between requests.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub sessions: usize,
+
+    /// Requests that may wait for the model; more are refused with 429.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub queue: usize,
+
+    /// Largest request body, in KiB.
+    #[arg(long, value_name = "KIB", default_value_t = 1024)]
+    pub max_body_kib: usize,
+
+    /// CPU threads (default: the physical cores).
+    #[arg(long)]
+    pub threads: Option<i32>,
+
+    /// Wall-time limit of one sandboxed program, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 7.0)]
+    pub code_timeout: f64,
+}
+
+pub fn run(args: ServeArgs, paths: &Paths) -> Result<ExitCode> {
+    let model_path = setup::model_path(args.model.as_deref(), paths)?;
+    let store =
+        Arc::new(Store::open_in(&paths.store_dir).context("cannot open the session store")?);
+    let config = ServeConfig {
+        host: args.host.clone(),
+        port: args.port,
+        api_key: args.api_key.clone(),
+        max_body_bytes: args.max_body_kib.max(1) << 10,
+        inference: InferenceConfig {
+            model_path,
+            gpu_layers: args.gpu_layers,
+            session: SessionOptions {
+                context_size: Some(args.ctx_size),
+                sampling: SamplingParams::default(),
+                threads: args.threads,
+                ..SessionOptions::default()
+            },
+            sessions: args.sessions,
+            queue_limit: args.queue,
+            paths: paths.clone(),
+            sandbox_limits: Limits {
+                wall: Duration::from_secs_f64(args.code_timeout.max(0.1)),
+                ..Limits::default()
+            },
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let server = Server::bind(config, store).await?;
+        let address = server.local_addr()?;
+        // Scripts and tests read this line to find the port.
+        println!(
+            "Catena is serving {} on http://{address} (OpenAI API at /v1)",
+            server.model_id()
+        );
+        let _ = std::io::stdout().flush();
+        if args.api_key.is_none() && !is_loopback(&args.host) {
+            eprintln!(
+                "warning: listening on {} without an API key: anyone who can reach this machine can use it",
+                args.host
+            );
+        }
+        server.run(shutdown_signal()).await?;
+        eprintln!("Catena stopped.");
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,178 @@
+//! Errors in the OpenAI shape: `{"error": {"message", "type", "param", "code"}}`, with the HTTP
+//! status OpenAI uses for the same failure, so the official clients raise their usual exceptions.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An API error.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+    /// Seconds a client should wait before retrying (queue full).
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400: the request is malformed or asks for something impossible.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    pub fn param(mut self, param: &'static str) -> Self {
+        self.param = Some(param);
+        self
+    }
+
+    pub fn code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// 404 for a model this server does not serve.
+    pub fn unknown_model(model: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("The model `{model}` does not exist or you do not have access to it."),
+        )
+        .param("model")
+        .code("model_not_found")
+    }
+
+    /// 404 for another missing thing (a run, a session).
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message).code("not_found")
+    }
+
+    /// 401 for a missing or wrong API key.
+    pub fn unauthorized() -> Self {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "Incorrect API key provided. Pass the key this server was started with as `Authorization: Bearer <key>`.",
+        )
+        .code("invalid_api_key")
+    }
+
+    /// 429 when the queue of waiting requests is full.
+    pub fn queue_full(limit: usize) -> Self {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "server_busy",
+            format!(
+                "The server is busy: {limit} requests are already waiting for the model (the queue limit). Retry shortly."
+            ),
+        )
+        .code("queue_full");
+        e.retry_after = Some(1);
+        e
+    }
+
+    /// 500 for a failure on our side.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// The error object, as it also appears inside a stream.
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let status = rejection.status();
+        let detail = rejection.body_text();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::new(
+                status,
+                "invalid_request_error",
+                "The request body is larger than this server accepts.",
+            )
+            .code("request_too_large");
+        }
+        let message = match rejection {
+            JsonRejection::JsonSyntaxError(_) => {
+                format!("The request body is not valid JSON: {detail}")
+            }
+            JsonRejection::MissingJsonContentType(_) => {
+                "Send the request body as JSON with `Content-Type: application/json`.".to_string()
+            }
+            _ => format!("The request body does not match the API: {detail}"),
+        };
+        ApiError::new(
+            if status.is_client_error() {
+                StatusCode::BAD_REQUEST
+            } else {
+                status
+            },
+            "invalid_request_error",
+            message,
+        )
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::NoRun(id) => ApiError::not_found(format!("No run `{id}`.")),
+            crate::store::StoreError::NoSession(id) => {
+                ApiError::not_found(format!("No session `{id}`."))
+            }
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+/// `axum::Json`, with rejections turned into OpenAI-style errors.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for ApiJson<T>
+where
+    Json<T>: axum::extract::FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let Json(value) = Json::<T>::from_request(req, state).await?;
+        Ok(ApiJson(value))
+    }
+}

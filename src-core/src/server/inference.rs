@@ -1,0 +1,445 @@
+//! The model's one thread: requests wait in a bounded queue and run one at a time, with the KV
+//! caches kept between them. A request that finds the queue full is refused at once with a clear
+//! error instead of piling up.
+
+use super::error::ApiError;
+use super::live::LiveRuns;
+use super::pool::SessionPool;
+use crate::agent::{Budgets, RunRequest, run_chain};
+use crate::config::Paths;
+use crate::engine::llama::{ChatMessage, LlamaEngine, LoadOptions};
+use crate::engine::{
+    CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
+    SessionOptions, StopMatcher,
+};
+use crate::protocol::{Profile, Tag};
+use crate::sandbox::{Limits, Sandbox};
+use crate::store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
+use crate::tools::{CodeTool, ToolBox, UnavailableTool};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::mpsc;
+
+/// How the model is loaded and served.
+#[derive(Debug, Clone)]
+pub struct InferenceConfig {
+    pub model_path: PathBuf,
+    pub gpu_layers: Option<u32>,
+    /// Settings of each kept session (context size, threads).
+    pub session: SessionOptions,
+    /// Sessions (KV caches) kept at once.
+    pub sessions: usize,
+    /// Requests that may wait for the model; more are refused.
+    pub queue_limit: usize,
+    /// Where the sandbox runtime and its compiled form live.
+    pub paths: Paths,
+    pub sandbox_limits: Limits,
+}
+
+/// A chat completion to run.
+pub struct ChatJob {
+    pub messages: Vec<ChatMessage>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub stops: Vec<String>,
+    /// The request as given, kept with the stored run.
+    pub options: serde_json::Value,
+    pub reply: mpsc::UnboundedSender<ChatEvent>,
+    pub cancel: CancelFlag,
+}
+
+/// What a chat completion streams back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatEvent {
+    /// Generated text (possibly ending in a stop sequence, which the HTTP layer strips).
+    Text(String),
+    Done {
+        /// `stop` or `length`.
+        finish_reason: &'static str,
+        /// Whether a stop sequence ended the reply (it is then at the end of the text).
+        stopped_by_string: bool,
+        usage: ChatUsage,
+    },
+    Failed(String),
+}
+
+/// Token counts of a chat completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatUsage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens that were already in a kept KV cache (not evaluated again).
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// An agent run to execute; its store record exists already.
+pub struct AgentJob {
+    pub run_id: String,
+    pub profile: Profile,
+    pub user_prompt: String,
+    pub prefill: Option<String>,
+    pub budgets: Budgets,
+    pub sampling: SamplingParams,
+    pub cancel: CancelFlag,
+}
+
+pub enum Job {
+    Chat(ChatJob),
+    Agent(AgentJob),
+}
+
+/// The handle the HTTP layer holds.
+pub struct Inference {
+    tx: mpsc::Sender<Job>,
+    /// Jobs accepted and not yet finished (waiting or running).
+    in_flight: Arc<AtomicUsize>,
+    queue_limit: usize,
+    pub model_id: String,
+    pub info: ModelInfo,
+}
+
+impl Inference {
+    /// Loads the model (on this thread, so a bad model fails the start) and starts the worker.
+    pub fn start(
+        config: InferenceConfig,
+        store: Arc<Store>,
+        live: Arc<LiveRuns>,
+    ) -> Result<Inference, EngineError> {
+        let engine = LlamaEngine::load(
+            &config.model_path,
+            &LoadOptions {
+                gpu_layers: config.gpu_layers,
+            },
+        )?;
+        // The engine lives as long as the server process; sessions borrow it.
+        let engine: &'static LlamaEngine = Box::leak(Box::new(engine));
+        let info = engine.info().clone();
+        let model_id = model_id(&config.model_path);
+        let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let worker = Worker {
+            engine,
+            pool: SessionPool::new(engine, config.session.clone(), config.sessions),
+            store,
+            live,
+            sandbox: None,
+            config: config.clone(),
+            model_id: model_id.clone(),
+            in_flight: in_flight.clone(),
+        };
+        std::thread::Builder::new()
+            .name("catena-inference".into())
+            .spawn(move || worker.run(rx))
+            .map_err(|e| EngineError::Backend(format!("cannot start the inference thread: {e}")))?;
+        Ok(Inference {
+            tx,
+            in_flight,
+            queue_limit: config.queue_limit,
+            model_id,
+            info,
+        })
+    }
+
+    /// Queues a job, or refuses it when the queue is full.
+    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        match self.tx.try_send(job) {
+            Ok(()) => {
+                self.in_flight.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(ApiError::queue_full(self.queue_limit)),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                Err(ApiError::internal("the inference thread has stopped"))
+            }
+        }
+    }
+
+    /// Jobs waiting or running.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn queue_limit(&self) -> usize {
+        self.queue_limit
+    }
+}
+
+/// The name clients use for the model: its file name without `.gguf`.
+pub fn model_id(path: &std::path::Path) -> String {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("model")
+        .to_string()
+}
+
+struct Worker {
+    engine: &'static LlamaEngine,
+    pool: SessionPool,
+    store: Arc<Store>,
+    live: Arc<LiveRuns>,
+    /// Created on the first agent run that needs `<code>`.
+    sandbox: Option<Arc<Sandbox>>,
+    config: InferenceConfig,
+    model_id: String,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Worker {
+    fn run(mut self, mut rx: mpsc::Receiver<Job>) {
+        while let Some(job) = rx.blocking_recv() {
+            match job {
+                Job::Chat(job) => self.chat(job),
+                Job::Agent(job) => self.agent(job),
+            }
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn chat(&mut self, job: ChatJob) {
+        if job.cancel.load(Ordering::Relaxed) {
+            return;
+        }
+        let reply = job.reply.clone();
+        match self.try_chat(job) {
+            Ok(()) => {}
+            Err(e) => {
+                let _ = reply.send(ChatEvent::Failed(e.to_string()));
+            }
+        }
+    }
+
+    fn try_chat(&mut self, job: ChatJob) -> Result<(), EngineError> {
+        let prompt = self.engine.conversation_prompt(&job.messages)?;
+        let tokens = self.engine.tokenize_parts(&prompt);
+        let checkout = self.pool.checkout(&tokens)?;
+        let mut session = checkout.session;
+        let cached = checkout.cached;
+        let conversation = checkout.conversation;
+        let result = (|| {
+            session.append_tokens(&tokens[cached..])?;
+            session.set_sampling(job.sampling);
+            let stops = StopMatcher::new(job.stops.iter().cloned());
+            let limits = GenerateLimits {
+                max_tokens: job.max_tokens,
+                deadline: None,
+                cancel: Some(job.cancel.clone()),
+            };
+            let cancel = job.cancel.clone();
+            let reply = job.reply.clone();
+            session.generate(&stops, limits, &mut |text| {
+                if reply.send(ChatEvent::Text(text.to_string())).is_err() {
+                    // The client went away: stop generating for it.
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            })
+        })();
+        let generation = match result {
+            Ok(g) => g,
+            Err(e) => {
+                // The session's state is unknown after an error: do not keep it.
+                return Err(e);
+            }
+        };
+        let usage = ChatUsage {
+            prompt_tokens: tokens.len(),
+            cached_tokens: cached,
+            completion_tokens: generation.tokens,
+        };
+        let (finish_reason, stopped_by_string) = match generation.stop {
+            GenerationStop::StopString { .. } => ("stop", true),
+            GenerationStop::EndOfTurn | GenerationStop::Cancelled => ("stop", false),
+            GenerationStop::MaxTokens | GenerationStop::ContextFull | GenerationStop::Deadline => {
+                ("length", false)
+            }
+        };
+        let _ = job.reply.send(ChatEvent::Done {
+            finish_reason,
+            stopped_by_string,
+            usage,
+        });
+        let conversation = self.record_chat(&job, conversation, &generation.text, usage);
+        self.pool.checkin(session, conversation);
+        Ok(())
+    }
+
+    /// Stores a chat completion; returns the stored conversation (session) it belongs to.
+    fn record_chat(
+        &self,
+        job: &ChatJob,
+        conversation: Option<String>,
+        reply: &str,
+        usage: ChatUsage,
+    ) -> Option<String> {
+        let last_user = job
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map_or("", |m| m.content.as_str());
+        let system = job
+            .messages
+            .iter()
+            .find(|m| m.role == "system")
+            .map_or("", |m| m.content.as_str());
+        let run = NewRun {
+            session: conversation.as_deref(),
+            kind: RunKind::Chat,
+            task: last_user,
+            profile: None,
+            model: &self.model_id,
+            adapter: None,
+            options: job.options.clone(),
+            system_prompt: system,
+            user_prompt: last_user,
+        };
+        let started = self.store.start_run(&run).or_else(|_| {
+            // The remembered conversation may have been deleted meanwhile: start a new one.
+            self.store.start_run(&NewRun {
+                session: None,
+                ..run
+            })
+        });
+        let id = match started {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::error!(error = %e, "could not save a chat completion");
+                return None;
+            }
+        };
+        let end = RunEnd {
+            status: RunStatus::Finished,
+            answer: Some(reply),
+            stop_reason: None,
+            trajectory: Some(reply),
+            summary: None,
+            error: None,
+            usage: Usage {
+                prompt_tokens: usage.prompt_tokens as u64,
+                generated_tokens: usage.completion_tokens as u64,
+                context_tokens: (usage.prompt_tokens + usage.completion_tokens) as u64,
+                cached_tokens: usage.cached_tokens as u64,
+                tool_calls: 0,
+            },
+        };
+        if let Err(e) = self.store.finish_run(&id, &end) {
+            tracing::error!(error = %e, "could not save a chat completion");
+        }
+        self.store.run(&id).ok().map(|r| r.session_id)
+    }
+
+    fn agent(&mut self, job: AgentJob) {
+        let store = self.store.clone();
+        let mut recorder = Recorder::new(&store, job.run_id.clone());
+        if job.cancel.load(Ordering::Relaxed) {
+            let stored = recorder.raw(&serde_json::json!({
+                "type": "error",
+                "message": "cancelled before it started",
+            }));
+            self.live.publish(&job.run_id, stored);
+            let end = RunEnd {
+                status: RunStatus::Cancelled,
+                answer: None,
+                stop_reason: Some("cancelled"),
+                trajectory: None,
+                summary: None,
+                error: Some("cancelled before it started"),
+                usage: Usage::default(),
+            };
+            if let Err(e) = store.finish_run(&job.run_id, &end) {
+                tracing::error!(error = %e, "could not save a cancelled run");
+            }
+        } else if let Err(message) = self.try_agent(&job, &mut recorder) {
+            let stored = recorder.fail(&message);
+            self.live.publish(&job.run_id, stored);
+        }
+        self.live.finish(&job.run_id);
+    }
+
+    fn try_agent(&mut self, job: &AgentJob, recorder: &mut Recorder<'_>) -> Result<(), String> {
+        let tools = self.tools(&job.profile)?;
+        let prompt = self
+            .engine
+            .chat_prompt(&job.profile.system, &job.user_prompt)
+            .map_err(|e| e.to_string())?;
+        let tokens = self.engine.tokenize_parts(&prompt);
+        let checkout = self.pool.checkout(&tokens).map_err(|e| e.to_string())?;
+        let mut session = checkout.session;
+        let cached = checkout.cached;
+        session
+            .append_tokens(&tokens[cached..])
+            .map_err(|e| e.to_string())?;
+        session.set_sampling(job.sampling);
+        let request = RunRequest {
+            profile: &job.profile,
+            model: self.model_id.clone(),
+            sampling: job.sampling,
+            prompt_tokens: tokens.len(),
+            cached_tokens: cached,
+            prefill: job.prefill.as_deref(),
+            budgets: job.budgets,
+            cancel: Some(job.cancel.clone()),
+        };
+        let live = self.live.clone();
+        let run_id = job.run_id.clone();
+        let summary = run_chain(&mut session, request, &tools, &mut |event| {
+            let stored = recorder.event(&event);
+            live.publish(&run_id, stored);
+        })
+        .map_err(|e| e.to_string())?;
+        let stored = recorder.finish(&summary, cached);
+        live.publish(&run_id, stored);
+        self.pool.checkin(session, None);
+        Ok(())
+    }
+
+    /// The tools of a profile; the sandbox is prepared once, on first need.
+    fn tools(&mut self, profile: &Profile) -> Result<ToolBox, String> {
+        let mut tools = ToolBox::new();
+        for &tag in &profile.tools {
+            if tag == Tag::Code {
+                let sandbox = match &self.sandbox {
+                    Some(sandbox) => sandbox.clone(),
+                    None => {
+                        let spec = crate::assets::python_runtime(&self.config.paths, &mut |p| {
+                            tracing::info!("{p:?}")
+                        })
+                        .map_err(|e| format!("the Python sandbox is not available: {e}"))?;
+                        let sandbox = Sandbox::new(
+                            spec,
+                            self.config.sandbox_limits,
+                            &self.config.paths.sandbox_cache_dir(),
+                            || {
+                                tracing::warn!(
+                                    "preparing the Python sandbox (first use, about a minute)"
+                                )
+                            },
+                        )
+                        .map_err(|e| format!("the Python sandbox could not start: {e}"))?;
+                        let sandbox = Arc::new(sandbox);
+                        self.sandbox = Some(sandbox.clone());
+                        sandbox
+                    }
+                };
+                tools.add(Box::new(CodeTool::new(sandbox)));
+            } else {
+                tools.add(Box::new(UnavailableTool {
+                    tag,
+                    reason: unavailable_reason(tag).into(),
+                }));
+            }
+        }
+        Ok(tools)
+    }
+}
+
+/// Why a tool has no backend in this version.
+pub fn unavailable_reason(tag: Tag) -> &'static str {
+    match tag {
+        Tag::WebSearch | Tag::CrawlPage => {
+            "no web search backend is configured in this version of Catena"
+        }
+        Tag::WikiSearch => "no local Wikipedia index is installed",
+        _ => "no vision model is configured",
+    }
+}

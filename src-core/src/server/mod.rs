@@ -1,0 +1,202 @@
+//! `catena serve`: the local server. An OpenAI-compatible API for editors, scripts and the official
+//! clients, an agent API for Chain-of-Agents runs with an event stream, and health. It binds to
+//! loopback unless told otherwise, can require an API key, bounds request bodies, and queues
+//! requests for the one model with a clear limit.
+
+mod agent_api;
+mod error;
+mod holdback;
+mod inference;
+mod live;
+mod openai;
+mod pool;
+
+pub use error::ApiError;
+pub use inference::{InferenceConfig, model_id, unavailable_reason};
+pub use live::LiveRuns;
+
+use crate::store::Store;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use inference::Inference;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub host: String,
+    pub port: u16,
+    /// When set, every `/v1` request needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    pub inference: InferenceConfig,
+}
+
+/// What the handlers share.
+pub struct AppState {
+    inference: Inference,
+    store: Arc<Store>,
+    live: Arc<LiveRuns>,
+    api_key: Option<String>,
+    started: Instant,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("the server stopped: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A server that is listening.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    max_body_bytes: usize,
+}
+
+impl Server {
+    /// Loads the model, opens the port; serving starts with [`Server::run`].
+    pub async fn bind(config: ServeConfig, store: Arc<Store>) -> Result<Server, ServeError> {
+        let live = Arc::new(LiveRuns::default());
+        let inference = Inference::start(config.inference.clone(), store.clone(), live.clone())?;
+        let address = format!("{}:{}", config.host, config.port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|source| ServeError::Bind { address, source })?;
+        Ok(Server {
+            listener,
+            state: Arc::new(AppState {
+                inference,
+                store,
+                live,
+                api_key: config.api_key.filter(|k| !k.is_empty()),
+                started: Instant::now(),
+            }),
+            max_body_bytes: config.max_body_bytes,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn model_id(&self) -> &str {
+        &self.state.inference.model_id
+    }
+
+    /// Serves until `shutdown` resolves; then asks live runs to stop and lets them record their
+    /// end (for up to ten seconds).
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let state = self.state.clone();
+        let app = router(self.state.clone(), self.max_body_bytes);
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        state.live.cancel_all();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while state.inference.in_flight() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+}
+
+/// The routes.
+pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
+    let v1 = Router::new()
+        .route("/models", get(openai::list_models))
+        .route("/models/{id}", get(openai::get_model))
+        .route("/chat/completions", post(openai::chat_completions))
+        .route("/profiles", get(agent_api::profiles))
+        .route("/agent/runs", post(agent_api::start_run))
+        .route("/agent/runs/{id}", get(agent_api::get_run))
+        .route("/agent/runs/{id}/events", get(agent_api::run_events))
+        .route("/agent/runs/{id}/cancel", post(agent_api::cancel_run))
+        .route("/agent/runs/{id}/feedback", post(agent_api::feedback))
+        .route("/sessions", get(agent_api::list_sessions))
+        .route(
+            "/sessions/{id}",
+            get(agent_api::get_session).delete(agent_api::delete_session),
+        )
+        .route("/export", get(agent_api::export))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Router::new()
+        .route("/health", get(health))
+        .nest("/v1", v1)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+async fn health(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    axum::Json(json!({
+        "status": "ok",
+        "model": app.inference.model_id,
+        "architecture": app.inference.info.architecture,
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": app.started.elapsed().as_secs(),
+        "in_flight": app.inference.in_flight(),
+        "queue_limit": app.inference.queue_limit(),
+        "live_runs": app.live.count(),
+    }))
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "No route {} {}.",
+        request.method(),
+        request.uri().path()
+    ))
+}
+
+/// Checks the API key, when the server has one.
+async fn require_key(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if let Some(key) = &app.api_key {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares secrets without leaking where they differ through timing.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_compare_exactly() {
+        assert!(super::constant_time_eq(b"secret", b"secret"));
+        assert!(!super::constant_time_eq(b"secret", b"secreT"));
+        assert!(!super::constant_time_eq(b"secret", b"secrets"));
+    }
+}

@@ -1,0 +1,52 @@
+//! The database schema, as numbered migrations applied in order (`PRAGMA user_version` records
+//! how many ran). Never edit a migration that shipped: add the next one.
+
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: sessions, runs, events.
+    "
+    CREATE TABLE sessions (
+        id          TEXT PRIMARY KEY,
+        title       TEXT NOT NULL,
+        created_ms  INTEGER NOT NULL,
+        updated_ms  INTEGER NOT NULL
+    );
+    CREATE TABLE runs (
+        id              TEXT PRIMARY KEY,
+        session_id      TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        kind            TEXT NOT NULL CHECK (kind IN ('agent', 'chat')),
+        status          TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed', 'cancelled', 'interrupted')),
+        task            TEXT NOT NULL,
+        profile         TEXT,
+        model           TEXT NOT NULL,
+        adapter         TEXT,
+        options_json    TEXT NOT NULL,
+        system_prompt   TEXT NOT NULL,
+        user_prompt     TEXT NOT NULL,
+        owner           TEXT NOT NULL,
+        started_ms      INTEGER NOT NULL,
+        finished_ms     INTEGER,
+        answer          TEXT,
+        stop_reason     TEXT,
+        trajectory      TEXT,
+        summary_json    TEXT,
+        error           TEXT,
+        prompt_tokens     INTEGER,
+        generated_tokens  INTEGER,
+        context_tokens    INTEGER,
+        cached_tokens     INTEGER,
+        tool_calls        INTEGER,
+        feedback        TEXT CHECK (feedback IN ('good', 'bad')),
+        feedback_note   TEXT
+    );
+    CREATE INDEX runs_by_session ON runs(session_id, started_ms);
+    CREATE INDEX runs_by_status ON runs(status);
+    CREATE TABLE events (
+        run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        seq     INTEGER NOT NULL,
+        at_ms   INTEGER NOT NULL,
+        type    TEXT NOT NULL,
+        data    TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    ",
+];

@@ -1,0 +1,201 @@
+use super::*;
+use serde_json::json;
+
+fn new_run<'a>(task: &'a str) -> NewRun<'a> {
+    NewRun {
+        session: None,
+        kind: RunKind::Agent,
+        task,
+        profile: Some("math"),
+        model: "qwen",
+        adapter: None,
+        options: json!({"temperature": 0.0}),
+        system_prompt: "SYSTEM",
+        user_prompt: "USER: what is 2+2?",
+    }
+}
+
+fn finish(store: &Store, run: &str, trajectory: &str) {
+    store
+        .finish_run(
+            run,
+            &RunEnd {
+                status: RunStatus::Finished,
+                answer: Some("4"),
+                stop_reason: Some("answer"),
+                trajectory: Some(trajectory),
+                summary: Some(json!({"answer": "4"})),
+                error: None,
+                usage: Usage {
+                    prompt_tokens: 10,
+                    generated_tokens: 5,
+                    context_tokens: 15,
+                    cached_tokens: 0,
+                    tool_calls: 1,
+                },
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn runs_and_events_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let run = store.start_run(&new_run("What is 2+2?\nmore")).unwrap();
+    assert_eq!(store.run(&run).unwrap().status, RunStatus::Running);
+    for i in 0..3 {
+        let seq = store
+            .append_event(&run, "block_delta", &json!({"type": "block_delta", "i": i}))
+            .unwrap();
+        assert_eq!(seq, i + 1);
+    }
+    let events = store.events(&run, 1).unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].seq, 2);
+    assert_eq!(events[1].data["i"], 2);
+    finish(&store, &run, "<answer>4</answer>");
+    let record = store.run(&run).unwrap();
+    assert_eq!(record.status, RunStatus::Finished);
+    assert_eq!(record.answer.as_deref(), Some("4"));
+    assert_eq!(record.usage.tool_calls, 1);
+    assert_eq!(record.options["temperature"], 0.0);
+    let sessions = store.list_sessions(None, 10).unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0].title, "What is 2+2?");
+    assert_eq!(sessions[0].runs, 1);
+}
+
+#[test]
+fn runs_of_a_dead_process_become_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Store::open_in(dir.path()).unwrap();
+    let run = first.start_run(&new_run("long task")).unwrap();
+    first
+        .append_event(&run, "block_started", &json!({"type": "block_started"}))
+        .unwrap();
+    // While the first process lives, a second one leaves its run alone.
+    let second = Store::open_in(dir.path()).unwrap();
+    assert_eq!(second.run(&run).unwrap().status, RunStatus::Running);
+    drop(second);
+    // The first one goes away without finishing the run (its lock is released, as at a kill).
+    drop(first);
+    let third = Store::open_in(dir.path()).unwrap();
+    let record = third.run(&run).unwrap();
+    assert_eq!(record.status, RunStatus::Interrupted);
+    assert!(record.error.unwrap().contains("ended before it finished"));
+    assert_eq!(third.events(&run, 0).unwrap().len(), 1);
+}
+
+#[test]
+fn feedback_search_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let a = store.start_run(&new_run("primes below 100")).unwrap();
+    let b = store.start_run(&new_run("the capital of Norway")).unwrap();
+    store
+        .set_feedback(&a, Some(Feedback::Good), Some("nice"))
+        .unwrap();
+    assert_eq!(store.run(&a).unwrap().feedback, Some(Feedback::Good));
+    assert!(matches!(
+        store.set_feedback("nope", Some(Feedback::Bad), None),
+        Err(StoreError::NoRun(_))
+    ));
+    let found = store.list_sessions(Some("norway"), 10).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].title, "the capital of Norway");
+    // LIKE wildcards in the search are literal.
+    assert!(store.list_sessions(Some("%"), 10).unwrap().is_empty());
+    let session = store.run(&b).unwrap().session_id;
+    store.delete_session(&session).unwrap();
+    assert!(matches!(store.run(&b), Err(StoreError::NoRun(_))));
+    assert_eq!(store.list_sessions(None, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn runs_join_an_existing_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let first = store.start_run(&new_run("one")).unwrap();
+    let session = store.run(&first).unwrap().session_id;
+    let mut second = new_run("two");
+    second.session = Some(&session);
+    store.start_run(&second).unwrap();
+    assert_eq!(store.session_runs(&session).unwrap().len(), 2);
+    let mut lost = new_run("three");
+    lost.session = Some("missing");
+    assert!(matches!(
+        store.start_run(&lost),
+        Err(StoreError::NoSession(_))
+    ));
+}
+
+#[test]
+fn exports_filter_by_feedback() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let good = store.start_run(&new_run("good one")).unwrap();
+    finish(&store, &good, "<answer>\\boxed{4}</answer>");
+    store
+        .set_feedback(&good, Some(Feedback::Good), None)
+        .unwrap();
+    let bad = store.start_run(&new_run("bad one")).unwrap();
+    finish(&store, &bad, "<answer>5</answer>");
+    store.set_feedback(&bad, Some(Feedback::Bad), None).unwrap();
+    let _running = store.start_run(&new_run("still running")).unwrap();
+    let mut chat = new_run("chat");
+    chat.kind = RunKind::Chat;
+    chat.options = json!({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "bye"}
+    ]});
+    let chat_run = store.start_run(&chat).unwrap();
+    finish(&store, &chat_run, "goodbye");
+
+    let mut out = Vec::new();
+    let stats = store
+        .export(ExportFormat::Sft, FeedbackFilter::Good, &mut out)
+        .unwrap();
+    assert_eq!(stats.written, 1);
+    let line: SftRecord = serde_json::from_slice(out.trim_ascii_end()).unwrap();
+    assert_eq!(line.id, good);
+    assert_eq!(line.messages.len(), 3);
+    assert_eq!(line.messages[1].content, "USER: what is 2+2?");
+    assert_eq!(line.messages[2].content, "<answer>\\boxed{4}</answer>");
+
+    let mut out = Vec::new();
+    let stats = store
+        .export(ExportFormat::Sft, FeedbackFilter::Any, &mut out)
+        .unwrap();
+    assert_eq!(stats.written, 3);
+    let mut out = Vec::new();
+    let stats = store
+        .export(ExportFormat::Alpaca, FeedbackFilter::Any, &mut out)
+        .unwrap();
+    // The three-turn chat does not fit the alpaca layout.
+    assert_eq!(
+        stats,
+        export::ExportStats {
+            written: 2,
+            skipped: 1
+        }
+    );
+    let items: Vec<Value> = serde_json::from_slice(&out).unwrap();
+    assert_eq!(items[0]["instruction"], "USER: what is 2+2?");
+    assert_eq!(items[0]["input"], "");
+    assert_eq!(items[1]["output"], "<answer>5</answer>");
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open_in(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    assert!(matches!(
+        Store::open_in(dir.path()),
+        Err(StoreError::TooNew { found: 99, .. })
+    ));
+}

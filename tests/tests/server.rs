@@ -1,0 +1,501 @@
+//! `catena serve` end to end: the real binary on loopback with the default model, the official
+//! OpenAI Python client, the agent API, a SIGKILL in the middle of a run, and a bounded load test.
+
+mod common;
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `catena serve` process; killed when dropped.
+struct Served {
+    child: Child,
+    base: String,
+    model: String,
+    /// Kept open: the server may print more.
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Served {
+    fn start(store: &Path, extra: &[&str], api_key: Option<&str>) -> Served {
+        let model = common::default_model();
+        let mut cmd = Command::new(common::catena_bin());
+        cmd.args([
+            "serve",
+            "--port",
+            "0",
+            "--ctx-size",
+            "4096",
+            "--sessions",
+            "2",
+        ])
+        .arg("--model")
+        .arg(&model)
+        .arg("--store-dir")
+        .arg(store)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env_remove("CATENA_API_KEY");
+        if let Some(key) = api_key {
+            cmd.env("CATENA_API_KEY", key);
+        }
+        let mut child = cmd.spawn().expect("catena serve starts");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .expect("the server prints its address");
+        let base = line
+            .split(" on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Served {
+            child,
+            base,
+            model: model.file_stem().unwrap().to_string_lossy().into_owned(),
+            _stdout: stdout,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn kill9(&mut self) {
+        // SIGKILL: no chance to clean up.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap()
+}
+
+/// A Python with the official `openai` package, in a virtual environment in the cache directory.
+fn python_with_openai() -> PathBuf {
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/requirements.txt");
+    let pinned = std::fs::read_to_string(&requirements).unwrap();
+    let venv = common::paths().cache_dir.join("test-venv");
+    let python = venv.join("bin/python");
+    let marker = venv.join("catena-requirements.txt");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(pinned.as_str()) {
+        let status = Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .expect("python3 -m venv");
+        assert!(status.success(), "cannot create a virtual environment");
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements)
+            .status()
+            .expect("pip install");
+        assert!(status.success(), "cannot install the openai package");
+        std::fs::write(&marker, &pinned).unwrap();
+    }
+    python
+}
+
+#[test]
+fn the_official_openai_client_works_unchanged() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &["--max-body-kib", "1024"], Some("test-key"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_client.py");
+    let output = Command::new(python_with_openai())
+        .arg(&script)
+        .arg(server.url("/v1"))
+        .arg(&server.model)
+        .arg("test-key")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(&out).unwrap());
+
+    assert_eq!(out["models"], json!([server.model]));
+    let plain = &out["plain"];
+    assert_eq!(plain["object"], "chat.completion");
+    assert_eq!(plain["role"], "assistant");
+    assert!(!plain["content"].as_str().unwrap().is_empty());
+    assert!(["stop", "length"].contains(&plain["finish_reason"].as_str().unwrap()));
+    let usage = &plain["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+    );
+
+    let stream = &out["stream"];
+    assert!(stream["pieces"].as_u64().unwrap() >= 2, "{stream}");
+    assert!(
+        stream["content"].as_str().unwrap().contains('3'),
+        "{stream}"
+    );
+    assert!(stream["finish_reason"].is_string());
+    assert!(stream["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+
+    let stop = &out["stop"];
+    assert!(!stop["content"].as_str().unwrap().contains('d'), "{stop}");
+    assert_eq!(stop["finish_reason"], "stop", "{stop}");
+
+    // The second turn found the first turn's tokens in the kept KV cache.
+    let turns = out["turns"].as_array().unwrap();
+    let first_prompt = turns[0]["prompt_tokens"].as_u64().unwrap();
+    let second_prompt = turns[1]["prompt_tokens"].as_u64().unwrap();
+    let cached = turns[1]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached >= first_prompt,
+        "cached {cached} of {second_prompt}; first turn {first_prompt}"
+    );
+    assert!(
+        second_prompt - cached < 30,
+        "re-evaluated {} tokens",
+        second_prompt - cached
+    );
+
+    let unknown = &out["unknown_model"];
+    assert_eq!(unknown["status"], 404, "{unknown}");
+    assert_eq!(unknown["class"], "NotFoundError");
+    assert_eq!(error_field(unknown, "code"), "model_not_found");
+    let bad_key = &out["bad_key"];
+    assert_eq!(bad_key["status"], 401, "{bad_key}");
+    assert_eq!(bad_key["class"], "AuthenticationError");
+    assert_eq!(error_field(bad_key, "code"), "invalid_api_key");
+    assert_eq!(out["empty_messages"]["status"], 400);
+    let malformed = &out["malformed_json"];
+    assert_eq!(malformed["status"], 400, "{malformed}");
+    assert_eq!(malformed["body"]["error"]["type"], "invalid_request_error");
+    let oversized = &out["oversized"];
+    assert_eq!(oversized["status"], 413, "{oversized}");
+    assert_eq!(oversized["body"]["error"]["code"], "request_too_large");
+
+    // Chat completions are stored: the two turns of one conversation share a session.
+    let sessions: Value = http()
+        .get(server.url("/v1/sessions"))
+        .bearer_auth("test-key")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let ada = sessions["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["title"].as_str().unwrap().contains("My name is Ada"))
+        .expect("the conversation is stored");
+    assert_eq!(ada["runs"], 2, "{ada}");
+}
+
+/// The openai client keeps either the whole body or its `error` object.
+fn error_field<'a>(error: &'a Value, field: &str) -> &'a str {
+    let body = &error["body"];
+    body["error"][field]
+        .as_str()
+        .or_else(|| body[field].as_str())
+        .unwrap_or_default()
+}
+
+/// Reads SSE events from a response until `enough` says stop; returns them as JSON.
+fn read_events(
+    response: reqwest::blocking::Response,
+    mut enough: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut reader = BufReader::new(response);
+    let mut events = Vec::new();
+    let mut data = String::new();
+    let mut id = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        let l = line.trim_end_matches(['\r', '\n']);
+        if let Some(v) = l.strip_prefix("data:") {
+            data.push_str(v.trim_start());
+        } else if let Some(v) = l.strip_prefix("id:") {
+            id = v.trim().parse::<u64>().ok();
+        } else if l.is_empty() && !data.is_empty() {
+            let mut event: Value = serde_json::from_str(&data).unwrap();
+            event["_seq"] = json!(id);
+            events.push(event);
+            data.clear();
+            if enough(&events) {
+                break;
+            }
+        }
+    }
+    events
+}
+
+#[test]
+fn an_agent_run_survives_a_sigkill_of_the_server() {
+    let store = tempfile::tempdir().unwrap();
+    let mut server = Served::start(store.path(), &[], None);
+    let client = http();
+    let started: Value = client
+        .post(server.url("/v1/agent/runs"))
+        .json(&json!({
+            "task": "What is 2 to the power 100? Explain each step in detail.",
+            "profile": "math",
+            "prefill": "<plan>compute it</plan>\n<code>\n```py\nprint(2**100)\n```\n</code>",
+            "max_tokens": 400,
+            "temperature": 0.7,
+            "seed": 3,
+        }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let run = started["id"].as_str().expect("a run id").to_string();
+    let response = client
+        .get(server.url(&format!("/v1/agent/runs/{run}/events")))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // Follow until the observation and a few model tokens after it were shown.
+    let seen = read_events(response, |events| {
+        let at = events.iter().position(|e| e["type"] == "observation");
+        at.is_some_and(|at| {
+            events[at..]
+                .iter()
+                .filter(|e| e["source"] == "model")
+                .count()
+                >= 5
+        })
+    });
+    let observation = seen.iter().find(|e| e["type"] == "observation").unwrap();
+    assert!(
+        observation["text"]
+            .as_str()
+            .unwrap()
+            .contains("1267650600228229401496703205376")
+    );
+    server.kill9();
+
+    let server = Served::start(store.path(), &[], None);
+    let record: Value = client
+        .get(server.url(&format!("/v1/agent/runs/{run}")))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(record["status"], "interrupted", "{record}");
+    assert_eq!(record["live"], false);
+    // Every event that was shown before the kill is there, in order, with the same ids.
+    let replay = read_events(
+        client
+            .get(server.url(&format!("/v1/agent/runs/{run}/events")))
+            .send()
+            .unwrap(),
+        |_| false,
+    );
+    assert!(
+        replay.len() >= seen.len(),
+        "{} < {}",
+        replay.len(),
+        seen.len()
+    );
+    for (shown, stored) in seen.iter().zip(&replay) {
+        assert_eq!(shown, stored);
+    }
+    // Resuming after an event id gives only what follows it.
+    let resumed = read_events(
+        client
+            .get(server.url(&format!("/v1/agent/runs/{run}/events")))
+            .header("Last-Event-ID", "3")
+            .send()
+            .unwrap(),
+        |_| false,
+    );
+    assert_eq!(resumed.first().unwrap()["_seq"], 4);
+}
+
+#[test]
+fn runs_can_be_cancelled_rated_listed_and_exported() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &[], None);
+    let client = http();
+    let start = |body: Value| -> String {
+        let response = client
+            .post(server.url("/v1/agent/runs"))
+            .json(&body)
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 202);
+        response.json::<Value>().unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // A short run that finishes.
+    let short =
+        start(json!({"task": "Say OK.", "profile": "web", "max_tokens": 12, "temperature": 0}));
+    let events = read_events(
+        client
+            .get(server.url(&format!("/v1/agent/runs/{short}/events")))
+            .send()
+            .unwrap(),
+        |_| false,
+    );
+    let summary = events.last().unwrap();
+    assert_eq!(summary["type"], "summary", "{summary}");
+    assert!(
+        ["answer", "end_of_turn", "token_budget"]
+            .contains(&summary["stop_reason"].as_str().unwrap()),
+        "{summary}"
+    );
+    // A long one, cancelled as soon as it streams.
+    let long = start(
+        json!({"task": "Write a long essay about rivers.", "profile": "web", "max_tokens": 4000}),
+    );
+    let response = client
+        .get(server.url(&format!("/v1/agent/runs/{long}/events")))
+        .send()
+        .unwrap();
+    let mut cancelled = false;
+    let events = read_events(response, |events| {
+        if !cancelled && events.len() >= 3 {
+            let r = client
+                .post(server.url(&format!("/v1/agent/runs/{long}/cancel")))
+                .send()
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            cancelled = true;
+        }
+        false
+    });
+    assert_eq!(events.last().unwrap()["stop_reason"], "cancelled");
+    let record: Value = client
+        .get(server.url(&format!("/v1/agent/runs/{long}")))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(record["status"], "cancelled");
+    // Cancelling a finished run is a conflict.
+    let again = client
+        .post(server.url(&format!("/v1/agent/runs/{long}/cancel")))
+        .send()
+        .unwrap();
+    assert_eq!(again.status(), 409);
+
+    let rated: Value = client
+        .post(server.url(&format!("/v1/agent/runs/{short}/feedback")))
+        .json(&json!({"rating": "good", "note": "fine"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(rated["feedback"], "good");
+    let bad = client
+        .post(server.url(&format!("/v1/agent/runs/{short}/feedback")))
+        .json(&json!({"rating": "excellent"}))
+        .send()
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+
+    let sessions: Value = client
+        .get(server.url("/v1/sessions?search=rivers"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(sessions["data"].as_array().unwrap().len(), 1);
+    let mut export = String::new();
+    client
+        .get(server.url("/v1/export?format=sft&feedback=good"))
+        .send()
+        .unwrap()
+        .read_to_string(&mut export)
+        .unwrap();
+    let lines: Vec<Value> = export
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["id"], short);
+    assert_eq!(lines[0]["messages"][2]["role"], "assistant");
+
+    let missing = client
+        .get(server.url("/v1/agent/runs/nope"))
+        .send()
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: Value = missing.json().unwrap();
+    assert_eq!(body["error"]["code"], "not_found");
+}
+
+#[test]
+fn sixteen_concurrent_clients_get_answers_or_a_clear_queue_full() {
+    let store = tempfile::tempdir().unwrap();
+    // A queue of 8 for 16 clients: some requests must be refused, and only that way.
+    let server = Served::start(store.path(), &["--queue", "8"], None);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/loadtest.py");
+    let records = tempfile::NamedTempFile::new().unwrap();
+    let started = Instant::now();
+    let output = Command::new(python_with_openai())
+        .arg(&script)
+        .args(["--base-url", &server.url("/v1"), "--model", &server.model])
+        .args(["--clients", "16", "--requests", "2", "--max-tokens", "8"])
+        .arg("--out")
+        .arg(records.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    eprintln!("load test in {:?}: {summary}", started.elapsed());
+    assert_eq!(summary["requests"], 32);
+    assert_eq!(summary["errors"], 0, "{summary}");
+    assert!(summary["ok"].as_u64().unwrap() >= 8, "{summary}");
+    assert_eq!(
+        summary["ok"].as_u64().unwrap() + summary["queue_full"].as_u64().unwrap(),
+        32
+    );
+    // Every request's latency was recorded.
+    let lines = std::fs::read_to_string(records.path()).unwrap();
+    assert_eq!(lines.lines().count(), 32);
+    for line in lines.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        assert!(r["latency_s"].as_f64().unwrap() > 0.0);
+    }
+    // The server is still healthy afterwards.
+    let health: Value = http()
+        .get(server.url("/health"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+}
