@@ -6,10 +6,10 @@ use anyhow::{Context, Result, bail};
 use catena_core::agent::{Budgets, RunRequest, run_chain};
 use catena_core::config::Paths;
 use catena_core::engine::{SamplingParams, Session, SessionOptions};
-use catena_core::protocol::{Profile, Tag};
+use catena_core::protocol::Profile;
 use catena_core::sandbox::Limits;
 use catena_core::store::{NewRun, Recorder, RunKind, Store};
-use catena_core::tools::{CodeTool, ToolBox, UnavailableTool};
+use catena_core::tools::profile_tools;
 use clap::Args;
 use std::io::Read;
 use std::path::PathBuf;
@@ -114,7 +114,12 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         seed,
     };
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
-    let tools = tool_box(&profile, paths, &args)?;
+    let limits = Limits {
+        wall: Duration::from_secs_f64(args.code_timeout),
+        memory_bytes: args.code_memory << 20,
+        ..Limits::default()
+    };
+    let tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
     let engine = setup::load_model(&model_path, args.gpu_layers)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
@@ -247,36 +252,6 @@ fn read_task(task: &str) -> Result<String> {
         bail!("the task is empty");
     }
     Ok(text.trim().to_string())
-}
-
-/// The profile's tools: code runs in the sandbox; tools that need a service Catena does not have
-/// yet answer with an observation that says so.
-fn tool_box(profile: &Profile, paths: &Paths, args: &RunArgs) -> Result<ToolBox> {
-    let mut tools = ToolBox::new();
-    for &tag in &profile.tools {
-        match tag {
-            Tag::Code => {
-                let limits = Limits {
-                    wall: Duration::from_secs_f64(args.code_timeout),
-                    memory_bytes: args.code_memory << 20,
-                    ..Limits::default()
-                };
-                let sandbox = setup::sandbox(paths, limits)?;
-                tools.add(Box::new(CodeTool::new(Arc::new(sandbox))));
-            }
-            other => tools.add(Box::new(UnavailableTool {
-                tag: other,
-                reason: match other {
-                    Tag::WebSearch | Tag::CrawlPage => {
-                        "no web search backend is configured in this version of Catena".into()
-                    }
-                    Tag::WikiSearch => "no local Wikipedia index is installed".into(),
-                    _ => "no vision model is configured".into(),
-                },
-            })),
-        }
-    }
-    Ok(tools)
 }
 
 fn random_seed() -> u32 {

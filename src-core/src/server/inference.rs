@@ -12,10 +12,10 @@ use crate::engine::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
     SessionOptions, StopMatcher,
 };
-use crate::protocol::{Profile, Tag};
+use crate::protocol::Profile;
 use crate::sandbox::{Limits, Sandbox};
 use crate::store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
-use crate::tools::{CodeTool, ToolBox, UnavailableTool};
+use crate::tools::{ToolBox, profile_tools};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -395,51 +395,30 @@ impl Worker {
 
     /// The tools of a profile; the sandbox is prepared once, on first need.
     fn tools(&mut self, profile: &Profile) -> Result<ToolBox, String> {
-        let mut tools = ToolBox::new();
-        for &tag in &profile.tools {
-            if tag == Tag::Code {
-                let sandbox = match &self.sandbox {
-                    Some(sandbox) => sandbox.clone(),
-                    None => {
-                        let spec = crate::assets::python_runtime(&self.config.paths, &mut |p| {
-                            tracing::info!("{p:?}")
-                        })
+        let existing = self.sandbox.clone();
+        let config = &self.config;
+        let mut made = None;
+        let tools = profile_tools(profile, || match existing {
+            Some(sandbox) => Ok::<_, String>(sandbox),
+            None => {
+                let spec =
+                    crate::assets::python_runtime(&config.paths, &mut |p| tracing::info!("{p:?}"))
                         .map_err(|e| format!("the Python sandbox is not available: {e}"))?;
-                        let sandbox = Sandbox::new(
-                            spec,
-                            self.config.sandbox_limits,
-                            &self.config.paths.sandbox_cache_dir(),
-                            || {
-                                tracing::warn!(
-                                    "preparing the Python sandbox (first use, about a minute)"
-                                )
-                            },
-                        )
-                        .map_err(|e| format!("the Python sandbox could not start: {e}"))?;
-                        let sandbox = Arc::new(sandbox);
-                        self.sandbox = Some(sandbox.clone());
-                        sandbox
-                    }
-                };
-                tools.add(Box::new(CodeTool::new(sandbox)));
-            } else {
-                tools.add(Box::new(UnavailableTool {
-                    tag,
-                    reason: unavailable_reason(tag).into(),
-                }));
+                let sandbox = Sandbox::new(
+                    spec,
+                    config.sandbox_limits,
+                    &config.paths.sandbox_cache_dir(),
+                    || tracing::warn!("preparing the Python sandbox (first use, about a minute)"),
+                )
+                .map_err(|e| format!("the Python sandbox could not start: {e}"))?;
+                let sandbox = Arc::new(sandbox);
+                made = Some(sandbox.clone());
+                Ok(sandbox)
             }
+        })?;
+        if made.is_some() {
+            self.sandbox = made;
         }
         Ok(tools)
-    }
-}
-
-/// Why a tool has no backend in this version.
-pub fn unavailable_reason(tag: Tag) -> &'static str {
-    match tag {
-        Tag::WebSearch | Tag::CrawlPage => {
-            "no web search backend is configured in this version of Catena"
-        }
-        Tag::WikiSearch => "no local Wikipedia index is installed",
-        _ => "no vision model is configured",
     }
 }

@@ -12,7 +12,7 @@ mod openai;
 mod pool;
 
 pub use error::ApiError;
-pub use inference::{InferenceConfig, model_id, unavailable_reason};
+pub use inference::{InferenceConfig, model_id};
 pub use live::LiveRuns;
 
 use crate::store::Store;

@@ -60,6 +60,39 @@ impl Tool for UnavailableTool {
     }
 }
 
+/// The tools of `profile`: `<code>` runs in the sandbox `sandbox` gives (asked only when the
+/// profile has code); tools with no backend in this version answer every call with an
+/// observation saying so.
+#[cfg(feature = "runtime")]
+pub fn profile_tools<E>(
+    profile: &crate::protocol::Profile,
+    sandbox: impl FnOnce() -> Result<std::sync::Arc<crate::sandbox::Sandbox>, E>,
+) -> Result<ToolBox, E> {
+    let mut tools = ToolBox::new();
+    let mut sandbox = Some(sandbox);
+    for &tag in &profile.tools {
+        match (tag, sandbox.take()) {
+            (Tag::Code, Some(make)) => tools.add(Box::new(CodeTool::new(make()?))),
+            _ => tools.add(Box::new(UnavailableTool {
+                tag,
+                reason: unavailable_reason(tag).into(),
+            })),
+        }
+    }
+    Ok(tools)
+}
+
+/// Why a tool has no backend in this version.
+pub fn unavailable_reason(tag: Tag) -> &'static str {
+    match tag {
+        Tag::WebSearch | Tag::CrawlPage => {
+            "no web search backend is configured in this version of Catena"
+        }
+        Tag::WikiSearch => "no local Wikipedia index is installed",
+        _ => "no vision model is configured",
+    }
+}
+
 /// The tools of a run, by tag.
 #[derive(Default)]
 pub struct ToolBox {
