@@ -49,6 +49,9 @@ enum Command {
     Serve(commands::serve::ServeArgs),
     /// List, show and export stored sessions and runs.
     Sessions(commands::sessions::SessionsArgs),
+    /// The model worker process that `catena serve` starts (speaks frames on stdin/stdout).
+    #[command(hide = true)]
+    Worker,
 }
 
 fn main() -> ExitCode {
@@ -67,8 +70,9 @@ fn main() -> ExitCode {
         Command::Sandbox(args) => commands::sandbox::run(args, &paths),
         Command::Assets(args) => commands::assets::run(args, &paths),
         Command::Bench(args) => commands::bench::run(args, &paths),
-        Command::Serve(args) => commands::serve::run(args, &paths),
+        Command::Serve(args) => commands::serve::run(args, &paths, cli.verbose),
         Command::Sessions(args) => commands::sessions::run(args, &paths),
+        Command::Worker => commands::worker::run(),
     };
     match result {
         Ok(code) => code,

@@ -19,3 +19,5 @@ pub mod server;
 pub mod store;
 pub mod tools;
 mod util;
+#[cfg(feature = "runtime")]
+pub mod worker;

@@ -3,10 +3,16 @@
 /// Serialises a `Duration` as whole milliseconds (floating point), the unit of every timing in
 /// Catena's JSON output.
 pub mod duration_ms {
-    use serde::Serializer;
+    use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
+    }
+
+    /// Reads what [`serialize`] wrote (negative or non-finite values become zero).
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let ms = f64::deserialize(d)?;
+        Ok(Duration::try_from_secs_f64(ms / 1e3).unwrap_or_default())
     }
 }

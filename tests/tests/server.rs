@@ -80,6 +80,9 @@ impl Drop for Served {
 }
 
 fn http() -> reqwest::blocking::Client {
+    // reqwest is built with no TLS provider of its own (catena-core uses ring); a client needs one
+    // installed even for plain HTTP.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(600))
         .build()
@@ -222,6 +225,20 @@ fn error_field<'a>(error: &'a Value, field: &str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// Starts an agent run; returns its id.
+fn start_run(client: &reqwest::blocking::Client, server: &Served, body: &Value) -> String {
+    let response = client
+        .post(server.url("/v1/agent/runs"))
+        .json(body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    response.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// Reads SSE events from a response until `enough` says stop; returns them as JSON.
 fn read_events(
     response: reqwest::blocking::Response,
@@ -343,18 +360,7 @@ fn runs_can_be_cancelled_rated_listed_and_exported() {
     let store = tempfile::tempdir().unwrap();
     let server = Served::start(store.path(), &[], None);
     let client = http();
-    let start = |body: Value| -> String {
-        let response = client
-            .post(server.url("/v1/agent/runs"))
-            .json(&body)
-            .send()
-            .unwrap();
-        assert_eq!(response.status(), 202);
-        response.json::<Value>().unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let start = |body: Value| start_run(&client, &server, &body);
     // A short run that finishes.
     let short =
         start(json!({"task": "Say OK.", "profile": "web", "max_tokens": 12, "temperature": 0}));
@@ -498,4 +504,128 @@ fn sixteen_concurrent_clients_get_answers_or_a_clear_queue_full() {
         .json()
         .unwrap();
     assert_eq!(health["status"], "ok");
+}
+
+/// The health endpoint's view of the worker: (pid, alive, restarts).
+fn worker_state(client: &reqwest::blocking::Client, server: &Served) -> (u64, bool, u64) {
+    let health: Value = client
+        .get(server.url("/health"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+    let worker = &health["worker"];
+    (
+        worker["pid"].as_u64().unwrap(),
+        worker["alive"].as_bool().unwrap(),
+        worker["restarts"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn a_worker_that_aborts_costs_only_its_run() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &[], None);
+    let client = http();
+    let (pid, alive, restarts) = worker_state(&client, &server);
+    assert!(alive && pid > 0 && pid != server.child.id() as u64);
+    assert_eq!(restarts, 0);
+
+    let start = |task: &str, max_tokens: u32| {
+        let body = json!({
+            "task": task,
+            "profile": "math",
+            "prefill": "<plan>compute it</plan>\n<code>\n```py\nprint(2**100)\n```\n</code>",
+            "max_tokens": max_tokens,
+            "temperature": 0.7,
+            "seed": 5,
+        });
+        start_run(&client, &server, &body)
+    };
+    let doomed = start(
+        "What is 2 to the power 100? Explain every step at length.",
+        2000,
+    );
+    let mut aborted = false;
+    let events = read_events(
+        client
+            .get(server.url(&format!("/v1/agent/runs/{doomed}/events")))
+            .send()
+            .unwrap(),
+        |events| {
+            let model_tokens = events.iter().filter(|e| e["source"] == "model").count();
+            if !aborted && model_tokens >= 3 {
+                // What a failed GGML assertion does: abort() in the worker process.
+                let status = Command::new("kill")
+                    .args(["-ABRT", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+                aborted = true;
+            }
+            false
+        },
+    );
+    assert!(
+        aborted,
+        "the run ended before the model streamed: {events:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{last}");
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.contains("model worker") && message.contains("SIGABRT"),
+        "{message}"
+    );
+    let record: Value = client
+        .get(server.url(&format!("/v1/agent/runs/{doomed}")))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(record["status"], "failed", "{record}");
+
+    // The server kept serving; a new worker takes the next run, which succeeds.
+    let next = start("What is 2 to the power 100?", 60);
+    let events = read_events(
+        client
+            .get(server.url(&format!("/v1/agent/runs/{next}/events")))
+            .send()
+            .unwrap(),
+        |_| false,
+    );
+    let observation = events.iter().find(|e| e["type"] == "observation").unwrap();
+    assert!(
+        observation["text"]
+            .as_str()
+            .unwrap()
+            .contains("1267650600228229401496703205376")
+    );
+    assert_eq!(events.last().unwrap()["type"], "summary", "{events:?}");
+    let (new_pid, alive, restarts) = worker_state(&client, &server);
+    assert!(alive);
+    assert_eq!(restarts, 1);
+    assert_ne!(new_pid, pid);
+
+    // Chat completions are served by the new worker too.
+    let reply: Value = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&json!({
+            "model": server.model,
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(
+        !reply["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .is_empty(),
+        "{reply}"
+    );
 }

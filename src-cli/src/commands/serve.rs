@@ -7,6 +7,7 @@ use catena_core::engine::{SamplingParams, SessionOptions};
 use catena_core::sandbox::Limits;
 use catena_core::server::{InferenceConfig, ServeConfig, Server};
 use catena_core::store::Store;
+use catena_core::worker::WorkerCommand;
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
@@ -62,7 +63,7 @@ pub struct ServeArgs {
     pub code_timeout: f64,
 }
 
-pub fn run(args: ServeArgs, paths: &Paths) -> Result<ExitCode> {
+pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
     let store =
         Arc::new(Store::open_in(&paths.store_dir).context("cannot open the session store")?);
@@ -87,6 +88,8 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<ExitCode> {
                 wall: Duration::from_secs_f64(args.code_timeout.max(0.1)),
                 ..Limits::default()
             },
+            worker: WorkerCommand::current_exe(verbosity)
+                .context("cannot find the catena executable to start the model worker")?,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -15,14 +15,14 @@ mod utf8;
 pub use sampling::{SamplingParams, greedy_pick, token_logprob};
 pub use stops::StopMatcher;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// One piece of prompt text. Chat-template markers (`<|im_start|>`) are special; everything a
 /// user, a file, a tool or a model wrote is plain, so text such as `<|im_end|>` printed by a program
 /// can never become a control token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PromptPart {
     pub text: String,
     pub special: bool,
@@ -45,7 +45,7 @@ impl PromptPart {
 }
 
 /// Why a generation stopped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GenerationStop {
     /// The model produced an end-of-generation token (`<|im_end|>` for Qwen).
@@ -63,7 +63,7 @@ pub enum GenerationStop {
 }
 
 /// What one [`Session::generate`] call produced.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Generation {
     pub text: String,
     pub stop: GenerationStop,
@@ -72,7 +72,7 @@ pub struct Generation {
 }
 
 /// One token of the context as the model saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TokenRecord {
     pub id: i32,
     /// Log-probability of the token under the sampling distribution (logits divided by the
@@ -82,7 +82,7 @@ pub struct TokenRecord {
 }
 
 /// The counters of a session.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionStats {
     /// Tokens in the KV cache.
     pub context_tokens: usize,
@@ -160,7 +160,7 @@ impl GenerateLimits {
 }
 
 /// Settings of one session.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionOptions {
     /// Context window; `None` uses the model's training context, capped at 32,768 (the protocol's
     /// budget).
@@ -183,7 +183,7 @@ impl Default for SessionOptions {
 }
 
 /// Facts about a loaded model.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelInfo {
     pub path: PathBuf,
     pub architecture: String,
@@ -197,7 +197,7 @@ pub struct ModelInfo {
 }
 
 /// How prompts are framed for this model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChatFormat {
     /// `<|im_start|>role\n...<|im_end|>\n` (Qwen2.5, the AFM checkpoints).
@@ -227,4 +227,10 @@ pub enum EngineError {
     Decode(String),
     #[error("llama.cpp backend: {0}")]
     Backend(String),
+    /// An error the model worker process reported (its message, as the worker wrote it).
+    #[error("{0}")]
+    Worker(String),
+    /// The model worker process died or broke the protocol; it is restarted for the next request.
+    #[error("the model worker stopped: {0}")]
+    WorkerDied(String),
 }

@@ -1,13 +1,13 @@
 //! The model's one thread: requests wait in a bounded queue and run one at a time, with the KV
-//! caches kept between them. A request that finds the queue full is refused at once with a clear
-//! error instead of piling up.
+//! caches kept between them (in the worker process). A request that finds the queue full is
+//! refused at once with a clear error instead of piling up. When the worker dies, the request it
+//! was serving fails with a clear error, and the worker is started again for the next one.
 
 use super::error::ApiError;
 use super::live::LiveRuns;
-use super::pool::SessionPool;
 use crate::agent::{Budgets, RunRequest, run_chain};
 use crate::config::Paths;
-use crate::engine::llama::{ChatMessage, LlamaEngine, LoadOptions};
+use crate::engine::llama::ChatMessage;
 use crate::engine::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
     SessionOptions, StopMatcher,
@@ -16,6 +16,7 @@ use crate::protocol::Profile;
 use crate::sandbox::{Limits, Sandbox};
 use crate::store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
 use crate::tools::{ToolBox, profile_tools};
+use crate::worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +36,8 @@ pub struct InferenceConfig {
     /// Where the sandbox runtime and its compiled form live.
     pub paths: Paths,
     pub sandbox_limits: Limits,
+    /// How to start the model worker process.
+    pub worker: WorkerCommand,
 }
 
 /// A chat completion to run.
@@ -97,35 +100,42 @@ pub struct Inference {
     queue_limit: usize,
     pub model_id: String,
     pub info: ModelInfo,
+    /// The worker process (pid, restarts).
+    pub worker: Arc<WorkerStatus>,
 }
 
 impl Inference {
-    /// Loads the model (on this thread, so a bad model fails the start) and starts the worker.
+    /// Starts the worker and waits for it to load the model (so a bad model fails the start), then
+    /// starts the thread that feeds it.
     pub fn start(
         config: InferenceConfig,
         store: Arc<Store>,
         live: Arc<LiveRuns>,
     ) -> Result<Inference, EngineError> {
-        let engine = LlamaEngine::load(
-            &config.model_path,
-            &LoadOptions {
+        let status = Arc::new(WorkerStatus::default());
+        let client = WorkerClient::start(
+            config.worker.clone(),
+            WorkerConfig {
+                model_path: config.model_path.clone(),
                 gpu_layers: config.gpu_layers,
+                session: config.session.clone(),
+                sessions: config.sessions,
             },
+            status.clone(),
         )?;
-        // The engine lives as long as the server process; sessions borrow it.
-        let engine: &'static LlamaEngine = Box::leak(Box::new(engine));
-        let info = engine.info().clone();
+        let info = client.info().clone();
         let model_id = model_id(&config.model_path);
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let worker = Worker {
-            engine,
-            pool: SessionPool::new(engine, config.session.clone(), config.sessions),
-            store,
-            live,
-            sandbox: None,
-            config: config.clone(),
-            model_id: model_id.clone(),
+            client,
+            jobs: JobContext {
+                store,
+                live,
+                sandbox: None,
+                config: config.clone(),
+                model_id: model_id.clone(),
+            },
             in_flight: in_flight.clone(),
         };
         std::thread::Builder::new()
@@ -138,6 +148,7 @@ impl Inference {
             queue_limit: config.queue_limit,
             model_id,
             info,
+            worker: status,
         })
     }
 
@@ -173,16 +184,21 @@ pub fn model_id(path: &std::path::Path) -> String {
         .to_string()
 }
 
+/// The thread that feeds the worker process.
 struct Worker {
-    engine: &'static LlamaEngine,
-    pool: SessionPool,
+    client: WorkerClient,
+    jobs: JobContext,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Everything a job needs besides the model.
+struct JobContext {
     store: Arc<Store>,
     live: Arc<LiveRuns>,
     /// Created on the first agent run that needs `<code>`.
     sandbox: Option<Arc<Sandbox>>,
     config: InferenceConfig,
     model_id: String,
-    in_flight: Arc<AtomicUsize>,
 }
 
 impl Worker {
@@ -192,7 +208,19 @@ impl Worker {
                 Job::Chat(job) => self.chat(job),
                 Job::Agent(job) => self.agent(job),
             }
+            self.revive();
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Starts the worker again if the last job saw it die, so the next job finds it ready. A
+    /// worker that cannot start (the model now fails to load) is tried again before the next job.
+    fn revive(&mut self) {
+        if self.client.is_alive() {
+            return;
+        }
+        if let Err(e) = self.client.restart() {
+            tracing::error!(error = %e, "the model worker could not be restarted");
         }
     }
 
@@ -201,49 +229,36 @@ impl Worker {
             return;
         }
         let reply = job.reply.clone();
-        match self.try_chat(job) {
-            Ok(()) => {}
-            Err(e) => {
-                let _ = reply.send(ChatEvent::Failed(e.to_string()));
-            }
+        if let Err(e) = self.try_chat(job) {
+            let _ = reply.send(ChatEvent::Failed(e.to_string()));
         }
     }
 
     fn try_chat(&mut self, job: ChatJob) -> Result<(), EngineError> {
-        let prompt = self.engine.conversation_prompt(&job.messages)?;
-        let tokens = self.engine.tokenize_parts(&prompt);
-        let checkout = self.pool.checkout(&tokens)?;
-        let mut session = checkout.session;
-        let cached = checkout.cached;
-        let conversation = checkout.conversation;
-        let result = (|| {
-            session.append_tokens(&tokens[cached..])?;
-            session.set_sampling(job.sampling);
-            let stops = StopMatcher::new(job.stops.iter().cloned());
-            let limits = GenerateLimits {
-                max_tokens: job.max_tokens,
-                deadline: None,
-                cancel: Some(job.cancel.clone()),
-            };
-            let cancel = job.cancel.clone();
-            let reply = job.reply.clone();
-            session.generate(&stops, limits, &mut |text| {
-                if reply.send(ChatEvent::Text(text.to_string())).is_err() {
-                    // The client went away: stop generating for it.
-                    cancel.store(true, Ordering::Relaxed);
-                }
-            })
-        })();
-        let generation = match result {
-            Ok(g) => g,
-            Err(e) => {
-                // The session's state is unknown after an error: do not keep it.
-                return Err(e);
-            }
+        self.ready()?;
+        let opened = self.client.open(Prompt::Conversation {
+            messages: job.messages.clone(),
+        })?;
+        let mut session = opened.session;
+        session.set_sampling(job.sampling);
+        let stops = StopMatcher::new(job.stops.iter().cloned());
+        let limits = GenerateLimits {
+            max_tokens: job.max_tokens,
+            deadline: None,
+            cancel: Some(job.cancel.clone()),
         };
+        let cancel = job.cancel.clone();
+        let reply = job.reply.clone();
+        // On an error the session is dropped, in the worker too: its state is unknown.
+        let generation = session.generate(&stops, limits, &mut |text| {
+            if reply.send(ChatEvent::Text(text.to_string())).is_err() {
+                // The client went away: stop generating for it.
+                cancel.store(true, Ordering::Relaxed);
+            }
+        })?;
         let usage = ChatUsage {
-            prompt_tokens: tokens.len(),
-            cached_tokens: cached,
+            prompt_tokens: opened.prompt_tokens,
+            cached_tokens: opened.cached,
             completion_tokens: generation.tokens,
         };
         let (finish_reason, stopped_by_string) = match generation.stop {
@@ -258,11 +273,85 @@ impl Worker {
             stopped_by_string,
             usage,
         });
-        let conversation = self.record_chat(&job, conversation, &generation.text, usage);
-        self.pool.checkin(session, conversation);
-        Ok(())
+        let conversation =
+            self.jobs
+                .record_chat(&job, opened.conversation, &generation.text, usage);
+        session.close(true, conversation)
     }
 
+    /// The worker, started again first if it died and the restart after that failed.
+    fn ready(&mut self) -> Result<(), EngineError> {
+        if self.client.is_alive() {
+            Ok(())
+        } else {
+            self.client.restart()
+        }
+    }
+
+    fn agent(&mut self, job: AgentJob) {
+        let store = self.jobs.store.clone();
+        let mut recorder = Recorder::new(&store, job.run_id.clone());
+        if job.cancel.load(Ordering::Relaxed) {
+            let stored = recorder.raw(&serde_json::json!({
+                "type": "error",
+                "message": "cancelled before it started",
+            }));
+            self.jobs.live.publish(&job.run_id, stored);
+            let end = RunEnd {
+                status: RunStatus::Cancelled,
+                answer: None,
+                stop_reason: Some("cancelled"),
+                trajectory: None,
+                summary: None,
+                error: Some("cancelled before it started"),
+                usage: Usage::default(),
+            };
+            if let Err(e) = store.finish_run(&job.run_id, &end) {
+                tracing::error!(error = %e, "could not save a cancelled run");
+            }
+        } else if let Err(message) = self.try_agent(&job, &mut recorder) {
+            let stored = recorder.fail(&message);
+            self.jobs.live.publish(&job.run_id, stored);
+        }
+        self.jobs.live.finish(&job.run_id);
+    }
+
+    fn try_agent(&mut self, job: &AgentJob, recorder: &mut Recorder<'_>) -> Result<(), String> {
+        let tools = self.jobs.tools(&job.profile)?;
+        self.ready().map_err(|e| e.to_string())?;
+        let opened = self
+            .client
+            .open(Prompt::Task {
+                system: job.profile.system.clone(),
+                user: job.user_prompt.clone(),
+            })
+            .map_err(|e| e.to_string())?;
+        let mut session = opened.session;
+        session.set_sampling(job.sampling);
+        let request = RunRequest {
+            profile: &job.profile,
+            model: self.jobs.model_id.clone(),
+            sampling: job.sampling,
+            prompt_tokens: opened.prompt_tokens,
+            cached_tokens: opened.cached,
+            prefill: job.prefill.as_deref(),
+            budgets: job.budgets,
+            cancel: Some(job.cancel.clone()),
+        };
+        let live = self.jobs.live.clone();
+        let run_id = job.run_id.clone();
+        let summary = run_chain(&mut session, request, &tools, &mut |event| {
+            let stored = recorder.event(&event);
+            live.publish(&run_id, stored);
+        })
+        .map_err(|e| e.to_string())?;
+        let stored = recorder.finish(&summary, opened.cached);
+        live.publish(&run_id, stored);
+        session.close(true, None).map_err(|e| e.to_string())
+    }
+}
+
+impl JobContext {
     /// Stores a chat completion; returns the stored conversation (session) it belongs to.
     fn record_chat(
         &self,
@@ -326,71 +415,6 @@ impl Worker {
             tracing::error!(error = %e, "could not save a chat completion");
         }
         self.store.run(&id).ok().map(|r| r.session_id)
-    }
-
-    fn agent(&mut self, job: AgentJob) {
-        let store = self.store.clone();
-        let mut recorder = Recorder::new(&store, job.run_id.clone());
-        if job.cancel.load(Ordering::Relaxed) {
-            let stored = recorder.raw(&serde_json::json!({
-                "type": "error",
-                "message": "cancelled before it started",
-            }));
-            self.live.publish(&job.run_id, stored);
-            let end = RunEnd {
-                status: RunStatus::Cancelled,
-                answer: None,
-                stop_reason: Some("cancelled"),
-                trajectory: None,
-                summary: None,
-                error: Some("cancelled before it started"),
-                usage: Usage::default(),
-            };
-            if let Err(e) = store.finish_run(&job.run_id, &end) {
-                tracing::error!(error = %e, "could not save a cancelled run");
-            }
-        } else if let Err(message) = self.try_agent(&job, &mut recorder) {
-            let stored = recorder.fail(&message);
-            self.live.publish(&job.run_id, stored);
-        }
-        self.live.finish(&job.run_id);
-    }
-
-    fn try_agent(&mut self, job: &AgentJob, recorder: &mut Recorder<'_>) -> Result<(), String> {
-        let tools = self.tools(&job.profile)?;
-        let prompt = self
-            .engine
-            .chat_prompt(&job.profile.system, &job.user_prompt)
-            .map_err(|e| e.to_string())?;
-        let tokens = self.engine.tokenize_parts(&prompt);
-        let checkout = self.pool.checkout(&tokens).map_err(|e| e.to_string())?;
-        let mut session = checkout.session;
-        let cached = checkout.cached;
-        session
-            .append_tokens(&tokens[cached..])
-            .map_err(|e| e.to_string())?;
-        session.set_sampling(job.sampling);
-        let request = RunRequest {
-            profile: &job.profile,
-            model: self.model_id.clone(),
-            sampling: job.sampling,
-            prompt_tokens: tokens.len(),
-            cached_tokens: cached,
-            prefill: job.prefill.as_deref(),
-            budgets: job.budgets,
-            cancel: Some(job.cancel.clone()),
-        };
-        let live = self.live.clone();
-        let run_id = job.run_id.clone();
-        let summary = run_chain(&mut session, request, &tools, &mut |event| {
-            let stored = recorder.event(&event);
-            live.publish(&run_id, stored);
-        })
-        .map_err(|e| e.to_string())?;
-        let stored = recorder.finish(&summary, cached);
-        live.publish(&run_id, stored);
-        self.pool.checkin(session, None);
-        Ok(())
     }
 
     /// The tools of a profile; the sandbox is prepared once, on first need.

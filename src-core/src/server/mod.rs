@@ -9,7 +9,6 @@ mod holdback;
 mod inference;
 mod live;
 mod openai;
-mod pool;
 
 pub use error::ApiError;
 pub use inference::{InferenceConfig, model_id};
@@ -156,6 +155,11 @@ async fn health(State(app): State<Arc<AppState>>) -> impl IntoResponse {
         "in_flight": app.inference.in_flight(),
         "queue_limit": app.inference.queue_limit(),
         "live_runs": app.live.count(),
+        "worker": {
+            "pid": app.inference.worker.pid(),
+            "alive": app.inference.worker.alive(),
+            "restarts": app.inference.worker.restarts(),
+        },
     }))
 }
 

@@ -8,7 +8,7 @@ use crate::engine::{EngineError, Session, SessionOptions};
 use std::time::Instant;
 
 /// A session lent out for one request.
-pub(crate) struct Checkout {
+pub struct Checkout {
     pub session: LlamaSession<'static>,
     /// Leading prompt tokens already in the session's KV cache.
     pub cached: usize,
@@ -22,7 +22,7 @@ struct Idle {
     conversation: Option<String>,
 }
 
-pub(crate) struct SessionPool {
+pub struct SessionPool {
     engine: &'static LlamaEngine,
     options: SessionOptions,
     /// Most sessions alive at once (each holds a KV cache of `options.context_size`).
