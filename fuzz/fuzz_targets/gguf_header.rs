@@ -1,13 +1,16 @@
-//! Untrusted bytes as a GGUF file: the header reader must return an error, never panic, loop or
-//! allocate without bound.
+//! Untrusted bytes as a GGUF file: the header reader and the inspection built on it must return an
+//! error or a report, never panic, loop or allocate without bound.
 #![no_main]
 
 use catena_core::models::GgufHeader;
+use catena_core::models::inspect::inspect;
 use libfuzzer_sys::fuzz_target;
+use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(header) = GgufHeader::parse(data, data.len() as u64) {
         let _ = header.check_data_present();
-        let _ = header.architecture();
+        let report = inspect(Path::new("fuzz.gguf"), &header);
+        let _ = report.to_string();
     }
 });

@@ -49,6 +49,10 @@ enum Command {
     Serve(commands::serve::ServeArgs),
     /// List, show and export stored sessions and runs.
     Sessions(commands::sessions::SessionsArgs),
+    /// Download, list, inspect and choose models.
+    Models(commands::models::ModelsArgs),
+    /// Check this machine: CPU, memory, GPUs, the model, and the plan for running it here.
+    Doctor(commands::doctor::DoctorArgs),
     /// The model worker process that `catena serve` starts (speaks frames on stdin/stdout).
     #[command(hide = true)]
     Worker,
@@ -72,6 +76,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args, &paths),
         Command::Serve(args) => commands::serve::run(args, &paths, cli.verbose),
         Command::Sessions(args) => commands::sessions::run(args, &paths),
+        Command::Models(args) => commands::models::run(args, &paths),
+        Command::Doctor(args) => commands::doctor::run(args, &paths),
         Command::Worker => commands::worker::run(),
     };
     match result {

@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use catena_core::assets::{self, AssetProgress};
 use catena_core::config::Paths;
 use catena_core::engine::llama::{LlamaEngine, LoadOptions};
+use catena_core::models::plan::Plan;
 use catena_core::sandbox::{Limits, Sandbox};
 use std::io::Write;
 use std::path::Path;
@@ -68,12 +69,46 @@ pub fn asset_progress(event: AssetProgress) {
     }
 }
 
-/// The model to run: the given file, or the default model (fetched on first use).
+/// The model to run: the given file (or installed model, `catena models list`), else the one
+/// chosen with `catena models default`, else the built-in default model (fetched on first use).
 pub fn model_path(model: Option<&Path>, paths: &Paths) -> Result<std::path::PathBuf> {
+    use catena_core::models::installed;
     match model {
+        Some(path) if !path.exists() => match path.to_str() {
+            // Not a file: perhaps a catalog id or a downloaded model's name.
+            Some(reference) => installed::resolve(reference, paths).or(Ok(path.to_path_buf())),
+            None => Ok(path.to_path_buf()),
+        },
         Some(path) => Ok(path.to_path_buf()),
-        None => assets::default_model(paths, &mut asset_progress)
-            .context("the default model is not available"),
+        None => match installed::chosen_default(paths) {
+            Ok(Some(path)) => Ok(path),
+            Ok(None) => assets::default_model(paths, &mut asset_progress)
+                .context("the default model is not available"),
+            Err(e) => Err(anyhow::Error::new(e).context(
+                "the model chosen with `catena models default` is unusable \
+                 (choose another, or `catena models default --clear`)",
+            )),
+        },
+    }
+}
+
+/// The placement plan for a model on this machine (the user's choices kept); `None`, with a
+/// warning, when the file cannot be sized (loading then explains what is wrong with it).
+pub fn plan(path: &Path, overrides: catena_core::models::plan::Overrides) -> Option<Plan> {
+    match catena_core::models::hardware::plan_for_model(path, overrides) {
+        Ok(plan) => {
+            for reason in &plan.reasons {
+                tracing::info!("plan: {reason}");
+            }
+            for problem in &plan.problems {
+                tracing::warn!("{problem}");
+            }
+            Some(plan)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "no placement plan");
+            None
+        }
     }
 }
 

@@ -57,7 +57,7 @@ fn broken_files(dir: &Path) -> Vec<(String, &'static str)> {
                 "alien.gguf",
                 &gguf_with(&[("general.architecture", "catena-alien-arch")]),
             ),
-            "unknown model architecture",
+            "not one the bundled llama.cpp knows",
         ),
         (
             write(

@@ -56,8 +56,9 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         sampling: SamplingParams::greedy(),
         threads: args.threads,
         batch_size: args.batch_size,
+        ..SessionOptions::default()
     };
-    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    let mut rng = XorShift::default();
     let mut results = Vec::new();
     // Warm up as llama-bench does: a short prompt, one generated token.
     if args.n_prompt > 0 {
@@ -111,7 +112,7 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn prompt_rate(
+pub(crate) fn prompt_rate(
     engine: &LlamaEngine,
     options: &SessionOptions,
     n: usize,
@@ -125,7 +126,7 @@ fn prompt_rate(
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-fn gen_rate(
+pub(crate) fn gen_rate(
     engine: &LlamaEngine,
     options: &SessionOptions,
     n: usize,
@@ -158,7 +159,13 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
 }
 
 /// A tiny deterministic generator for benchmark tokens (no need for a crate).
-struct XorShift(u64);
+pub(crate) struct XorShift(u64);
+
+impl Default for XorShift {
+    fn default() -> Self {
+        XorShift(0x2545_F491_4F6C_DD1D)
+    }
+}
 
 impl XorShift {
     fn next(&mut self) -> u64 {

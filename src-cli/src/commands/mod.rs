@@ -2,6 +2,8 @@
 
 pub mod assets;
 pub mod bench;
+pub mod doctor;
+pub mod models;
 pub mod run;
 pub mod sandbox;
 pub mod serve;

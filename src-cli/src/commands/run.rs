@@ -5,7 +5,8 @@ use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_core::agent::{Budgets, RunRequest, run_chain};
 use catena_core::config::Paths;
-use catena_core::engine::{SamplingParams, Session, SessionOptions};
+use catena_core::engine::{KvCacheType, SamplingParams, Session, SessionOptions};
+use catena_core::models::plan::Overrides;
 use catena_core::protocol::Profile;
 use catena_core::sandbox::Limits;
 use catena_core::store::{NewRun, Recorder, RunKind, Store};
@@ -72,13 +73,17 @@ pub struct RunArgs {
     #[arg(long)]
     pub seed: Option<u32>,
 
-    /// Layers to offload to the GPU (default: all, in a GPU build).
+    /// Layers to offload to the GPU (default: as many as fit, see `catena doctor`).
     #[arg(long, value_name = "N")]
     pub gpu_layers: Option<u32>,
 
-    /// Context window in tokens (default: the model's, at most 32768).
+    /// Context window in tokens (default: the model's, at most 32768, shortened if memory is short).
     #[arg(long, value_name = "TOKENS")]
     pub ctx_size: Option<u32>,
+
+    /// KV cache type, f16 or q8_0 (default: f16 unless memory is short).
+    #[arg(long, value_name = "TYPE")]
+    pub kv_cache: Option<KvCacheType>,
 
     /// CPU threads (default: the physical cores).
     #[arg(long)]
@@ -120,7 +125,19 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         ..Limits::default()
     };
     let tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
-    let engine = setup::load_model(&model_path, args.gpu_layers)?;
+    let plan = setup::plan(
+        &model_path,
+        Overrides {
+            context: args.ctx_size,
+            gpu_layers: args.gpu_layers,
+            kv_cache: args.kv_cache,
+            kv_caches: 1,
+        },
+    );
+    let engine = setup::load_model(
+        &model_path,
+        plan.as_ref().map(|p| p.gpu_layers).or(args.gpu_layers),
+    )?;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     // First Ctrl-C stops the run cleanly (the summary is still printed); a second one exits.
@@ -130,9 +147,10 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         }
     });
     let options = SessionOptions {
-        context_size: args.ctx_size,
+        context_size: plan.as_ref().map(|p| p.context).or(args.ctx_size),
         sampling,
         threads: args.threads,
+        kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
         ..SessionOptions::default()
     };
     let mut session = engine.session(&options)?;

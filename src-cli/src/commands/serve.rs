@@ -3,7 +3,7 @@
 use crate::setup;
 use anyhow::{Context, Result};
 use catena_core::config::Paths;
-use catena_core::engine::{SamplingParams, SessionOptions};
+use catena_core::engine::{KvCacheType, SamplingParams, SessionOptions};
 use catena_core::sandbox::Limits;
 use catena_core::server::{InferenceConfig, ServeConfig, Server};
 use catena_core::store::Store;
@@ -34,9 +34,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
 
-    /// Layers to offload to the GPU (default: all, in a GPU build).
+    /// Layers to offload to the GPU (default: as many as fit, see `catena doctor`).
     #[arg(long, value_name = "N")]
     pub gpu_layers: Option<u32>,
+
+    /// KV cache type, f16 or q8_0 (default: f16 unless memory is short).
+    #[arg(long, value_name = "TYPE")]
+    pub kv_cache: Option<KvCacheType>,
 
     /// Context window of each kept conversation, in tokens.
     #[arg(long, value_name = "TOKENS", default_value_t = 8192)]
@@ -82,6 +86,7 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
                 ..SessionOptions::default()
             },
             sessions: args.sessions,
+            kv_cache: args.kv_cache,
             queue_limit: args.queue,
             paths: paths.clone(),
             sandbox_limits: Limits {

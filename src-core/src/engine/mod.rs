@@ -169,6 +169,47 @@ pub struct SessionOptions {
     /// CPU threads; `None` uses the physical cores.
     pub threads: Option<i32>,
     pub batch_size: u32,
+    /// How keys and values are stored in the KV cache.
+    #[serde(default)]
+    pub kv_cache: KvCacheType,
+}
+
+/// The KV cache's element type: F16 is exact, Q8_0 halves the cache's memory for a small loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvCacheType {
+    #[default]
+    F16,
+    Q8_0,
+}
+
+impl KvCacheType {
+    /// Bytes per element, in 64ths (Q8_0 stores 32 values in 34 bytes).
+    pub fn bytes_per_element_x64(self) -> u64 {
+        match self {
+            KvCacheType::F16 => 128,
+            KvCacheType::Q8_0 => 68,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheType::F16 => "f16",
+            KvCacheType::Q8_0 => "q8_0",
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvCacheType::F16),
+            "q8_0" | "q8" => Ok(KvCacheType::Q8_0),
+            other => Err(format!("unknown KV cache type {other:?} (f16 or q8_0)")),
+        }
+    }
 }
 
 impl Default for SessionOptions {
@@ -178,6 +219,7 @@ impl Default for SessionOptions {
             sampling: SamplingParams::default(),
             threads: None,
             batch_size: 512,
+            kv_cache: KvCacheType::default(),
         }
     }
 }

@@ -31,6 +31,8 @@ pub struct InferenceConfig {
     pub session: SessionOptions,
     /// Sessions (KV caches) kept at once.
     pub sessions: usize,
+    /// The KV cache type, when the user chose one.
+    pub kv_cache: Option<crate::engine::KvCacheType>,
     /// Requests that may wait for the model; more are refused.
     pub queue_limit: usize,
     /// Where the sandbox runtime and its compiled form live.
@@ -120,6 +122,7 @@ impl Inference {
                 gpu_layers: config.gpu_layers,
                 session: config.session.clone(),
                 sessions: config.sessions,
+                kv_cache: config.kv_cache,
             },
             status.clone(),
         )?;

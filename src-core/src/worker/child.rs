@@ -5,7 +5,11 @@
 use super::pool::SessionPool;
 use super::protocol::{Prompt, Reply, Request, TokensDelta, WorkerConfig, read_frame, write_frame};
 use crate::engine::llama::{LlamaEngine, LlamaSession, LoadOptions};
-use crate::engine::{CancelFlag, EngineError, GenerateLimits, Session, StopMatcher, TokenRecord};
+use crate::engine::{
+    CancelFlag, EngineError, GenerateLimits, Session, SessionOptions, StopMatcher, TokenRecord,
+};
+use crate::models::hardware::plan_for_model;
+use crate::models::plan::{Overrides, Plan};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -37,8 +41,8 @@ pub fn serve(
         Some(Request::Start(config)) => config,
         _ => return Err(WorkerExit::NotStarted),
     };
-    let engine = match load(&config) {
-        Ok(engine) => engine,
+    let (engine, plan, session) = match load(&config) {
+        Ok(loaded) => loaded,
         Err(e) => {
             write_frame(&mut output, &Reply::Error { error: (&e).into() })?;
             return Err(WorkerExit::Load(e));
@@ -48,13 +52,14 @@ pub fn serve(
         &mut output,
         &Reply::Ready {
             info: engine.info().clone(),
+            plan,
         },
     )?;
     let cancel = CancelFlag::default();
     let requests = spawn_reader(input, cancel.clone());
     let mut worker = Worker {
         engine,
-        pool: SessionPool::new(engine, config.session.clone(), config.sessions),
+        pool: SessionPool::new(engine, session, config.sessions),
         open: None,
         cancel,
         output,
@@ -65,15 +70,40 @@ pub fn serve(
     Ok(())
 }
 
-fn load(config: &WorkerConfig) -> Result<&'static LlamaEngine, EngineError> {
-    let engine = LlamaEngine::load(
-        &config.model_path,
-        &LoadOptions {
-            gpu_layers: config.gpu_layers,
-        },
-    )?;
+/// Plans the placement (GPU layers, context, KV cache; the user's choices kept), then loads.
+fn load(
+    config: &WorkerConfig,
+) -> Result<(&'static LlamaEngine, Option<Plan>, SessionOptions), EngineError> {
+    let mut session = config.session.clone();
+    let overrides = Overrides {
+        context: session.context_size,
+        gpu_layers: config.gpu_layers,
+        kv_cache: config.kv_cache,
+        kv_caches: u32::try_from(config.sessions).unwrap_or(u32::MAX),
+    };
+    let plan = match plan_for_model(&config.model_path, overrides) {
+        Ok(plan) => {
+            for reason in &plan.reasons {
+                tracing::info!("plan: {reason}");
+            }
+            for problem in &plan.problems {
+                tracing::warn!("plan: {problem}");
+            }
+            session.context_size = Some(plan.context);
+            session.kv_cache = plan.kv_cache;
+            Some(plan)
+        }
+        Err(e) => {
+            // The loader's own checks explain a bad file better; a file the planner cannot size
+            // still loads with the user's settings.
+            tracing::warn!(error = %e, "no placement plan; loading with the settings given");
+            None
+        }
+    };
+    let gpu_layers = plan.as_ref().map(|p| p.gpu_layers).or(config.gpu_layers);
+    let engine = LlamaEngine::load(&config.model_path, &LoadOptions { gpu_layers })?;
     // The model lives as long as the worker process; sessions borrow it.
-    Ok(Box::leak(Box::new(engine)))
+    Ok((Box::leak(Box::new(engine)), plan, session))
 }
 
 /// Reads frames on a thread of its own: `Cancel` sets the flag at once, everything else is queued.

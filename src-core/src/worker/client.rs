@@ -291,8 +291,16 @@ fn spawn(
         Err(e) => Incoming::End(Some(e)),
     };
     match first {
-        Incoming::Reply(Reply::Ready { info }) => {
+        Incoming::Reply(Reply::Ready { info, plan }) => {
             status.alive.store(true, Ordering::SeqCst);
+            if let Some(plan) = plan {
+                tracing::info!(
+                    gpu_layers = plan.gpu_layers,
+                    context = plan.context,
+                    kv_cache = plan.kv_cache.name(),
+                    "the worker placed the model as planned"
+                );
+            }
             Ok((process, info))
         }
         Incoming::Reply(Reply::Error { error }) => {

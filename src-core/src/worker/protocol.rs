@@ -6,9 +6,10 @@
 
 use crate::engine::llama::ChatMessage;
 use crate::engine::{
-    EngineError, Generation, ModelInfo, PromptPart, SamplingParams, SessionOptions, SessionStats,
-    TokenRecord,
+    EngineError, Generation, KvCacheType, ModelInfo, PromptPart, SamplingParams, SessionOptions,
+    SessionStats, TokenRecord,
 };
+use crate::models::plan::Plan;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -26,6 +27,8 @@ pub struct WorkerConfig {
     pub session: SessionOptions,
     /// KV caches kept between requests.
     pub sessions: usize,
+    /// The KV cache type, when the user chose one (otherwise the plan chooses).
+    pub kv_cache: Option<KvCacheType>,
 }
 
 /// The prompt a session starts from; the worker applies the model's chat template.
@@ -82,9 +85,10 @@ pub struct TokensDelta {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
-    /// The model is loaded.
+    /// The model is loaded, placed as the plan says (when one could be made).
     Ready {
         info: ModelInfo,
+        plan: Option<Plan>,
     },
     Opened {
         prompt_tokens: usize,

@@ -8,26 +8,12 @@ pub use session::LlamaSession;
 
 use super::{ChatFormat, EngineError, ModelInfo, PromptPart, SessionOptions};
 use crate::models::GgufHeader;
+use crate::models::inspect::{NOT_GENERATIVE, llama_supports};
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-/// Architectures llama.cpp loads but that cannot write a trajectory (encoders, vision
-/// projectors, audio decoders).
-const NOT_GENERATIVE: &[&str] = &[
-    "bert",
-    "nomic-bert",
-    "nomic-bert-moe",
-    "jina-bert-v2",
-    "jina-bert-v3",
-    "neo-bert",
-    "modern-bert",
-    "t5encoder",
-    "clip",
-    "wavtokenizer-dec",
-];
 
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
@@ -44,6 +30,43 @@ fn backend() -> Result<&'static LlamaBackend, EngineError> {
         .get_or_init(|| LlamaBackend::init().map_err(|e| e.to_string()))
         .as_ref()
         .map_err(|e| EngineError::Backend(e.clone()))
+}
+
+/// A compute device llama.cpp's backends report (the CPU, each GPU).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendDevice {
+    /// `CUDA0`, `Vulkan0`, `CPU`.
+    pub name: String,
+    /// `NVIDIA H100 80GB HBM3`.
+    pub description: String,
+    /// `CUDA`, `Metal`, `Vulkan`, `CPU`.
+    pub backend: String,
+    pub memory_total: u64,
+    pub memory_free: u64,
+    /// A GPU (discrete or integrated) rather than the CPU or an accelerator add-on.
+    pub gpu: bool,
+}
+
+/// The devices of this build's llama.cpp backends, with their free memory now.
+pub fn backend_devices() -> Result<Vec<BackendDevice>, EngineError> {
+    use llama_cpp_2::LlamaBackendDeviceType as Kind;
+    backend()?;
+    Ok(llama_cpp_2::list_llama_ggml_backend_devices()
+        .into_iter()
+        .map(|d| BackendDevice {
+            gpu: matches!(d.device_type, Kind::Gpu | Kind::IntegratedGpu),
+            name: d.name,
+            description: d.description,
+            backend: d.backend,
+            memory_total: d.memory_total as u64,
+            memory_free: d.memory_free as u64,
+        })
+        .collect())
+}
+
+/// Whether this build can offload layers to a GPU at all.
+pub fn supports_gpu_offload() -> Result<bool, EngineError> {
+    Ok(backend()?.supports_gpu_offload())
 }
 
 /// A loaded GGUF model.
@@ -284,6 +307,11 @@ fn preflight(path: &Path) -> Result<GgufHeader, EngineError> {
     let Some(arch) = header.architecture() else {
         return Err(bad("it has no general.architecture".into()));
     };
+    if !llama_supports(arch) {
+        return Err(bad(format!(
+            "its architecture `{arch}` is not one the bundled llama.cpp knows (a newer Catena may run it)"
+        )));
+    }
     if NOT_GENERATIVE.contains(&arch) {
         return Err(bad(format!(
             "its architecture `{arch}` does not generate text (an encoder or a projector)"

@@ -59,7 +59,9 @@ impl<'m> LlamaSession<'m> {
             .with_n_batch(batch_size)
             .with_n_ubatch(batch_size)
             .with_n_threads(threads)
-            .with_n_threads_batch(threads);
+            .with_n_threads_batch(threads)
+            .with_type_k(kv_cache_type(options.kv_cache))
+            .with_type_v(kv_cache_type(options.kv_cache));
         let capture = super::log::install();
         let mark = capture.mark();
         let ctx = model.new_context(super::backend()?, params).map_err(|e| {
@@ -343,4 +345,12 @@ fn build_sampler(params: &SamplingParams) -> LlamaSampler {
     chain.push(LlamaSampler::temp(params.temperature));
     chain.push(LlamaSampler::dist(params.seed));
     LlamaSampler::chain_simple(chain)
+}
+
+fn kv_cache_type(kind: crate::engine::KvCacheType) -> llama_cpp_2::context::params::KvCacheType {
+    use llama_cpp_2::context::params::KvCacheType as Llama;
+    match kind {
+        crate::engine::KvCacheType::F16 => Llama::F16,
+        crate::engine::KvCacheType::Q8_0 => Llama::Q8_0,
+    }
 }

@@ -1,0 +1,530 @@
+//! `catena models list|pull|rm|default|mirror|inspect`: the model catalog, downloads and the
+//! user's default model.
+
+use crate::setup;
+use anyhow::{Context, Result, bail};
+use catena_core::assets;
+use catena_core::config::Paths;
+use catena_core::models::catalog::{self, Catalog, CatalogEntry, Source};
+use catena_core::models::download::{
+    self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink,
+};
+use catena_core::models::installed::{self, DigestSource, ModelSettings};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ModelsArgs {
+    #[command(subcommand)]
+    pub command: ModelsCommand,
+}
+
+#[derive(Subcommand)]
+pub enum ModelsCommand {
+    /// The catalog's models with their state, and other downloaded models.
+    List {
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download and verify a model of the catalog, or any GGUF file by URL.
+    Pull(PullArgs),
+    /// Remove a downloaded model (and any partial download of it).
+    Rm {
+        /// A catalog id (`ID` or `ID:QUANT`) or a downloaded file's name.
+        model: String,
+    },
+    /// Show or choose the model `catena run` and `catena serve` use without --model.
+    Default {
+        /// A catalog id (`ID` or `ID:QUANT`), a downloaded file's name or a GGUF path.
+        model: Option<String>,
+        /// Go back to the built-in default model.
+        #[arg(long, conflicts_with = "model")]
+        clear: bool,
+    },
+    /// Show or set the hub mirror used for catalog downloads.
+    Mirror {
+        /// Base URL of a mirror serving the hub's paths.
+        url: Option<String>,
+        #[arg(long, conflicts_with = "url")]
+        clear: bool,
+    },
+    /// What a GGUF file holds: architecture, size, quantisation, context, chat template.
+    Inspect {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+pub struct PullArgs {
+    /// A catalog id, optionally with its quantisation (`afm-code-7b-rl:Q8_0`).
+    #[arg(required_unless_present = "url", conflicts_with = "url")]
+    pub id: Option<String>,
+    /// The quantisation (default: the catalog's first, Q4_K_M for the AFM models).
+    #[arg(long, value_name = "QUANT")]
+    pub quant: Option<String>,
+    /// Download this URL instead of a catalog model.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The installed file name (with --url; default: the URL's last path segment).
+    #[arg(long, requires = "url")]
+    pub name: Option<String>,
+    /// The expected sha256 (needed when neither the catalog nor the server gives one).
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    /// Parallel connections.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub connections: usize,
+    /// Hub base URL (a mirror); default: CATENA_MODEL_BASE_URL, the `mirror` setting, the hub.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Seconds without data before a connection is dropped and retried.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub stall_timeout: f64,
+    /// Failed attempts per connection before giving up.
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    pub retries: u32,
+    /// Progress as JSON lines on stdout instead of a bar.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: ModelsArgs, paths: &Paths) -> Result<ExitCode> {
+    match args.command {
+        ModelsCommand::List { json } => list(paths, json),
+        ModelsCommand::Pull(args) => pull(args, paths),
+        ModelsCommand::Rm { model } => remove(&model, paths),
+        ModelsCommand::Default { model, clear } => default(model, clear, paths),
+        ModelsCommand::Mirror { url, clear } => mirror(url, clear, paths),
+        ModelsCommand::Inspect { file, json } => inspect(&file, json),
+    }
+}
+
+/// One line of `catena models list`.
+#[derive(Serialize)]
+struct Row {
+    id: String,
+    quant: Option<String>,
+    file: String,
+    /// Exact size if known (installed files, pinned entries), else the catalog's estimate.
+    size: Option<u64>,
+    size_is_estimate: bool,
+    profile: Option<String>,
+    license: Option<String>,
+    installed: bool,
+    default: bool,
+    path: PathBuf,
+    /// hub, url, registry, or download (not in the catalog).
+    source: &'static str,
+}
+
+fn rows(catalog: &Catalog, paths: &Paths) -> Result<Vec<Row>> {
+    let chosen = installed::chosen_default(paths).unwrap_or(None);
+    let builtin_default = assets::installed_path(
+        &assets::DEFAULT_MODEL,
+        &assets::DEFAULT_MODEL.files[0],
+        paths,
+    );
+    let default_path = chosen.unwrap_or(builtin_default);
+    let mut rows = Vec::new();
+    for entry in &catalog.entries {
+        for file in &entry.files {
+            let (path, ok) = installed::catalog_file_state(entry, file, paths);
+            let size = if ok {
+                std::fs::metadata(&path).ok().map(|m| m.len())
+            } else {
+                file.size()
+            };
+            rows.push(Row {
+                id: format!("{}:{}", entry.id, file.quant),
+                quant: Some(file.quant.clone()),
+                file: file.file.clone(),
+                size,
+                size_is_estimate: !ok && file.size_bytes.is_none(),
+                profile: Some(entry.profile.clone()),
+                license: Some(entry.license.clone()),
+                installed: ok,
+                default: ok && path == default_path,
+                path,
+                source: source_kind(entry),
+            });
+        }
+    }
+    for model in installed::list(paths) {
+        if rows.iter().any(|r| r.installed && r.path == model.path) {
+            continue;
+        }
+        rows.push(Row {
+            id: model.record.file.clone(),
+            quant: model.record.quant.clone(),
+            file: model.record.file.clone(),
+            size: Some(model.record.size),
+            size_is_estimate: false,
+            profile: None,
+            license: None,
+            installed: true,
+            default: model.path == default_path,
+            path: model.path,
+            source: "download",
+        });
+    }
+    Ok(rows)
+}
+
+fn source_kind(entry: &CatalogEntry) -> &'static str {
+    match entry.source {
+        Source::Hub { .. } => "hub",
+        Source::Url { .. } => "url",
+        Source::Registry { .. } => "registry",
+    }
+}
+
+fn human_size(bytes: Option<u64>, estimate: bool) -> String {
+    match bytes {
+        None => "?".into(),
+        Some(b) => {
+            let gib = b as f64 / (1u64 << 30) as f64;
+            let text = if gib >= 1.0 {
+                format!("{gib:.1} GiB")
+            } else {
+                format!("{} MiB", b >> 20)
+            };
+            if estimate { format!("~{text}") } else { text }
+        }
+    }
+}
+
+fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
+    let catalog = Catalog::load(paths)?;
+    let rows = rows(&catalog, paths)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "  {:<40} {:>10}  {:<8} {:<10} LICENCE",
+        "MODEL", "SIZE", "PROFILE", "STATE"
+    );
+    for row in &rows {
+        let state = if row.installed { "installed" } else { "-" };
+        println!(
+            "{} {:<40} {:>10}  {:<8} {:<10} {}",
+            if row.default { "*" } else { " " },
+            row.id,
+            human_size(row.size, row.size_is_estimate),
+            row.profile.as_deref().unwrap_or("-"),
+            state,
+            row.license.as_deref().unwrap_or("-"),
+        );
+    }
+    println!(
+        "\n* the default model; ~ a size estimated from the parameter count. \
+         `catena models pull ID[:QUANT]` downloads one."
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
+    let catalog = Catalog::load(paths)?;
+    let settings = installed::settings(paths)?;
+    let request = match (&args.id, &args.url) {
+        (Some(reference), _) => {
+            let (id, quant_in_id) = installed::split_reference(reference);
+            let entry = catalog.entry(id)?;
+            let file = entry.file(args.quant.as_deref().or(quant_in_id))?;
+            if let Some(asset) = installed::registry_asset(entry) {
+                let path = assets::ensure(asset, paths, &mut setup::asset_progress)
+                    .with_context(|| format!("{} is not available", entry.id))?;
+                println!("{}", path.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            let base = catalog::effective_base_url(
+                args.base_url.as_deref(),
+                settings.mirror.as_deref(),
+                &catalog,
+            );
+            let url = entry
+                .url(file, &base)
+                .context("this catalog entry has no download URL")?;
+            let (sha256, digest_source) = match (&args.sha256, &file.sha256) {
+                (Some(sha), _) => (Some(sha.clone()), DigestSource::User),
+                (None, Some(sha)) => (Some(sha.clone()), DigestSource::Catalog),
+                (None, None) => (None, DigestSource::Server),
+            };
+            if let Some(note) = &entry.note {
+                eprintln!("Note: {note}");
+            }
+            DownloadRequest {
+                url,
+                file_name: file.file.clone(),
+                sha256,
+                digest_source,
+                catalog_id: Some(entry.id.clone()),
+                quant: Some(file.quant.clone()),
+            }
+        }
+        (None, Some(url)) => {
+            let file_name = match &args.name {
+                Some(name) => name.clone(),
+                None => download::file_name_from_url(url)
+                    .with_context(|| format!("cannot name a file after {url}; pass --name NAME"))?,
+            };
+            DownloadRequest {
+                url: url.clone(),
+                file_name,
+                sha256: args.sha256.clone(),
+                digest_source: DigestSource::User,
+                catalog_id: None,
+                quant: None,
+            }
+        }
+        (None, None) => bail!("name a catalog model or pass --url"),
+    };
+
+    let target = paths.models_dir().join(&request.file_name);
+    if let Some(record) = installed::record_of(&target) {
+        let same = request
+            .sha256
+            .as_deref()
+            .is_none_or(|sha| sha.eq_ignore_ascii_case(&record.sha256));
+        if same {
+            eprintln!("Already installed and verified.");
+            println!("{}", target.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+
+    if !(args.stall_timeout.is_finite() && args.stall_timeout > 0.0) {
+        bail!("--stall-timeout must be a positive number of seconds");
+    }
+    let options = DownloadOptions {
+        connections: args.connections.clamp(1, 32),
+        stall_timeout: Duration::from_secs_f64(args.stall_timeout),
+        retries: args.retries,
+        ..DownloadOptions::default()
+    };
+    let (events, bar) = if args.json {
+        (json_events(), None)
+    } else {
+        let (sink, bar) = bar_events();
+        (sink, Some(bar))
+    };
+    let result = download::download_blocking(paths, &request, &options, events);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let model = result?;
+    eprintln!(
+        "Verified {} (sha256 {}, checked against {}).",
+        model.record.file, model.record.sha256, model.record.digest_source
+    );
+    if !args.json {
+        // With --json the `done` event carries the path.
+        println!("{}", model.path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn json_events() -> EventSink {
+    Arc::new(|event: DownloadEvent| {
+        if let Ok(line) = serde_json::to_string(&event) {
+            println!("{line}");
+        }
+    })
+}
+
+/// An indicatif bar on stderr (bytes, speed, ETA); messages about retries above it.
+fn bar_events() -> (EventSink, ProgressBar) {
+    let bar = ProgressBar::hidden();
+    let style = ProgressStyle::with_template(
+        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    bar.set_style(style);
+    let sink_bar = bar.clone();
+    // A hidden bar (stderr is not a terminal) prints nothing: say things plainly then.
+    let say = {
+        let bar = bar.clone();
+        move |line: String| {
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
+        }
+    };
+    let sink: EventSink = Arc::new(move |event: DownloadEvent| match event {
+        DownloadEvent::Started {
+            url,
+            file,
+            total,
+            resumed_from,
+            connections,
+        } => {
+            sink_bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            if let Some(total) = total {
+                sink_bar.set_length(total);
+            }
+            sink_bar.set_position(resumed_from);
+            sink_bar.reset_eta();
+            sink_bar.set_message(file.clone());
+            let resumed = if resumed_from > 0 {
+                format!(", resuming at {} MiB", resumed_from >> 20)
+            } else {
+                String::new()
+            };
+            say(format!(
+                "Downloading {file} from {url} ({connections} connection{}{resumed})",
+                if connections == 1 { "" } else { "s" }
+            ));
+        }
+        DownloadEvent::Bytes { done, .. } => sink_bar.set_position(done),
+        DownloadEvent::Retrying {
+            attempt,
+            max,
+            cause,
+            wait_ms,
+        } => say(format!(
+            "Retrying ({attempt}/{max}) in {:.1} s: {cause}",
+            wait_ms as f64 / 1000.0
+        )),
+        DownloadEvent::Restarting { reason } => say(format!("Starting over: {reason}")),
+        DownloadEvent::Verifying { .. } => sink_bar.set_message("verifying sha256"),
+        DownloadEvent::Done { .. } => {}
+    });
+    (sink, bar)
+}
+
+/// Removes the partial download of `file`, if any (not while another process downloads it).
+fn remove_partial(paths: &Paths, file: &str) -> Result<bool> {
+    let (part, state, lock) = download::partial_paths(&paths.models_dir(), file);
+    if let Ok(handle) = std::fs::File::open(&lock)
+        && handle.try_lock().is_err()
+    {
+        bail!("{file} is being downloaded right now; stop that first");
+    }
+    let mut removed = false;
+    for path in [part, state, lock] {
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+        }
+    }
+    Ok(removed)
+}
+
+fn remove(reference: &str, paths: &Paths) -> Result<ExitCode> {
+    let catalog = Catalog::load(paths)?;
+    let (id, quant) = installed::split_reference(reference);
+    let files: Vec<String> = match catalog.get(id) {
+        Some(entry) => match quant {
+            Some(q) => vec![entry.file(Some(q))?.file.clone()],
+            None => entry.files.iter().map(|f| f.file.clone()).collect(),
+        },
+        None if catalog::is_safe_file_name(reference) => vec![reference.to_string()],
+        None => bail!("`{reference}` is neither a catalog id nor a model file name"),
+    };
+    let mut removed = 0;
+    for file in &files {
+        let partial = remove_partial(paths, file)?;
+        let gone = installed::remove_file(paths, file)?;
+        for path in &gone {
+            eprintln!("Removed {}", path.display());
+        }
+        if partial {
+            eprintln!("Removed the partial download of {file}");
+        }
+        removed += gone.len() + usize::from(partial);
+    }
+    if removed == 0 {
+        bail!("`{reference}` is not installed (see `catena models list`)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn default(model: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
+    let mut settings = installed::settings(paths)?;
+    if clear {
+        settings.default = None;
+        installed::save_settings(paths, &settings)?;
+        eprintln!("The default model is the built-in one again.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(reference) = model else {
+        match installed::chosen_default(paths) {
+            Ok(Some(path)) => println!("{}", path.display()),
+            Ok(None) => println!(
+                "{} (built-in)",
+                assets::installed_path(
+                    &assets::DEFAULT_MODEL,
+                    &assets::DEFAULT_MODEL.files[0],
+                    paths
+                )
+                .display()
+            ),
+            Err(e) => bail!("the chosen default model is unusable: {e}"),
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let path = installed::resolve(&reference, paths).with_context(|| {
+        format!("cannot make `{reference}` the default; `catena models pull` it first")
+    })?;
+    // Catalog ids and downloaded names stay names (so re-downloads keep working); other files
+    // are stored by absolute path.
+    let stored =
+        if Path::new(&reference).is_file() && !paths.models_dir().join(&reference).is_file() {
+            path.display().to_string()
+        } else {
+            reference
+        };
+    settings.default = Some(stored);
+    installed::save_settings(paths, &settings)?;
+    eprintln!("Default model: {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mirror(url: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
+    let mut settings: ModelSettings = installed::settings(paths)?;
+    if clear {
+        settings.mirror = None;
+    } else if let Some(url) = url {
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            bail!("{url} is not an http(s) URL");
+        }
+        settings.mirror = Some(url);
+    } else {
+        let catalog = Catalog::load(paths)?;
+        println!(
+            "{}",
+            catalog::effective_base_url(None, settings.mirror.as_deref(), &catalog)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    installed::save_settings(paths, &settings)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn inspect(file: &Path, json: bool) -> Result<ExitCode> {
+    let inspection = catena_core::models::inspect::inspect_file(file)
+        .with_context(|| format!("cannot inspect {}", file.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&inspection)?);
+    } else {
+        println!("{inspection}");
+    }
+    // Problems are printed above; the status lets scripts refuse the file.
+    Ok(if inspection.usable() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
