@@ -9,10 +9,14 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 
 step "system packages"
-scripts/setup.sh
+scripts/setup.sh --tests
 
 step "format"
 cargo fmt --all -- --check
+
+step "web UI: type check, unit tests, build (embedded by the cargo build)"
+scripts/ui.sh check
+scripts/ui.sh build
 
 step "build"
 cargo build --release --locked --workspace
@@ -26,6 +30,9 @@ step "assets and the sandbox's compiled CPython"
 
 step "tests"
 cargo test --release --locked --workspace
+
+step "web UI end to end (Chromium against catena serve)"
+CATENA_BIN="$target/release/catena" scripts/ui.sh e2e
 
 step "fuzz smoke (the parsers of untrusted bytes)"
 scripts/fuzz.sh 20

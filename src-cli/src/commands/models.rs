@@ -5,14 +5,14 @@ use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_core::assets;
 use catena_core::config::Paths;
-use catena_core::models::catalog::{self, Catalog, CatalogEntry, Source};
+use catena_core::models::catalog::{self, Catalog};
 use catena_core::models::download::{
     self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink,
 };
 use catena_core::models::installed::{self, DigestSource, ModelSettings};
+use catena_core::models::listing;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -107,85 +107,6 @@ pub fn run(args: ModelsArgs, paths: &Paths) -> Result<ExitCode> {
     }
 }
 
-/// One line of `catena models list`.
-#[derive(Serialize)]
-struct Row {
-    id: String,
-    quant: Option<String>,
-    file: String,
-    /// Exact size if known (installed files, pinned entries), else the catalog's estimate.
-    size: Option<u64>,
-    size_is_estimate: bool,
-    profile: Option<String>,
-    license: Option<String>,
-    installed: bool,
-    default: bool,
-    path: PathBuf,
-    /// hub, url, registry, or download (not in the catalog).
-    source: &'static str,
-}
-
-fn rows(catalog: &Catalog, paths: &Paths) -> Result<Vec<Row>> {
-    let chosen = installed::chosen_default(paths).unwrap_or(None);
-    let builtin_default = assets::installed_path(
-        &assets::DEFAULT_MODEL,
-        &assets::DEFAULT_MODEL.files[0],
-        paths,
-    );
-    let default_path = chosen.unwrap_or(builtin_default);
-    let mut rows = Vec::new();
-    for entry in &catalog.entries {
-        for file in &entry.files {
-            let (path, ok) = installed::catalog_file_state(entry, file, paths);
-            let size = if ok {
-                std::fs::metadata(&path).ok().map(|m| m.len())
-            } else {
-                file.size()
-            };
-            rows.push(Row {
-                id: format!("{}:{}", entry.id, file.quant),
-                quant: Some(file.quant.clone()),
-                file: file.file.clone(),
-                size,
-                size_is_estimate: !ok && file.size_bytes.is_none(),
-                profile: Some(entry.profile.clone()),
-                license: Some(entry.license.clone()),
-                installed: ok,
-                default: ok && path == default_path,
-                path,
-                source: source_kind(entry),
-            });
-        }
-    }
-    for model in installed::list(paths) {
-        if rows.iter().any(|r| r.installed && r.path == model.path) {
-            continue;
-        }
-        rows.push(Row {
-            id: model.record.file.clone(),
-            quant: model.record.quant.clone(),
-            file: model.record.file.clone(),
-            size: Some(model.record.size),
-            size_is_estimate: false,
-            profile: None,
-            license: None,
-            installed: true,
-            default: model.path == default_path,
-            path: model.path,
-            source: "download",
-        });
-    }
-    Ok(rows)
-}
-
-fn source_kind(entry: &CatalogEntry) -> &'static str {
-    match entry.source {
-        Source::Hub { .. } => "hub",
-        Source::Url { .. } => "url",
-        Source::Registry { .. } => "registry",
-    }
-}
-
 fn human_size(bytes: Option<u64>, estimate: bool) -> String {
     match bytes {
         None => "?".into(),
@@ -203,7 +124,7 @@ fn human_size(bytes: Option<u64>, estimate: bool) -> String {
 
 fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
     let catalog = Catalog::load(paths)?;
-    let rows = rows(&catalog, paths)?;
+    let rows = listing::rows(&catalog, paths);
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);

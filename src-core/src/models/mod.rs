@@ -14,5 +14,6 @@ pub mod catalog;
 #[cfg(feature = "runtime")]
 pub mod download;
 pub mod installed;
+pub mod listing;
 
 pub use installed::default_model_path;

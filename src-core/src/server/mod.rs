@@ -9,6 +9,7 @@ mod holdback;
 mod inference;
 mod live;
 mod openai;
+mod ui;
 
 pub use error::ApiError;
 pub use inference::{InferenceConfig, model_id};
@@ -46,6 +47,7 @@ pub struct AppState {
     live: Arc<LiveRuns>,
     api_key: Option<String>,
     started: Instant,
+    paths: crate::config::Paths,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +87,7 @@ impl Server {
                 live,
                 api_key: config.api_key.filter(|k| !k.is_empty()),
                 started: Instant::now(),
+                paths: config.inference.paths.clone(),
             }),
             max_body_bytes: config.max_body_bytes,
         })
@@ -136,11 +139,13 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
             get(agent_api::get_session).delete(agent_api::delete_session),
         )
         .route("/export", get(agent_api::export))
+        .route("/library/models", get(library_models))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .route("/health", get(health))
         .nest("/v1", v1)
+        .fallback(ui::serve)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
@@ -161,6 +166,23 @@ async fn health(State(app): State<Arc<AppState>>) -> impl IntoResponse {
             "restarts": app.inference.worker.restarts(),
         },
     }))
+}
+
+/// The models on this machine and in the catalog (the UI's models page); the served one marked.
+async fn library_models(State(app): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
+    let paths = app.paths.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        crate::models::catalog::Catalog::load(&paths)
+            .map(|catalog| crate::models::listing::rows(&catalog, &paths))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("listing models failed: {e}")))?
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(axum::Json(json!({
+        "object": "list",
+        "serving": app.inference.info.path,
+        "data": rows,
+    })))
 }
 
 async fn not_found(request: Request) -> ApiError {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The web UI (ui/: Svelte 5, TypeScript, Vite).
+#   scripts/ui.sh build   install its packages (npm ci) when needed, build ui/dist (embedded into
+#                         `catena serve` by the next cargo build)
+#   scripts/ui.sh check   type check (svelte-check) and unit tests (Vitest)
+#   scripts/ui.sh e2e     Playwright in Debian's Chromium against a real `catena serve`
+# Playwright never downloads a browser: it drives /usr/bin/chromium (scripts/setup.sh --tests).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root/ui"
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+
+install() {
+  if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    npm ci --no-audit --no-fund
+  fi
+}
+
+case "${1:-build}" in
+  build)
+    install
+    npx vite build
+    ;;
+  check)
+    install
+    npx svelte-check --tsconfig ./tsconfig.json --fail-on-warnings
+    npx vitest run
+    ;;
+  e2e)
+    install
+    CATENA_BIN="${CATENA_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/catena}" npx playwright test
+    ;;
+  *)
+    echo "usage: scripts/ui.sh build|check|e2e" >&2
+    exit 2
+    ;;
+esac

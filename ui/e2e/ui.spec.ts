@@ -1,0 +1,130 @@
+// The web UI served by a real `catena serve`: a real task on the default model, the chain with the
+// sandbox's observation and the answer, the other views, themes, zoom, keys and accessible names.
+// Screenshots of every view in both themes go to docs/screenshots/.
+
+import { expect, test, type Page } from '@playwright/test';
+import { resolve } from 'node:path';
+
+const SHOTS = resolve(import.meta.dirname, '../../docs/screenshots');
+const POW = '1267650600228229401496703205376';
+
+function base(): string {
+  const url = process.env.CATENA_URL;
+  if (!url) throw new Error('CATENA_URL is not set (global setup)');
+  return url;
+}
+
+async function theme(page: Page, name: 'light' | 'dark') {
+  await page.evaluate((t) => {
+    const saved = JSON.parse(localStorage.getItem('catena.settings') ?? '{}');
+    localStorage.setItem('catena.settings', JSON.stringify({ ...saved, theme: t }));
+  }, name);
+}
+
+/** Switches view with the navigation bar. */
+async function go(page: Page, view: string) {
+  await page.getByRole('navigation', { name: 'Views' }).getByRole('button', { name: view }).click();
+}
+
+async function shoot(page: Page, name: string) {
+  // The bar is sticky: from the top, a full-page shot shows it once, where it belongs.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+}
+
+/** Every control has a name a screen reader can say. */
+async function expectNamedControls(page: Page) {
+  const unnamed = await page.evaluate(() =>
+    [...document.querySelectorAll('button, select, input, textarea')]
+      .filter((el) => {
+        const e = el as HTMLElement;
+        const labelled = e.getAttribute('aria-label') || e.getAttribute('title') || (e as HTMLInputElement).labels?.length;
+        return !labelled && !(e.textContent ?? '').trim() && !e.getAttribute('placeholder');
+      })
+      .map((el) => el.outerHTML.slice(0, 80)),
+  );
+  expect(unnamed).toEqual([]);
+}
+
+test('a real task streams its chain: code, the sandbox observation, the answer', async ({ page }) => {
+  await page.goto(base());
+  await go(page, 'Settings');
+  await page.getByLabel('Temperature').fill('0');
+  await page.getByLabel('Temperature').dispatchEvent('change');
+  await go(page, 'Run');
+
+  await page.getByRole('textbox', { name: 'Task' }).fill('What is 2 to the power 100?');
+  await page.getByLabel('Profile').selectOption('math');
+  await page.getByText('Start the answer with…').click();
+  await page.getByLabel(/Prefill/).fill('<plan>compute it</plan>\n<code>\n```py\nprint(2**100)\n```\n</code>');
+  await expectNamedControls(page);
+  await page.getByRole('textbox', { name: 'Task' }).press('Control+Enter');
+
+  await expect(page.getByTestId('observation')).toContainText(POW, { timeout: 120_000 });
+  await expect(page.getByTestId('answer')).toContainText(POW, { timeout: 120_000 });
+  await expect(page.locator('code.hljs')).toContainText('print(2**100)');
+  await page.getByRole('button', { name: '✓ Good' }).click();
+  await expect(page.getByRole('button', { name: '✓ Good' })).toHaveAttribute('aria-pressed', 'true');
+
+  for (const t of ['light', 'dark'] as const) {
+    await theme(page, t);
+    await page.evaluate(() => document.documentElement.setAttribute('data-theme', JSON.parse(localStorage.getItem('catena.settings')!).theme));
+    await shoot(page, `run-${t}`);
+  }
+});
+
+test('sessions list, search, reopen, feedback and export', async ({ page }) => {
+  await page.goto(base());
+  await page.keyboard.press('Alt+2');
+  await expect(page.getByRole('region', { name: 'Sessions' })).toBeVisible();
+  await page.getByLabel('Search sessions').fill('power 100');
+  const session = page.getByRole('button', { name: 'What is 2 to the power 100?' }).first();
+  await expect(session).toBeVisible();
+  await session.click();
+  await expect(page.locator('.run-card').first()).toContainText(POW);
+  const download = page.waitForEvent('download');
+  await page.getByRole('button', { name: 'Export SFT' }).click();
+  const file = await download;
+  expect(file.suggestedFilename()).toBe('catena-sft.jsonl');
+  for (const t of ['light', 'dark'] as const) {
+    await theme(page, t);
+    await page.reload();
+    await page.keyboard.press('Alt+2');
+    await page.getByRole('button', { name: 'What is 2 to the power 100?' }).first().click();
+    await shoot(page, `sessions-${t}`);
+  }
+  // Reopening replays the stored chain in the run view.
+  await page.getByRole('button', { name: 'Open' }).first().click();
+  await expect(page.getByTestId('answer')).toContainText(POW);
+});
+
+test('models, settings and training views, in both themes', async ({ page }) => {
+  for (const t of ['light', 'dark'] as const) {
+    await page.goto(base());
+    await theme(page, t);
+    await page.reload();
+    await go(page, 'Models');
+    await expect(page.getByRole('region', { name: 'Models' })).toContainText('qwen2.5-coder-0.5b-instruct');
+    await expect(page.getByRole('region', { name: 'Models' })).toContainText('afm-code-7b-rl:Q4_K_M');
+    await shoot(page, `models-${t}`);
+    await go(page, 'Settings');
+    await expectNamedControls(page);
+    await shoot(page, `settings-${t}`);
+    await go(page, 'Training');
+    await shoot(page, `training-${t}`);
+  }
+});
+
+test('readable at 200% zoom: nothing runs off the side', async ({ browser }) => {
+  const context = await browser.newContext({ viewport: { width: 640, height: 450 }, deviceScaleFactor: 2 });
+  const page = await context.newPage();
+  await page.goto(base());
+  for (const view of ['Run', 'Sessions', 'Models', 'Settings']) {
+    await go(page, view);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    expect(overflow, `${view} overflows at 200%`).toBeLessThanOrEqual(0);
+  }
+  await go(page, 'Run');
+  await shoot(page, 'run-zoom200');
+  await context.close();
+});

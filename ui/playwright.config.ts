@@ -1,0 +1,19 @@
+import { defineConfig } from '@playwright/test';
+
+// End-to-end tests in Debian's Chromium against a real `catena serve` (started by global-setup.ts
+// with the default model). Playwright never downloads a browser here.
+export default defineConfig({
+  testDir: 'e2e',
+  globalSetup: './e2e/global-setup.ts',
+  timeout: 180_000,
+  workers: 1,
+  reporter: [['list']],
+  use: {
+    browserName: 'chromium',
+    launchOptions: {
+      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
+    },
+    viewport: { width: 1280, height: 900 },
+  },
+});

@@ -1,0 +1,16 @@
+export function bytes(n: number | null, estimate = false): string {
+  if (n === null) return '?';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = n;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const text = unit === 0 ? `${n} B` : `${value.toFixed(1)} ${units[unit]}`;
+  return estimate ? `~${text}` : text;
+}
+
+export function when(ms: number): string {
+  return new Date(ms).toLocaleString();
+}

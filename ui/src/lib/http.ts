@@ -1,0 +1,120 @@
+// The transport of the browser build: `catena serve`'s HTTP API and its SSE event streams.
+
+import { SseParser } from './sse';
+import { ApiError, type EventHandlers, type Transport, type Unsubscribe } from './transport';
+import type { AgentEvent, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
+
+type Fetch = typeof fetch;
+
+export class HttpTransport implements Transport {
+  constructor(
+    private readonly base = '',
+    private readonly fetcher: Fetch = (input, init) => fetch(input, init),
+  ) {}
+
+  private async request<T>(path: string, init?: RequestInit): Promise<T> {
+    const response = await this.fetcher(this.base + path, init);
+    if (!response.ok) throw await errorOf(response);
+    return (await response.json()) as T;
+  }
+
+  private post<T>(path: string, body: unknown): Promise<T> {
+    return this.request<T>(path, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  }
+
+  health(): Promise<Health> {
+    return this.request('/health');
+  }
+
+  async profiles(): Promise<Profile[]> {
+    return (await this.request<{ data: Profile[] }>('/v1/profiles')).data;
+  }
+
+  async models(): Promise<ModelRow[]> {
+    return (await this.request<{ data: ModelRow[] }>('/v1/library/models')).data;
+  }
+
+  startRun(options: RunOptions): Promise<StartedRun> {
+    return this.post('/v1/agent/runs', options);
+  }
+
+  runEvents(runId: string, handlers: EventHandlers, after = 0): Unsubscribe {
+    const abort = new AbortController();
+    let ended = false;
+    const end = (error?: string) => {
+      if (!ended) {
+        ended = true;
+        handlers.onEnd(error);
+      }
+    };
+    const url = `${this.base}/v1/agent/runs/${encodeURIComponent(runId)}/events?after=${after}`;
+    (async () => {
+      const response = await this.fetcher(url, { signal: abort.signal, headers: { Accept: 'text/event-stream' } });
+      if (!response.ok || !response.body) throw await errorOf(response);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      const parser = new SseParser();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        for (const message of parser.push(value)) {
+          let event: AgentEvent;
+          try {
+            event = JSON.parse(message.data) as AgentEvent;
+          } catch {
+            continue;
+          }
+          handlers.onEvent(event, message.id);
+        }
+      }
+      end();
+    })().catch((e: unknown) => {
+      if (abort.signal.aborted) end();
+      else end(e instanceof Error ? e.message : String(e));
+    });
+    return () => abort.abort();
+  }
+
+  async cancelRun(runId: string): Promise<void> {
+    await this.post(`/v1/agent/runs/${encodeURIComponent(runId)}/cancel`, {});
+  }
+
+  async rateRun(runId: string, rating: Rating): Promise<void> {
+    await this.post(`/v1/agent/runs/${encodeURIComponent(runId)}/feedback`, { rating });
+  }
+
+  async sessions(search?: string): Promise<SessionSummary[]> {
+    const query = search ? `?search=${encodeURIComponent(search)}` : '';
+    return (await this.request<{ data: SessionSummary[] }>(`/v1/sessions${query}`)).data;
+  }
+
+  session(id: string): Promise<{ id: string; runs: RunRecord[] }> {
+    return this.request(`/v1/sessions/${encodeURIComponent(id)}`);
+  }
+
+  async deleteSession(id: string): Promise<void> {
+    const response = await this.fetcher(`${this.base}/v1/sessions/${encodeURIComponent(id)}`, { method: 'DELETE' });
+    if (!response.ok) throw await errorOf(response);
+  }
+
+  async exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<Blob> {
+    const response = await this.fetcher(`${this.base}/v1/export?format=${format}&feedback=${feedback}`);
+    if (!response.ok) throw await errorOf(response);
+    return response.blob();
+  }
+}
+
+/** The server's message for a refused request, or the status line. */
+async function errorOf(response: Response): Promise<ApiError> {
+  let message = `${response.status} ${response.statusText}`.trim();
+  try {
+    const body = (await response.json()) as { error?: { message?: string } };
+    if (body.error?.message) message = body.error.message;
+  } catch {
+    // Not JSON: keep the status line.
+  }
+  return new ApiError(response.status, message);
+}

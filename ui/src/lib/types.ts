@@ -1,0 +1,93 @@
+// The shapes `catena serve` sends (see src-core/src/server and src-core/src/agent/events.rs).
+
+export type Source = 'model' | 'prefill';
+
+/** One event of an agent run, as stored and streamed. `seq` is the SSE id. */
+export type AgentEvent =
+  | { type: 'run_started'; profile: string; model: string; prompt_tokens: number; cached_tokens: number; context_size: number; seed: number; temperature: number }
+  | { type: 'block_started'; tag: string; source: Source }
+  | { type: 'block_delta'; tag: string; text: string; source: Source }
+  | { type: 'block_ended'; tag: string; content: string; closed: boolean; source: Source }
+  | { type: 'text'; text: string; source: Source }
+  | { type: 'parse_issue'; message: string }
+  | { type: 'tool_call'; index: number; tool: string; input: string }
+  | { type: 'observation'; index: number; tool: string; text: string; success: boolean; duplicate: boolean; elapsed_ms: number }
+  | { type: 'summary'; answer: string | null; stop_reason: string; tool_calls: number; generated_tokens: number; context_tokens: number; timings?: Record<string, number> }
+  | { type: 'error'; message: string };
+
+export interface Profile {
+  name: string;
+  description: string;
+  tools: string[];
+  max_tool_calls: number;
+}
+
+export interface RunOptions {
+  task: string;
+  profile: string;
+  prefill?: string;
+  session_id?: string;
+  max_tool_calls?: number;
+  max_tokens?: number;
+  max_time?: number;
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  seed?: number;
+}
+
+export interface StartedRun {
+  id: string;
+  session_id: string;
+  status: string;
+}
+
+export type Rating = 'good' | 'bad' | null;
+
+export interface RunRecord {
+  id: string;
+  session_id: string;
+  kind: string;
+  status: string;
+  task: string;
+  profile: string | null;
+  model: string;
+  answer: string | null;
+  stop_reason: string | null;
+  feedback: Rating;
+  started_ms: number;
+  finished_ms: number | null;
+  live?: boolean;
+}
+
+export interface SessionSummary {
+  id: string;
+  title: string;
+  runs: number;
+  created_ms: number;
+  updated_ms: number;
+}
+
+export interface ModelRow {
+  id: string;
+  quant: string | null;
+  file: string;
+  size: number | null;
+  size_is_estimate: boolean;
+  profile: string | null;
+  license: string | null;
+  installed: boolean;
+  default: boolean;
+  path: string;
+  source: string;
+}
+
+export interface Health {
+  status: string;
+  model: string;
+  architecture: string;
+  version: string;
+  in_flight: number;
+  queue_limit: number;
+  worker?: { pid: number; alive: boolean; restarts: number };
+}
