@@ -712,6 +712,9 @@ fn pulled_models_can_be_chosen_as_default_and_removed() {
     ]);
     assert!(output.status.success(), "{output:?}");
     assert!(listed_files(dir.path()).contains(&"mine.gguf".to_string()));
+    // The bytes are intact (the digest matched) but they are not a model: the user is told.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not a readable GGUF model"), "{stderr}");
     // A second pull does nothing.
     let requests = server.requests();
     let output = run(&[

@@ -246,6 +246,19 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
         "Verified {} (sha256 {}, checked against {}).",
         model.record.file, model.record.sha256, model.record.digest_source
     );
+    // The bytes are the ones published; say now if they are not a model this build can run.
+    match catena_core::models::inspect::inspect_file(&model.path) {
+        Ok(report) if report.usable() => {}
+        Ok(report) => eprintln!(
+            "warning: {} downloaded intact, but the bundled llama.cpp cannot run it: {}",
+            model.record.file,
+            report.problems.join("; ")
+        ),
+        Err(e) => eprintln!(
+            "warning: {} downloaded intact, but it is not a readable GGUF model: {e}",
+            model.record.file
+        ),
+    }
     if !args.json {
         // With --json the `done` event carries the path.
         println!("{}", model.path.display());
