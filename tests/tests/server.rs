@@ -608,6 +608,30 @@ fn a_worker_that_aborts_costs_only_its_run() {
     assert_eq!(restarts, 1);
     assert_ne!(new_pid, pid);
 
+    // A worker killed while idle (as the out-of-memory killer would) does not cost the next
+    // request: it is noticed and replaced before the request is sent.
+    let status = Command::new("kill")
+        .args(["-KILL", &new_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Dead means reaped, or a zombie whose threads have all exited (only then can the server
+    // collect it; the leader shows state Z while the other threads are still being torn down).
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{new_pid}"));
+    let dead = || {
+        let state = std::fs::read_to_string(proc_dir.join("stat"));
+        let threads = std::fs::read_dir(proc_dir.join("task")).map(Iterator::count);
+        match (state, threads) {
+            (Ok(stat), Ok(threads)) => stat.contains(") Z ") && threads <= 1,
+            _ => true,
+        }
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while !dead() {
+        assert!(Instant::now() < until, "the killed worker is still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
     // Chat completions are served by the new worker too.
     let reply: Value = client
         .post(server.url("/v1/chat/completions"))
@@ -622,10 +646,12 @@ fn a_worker_that_aborts_costs_only_its_run() {
         .json()
         .unwrap();
     assert!(
-        !reply["choices"][0]["message"]["content"]
+        reply["choices"][0]["message"]["content"]
             .as_str()
-            .unwrap()
-            .is_empty(),
+            .is_some_and(|text| !text.is_empty()),
         "{reply}"
     );
+    let (_, alive, restarts) = worker_state(&client, &server);
+    assert!(alive);
+    assert_eq!(restarts, 2);
 }

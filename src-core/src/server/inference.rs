@@ -219,7 +219,7 @@ impl Worker {
     /// Starts the worker again if the last job saw it die, so the next job finds it ready. A
     /// worker that cannot start (the model now fails to load) is tried again before the next job.
     fn revive(&mut self) {
-        if self.client.is_alive() {
+        if self.client.check() {
             return;
         }
         if let Err(e) = self.client.restart() {
@@ -282,9 +282,10 @@ impl Worker {
         session.close(true, conversation)
     }
 
-    /// The worker, started again first if it died and the restart after that failed.
+    /// The worker, started again first if it died while idle, or died in the last job and the
+    /// restart after it failed.
     fn ready(&mut self) -> Result<(), EngineError> {
-        if self.client.is_alive() {
+        if self.client.check() {
             Ok(())
         } else {
             self.client.restart()

@@ -111,6 +111,19 @@ impl WorkerClient {
         self.process.is_some()
     }
 
+    /// Whether the worker is running, noticing one that died while idle (the out-of-memory
+    /// killer does not wait for a request), so the next request does not fail on its corpse.
+    pub fn check(&mut self) -> bool {
+        let exited = match self.process.as_mut() {
+            None => return false,
+            Some(process) => matches!(process.child.try_wait(), Ok(Some(_))),
+        };
+        if exited {
+            let _ = self.died(None);
+        }
+        !exited
+    }
+
     /// Starts a fresh worker in place of a dead one.
     pub fn restart(&mut self) -> Result<(), EngineError> {
         if let Some(process) = self.process.take() {
