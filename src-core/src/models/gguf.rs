@@ -241,43 +241,54 @@ impl GgufHeader {
     }
 }
 
-/// (elements per block, bytes per block) of a ggml tensor type, as in the vendored ggml.
+/// The ggml tensor types the vendored ggml knows: (id, name, elements per block, bytes per block).
+const GGML_TYPES: &[(u32, &str, u64, u64)] = &[
+    (0, "F32", 1, 4),
+    (1, "F16", 1, 2),
+    (2, "Q4_0", 32, 18),
+    (3, "Q4_1", 32, 20),
+    (6, "Q5_0", 32, 22),
+    (7, "Q5_1", 32, 24),
+    (8, "Q8_0", 32, 34),
+    (9, "Q8_1", 32, 36),
+    (10, "Q2_K", 256, 84),
+    (11, "Q3_K", 256, 110),
+    (12, "Q4_K", 256, 144),
+    (13, "Q5_K", 256, 176),
+    (14, "Q6_K", 256, 210),
+    (15, "Q8_K", 256, 292),
+    (16, "IQ2_XXS", 256, 66),
+    (17, "IQ2_XS", 256, 74),
+    (18, "IQ3_XXS", 256, 98),
+    (19, "IQ1_S", 256, 50),
+    (20, "IQ4_NL", 32, 18),
+    (21, "IQ3_S", 256, 110),
+    (22, "IQ2_S", 256, 82),
+    (23, "IQ4_XS", 256, 136),
+    (24, "I8", 1, 1),
+    (25, "I16", 1, 2),
+    (26, "I32", 1, 4),
+    (27, "I64", 1, 8),
+    (28, "F64", 1, 8),
+    (29, "IQ1_M", 256, 56),
+    (30, "BF16", 1, 2),
+    (34, "TQ1_0", 256, 54),
+    (35, "TQ2_0", 256, 66),
+    (39, "MXFP4", 32, 17),
+];
+
+fn ggml_type(ggml_type: u32) -> Option<&'static (u32, &'static str, u64, u64)> {
+    GGML_TYPES.iter().find(|t| t.0 == ggml_type)
+}
+
+/// (elements per block, bytes per block) of a ggml tensor type.
 pub fn ggml_type_layout(ggml_type: u32) -> Option<(u64, u64)> {
-    Some(match ggml_type {
-        0 => (1, 4),      // F32
-        1 => (1, 2),      // F16
-        2 => (32, 18),    // Q4_0
-        3 => (32, 20),    // Q4_1
-        6 => (32, 22),    // Q5_0
-        7 => (32, 24),    // Q5_1
-        8 => (32, 34),    // Q8_0
-        9 => (32, 36),    // Q8_1
-        10 => (256, 84),  // Q2_K
-        11 => (256, 110), // Q3_K
-        12 => (256, 144), // Q4_K
-        13 => (256, 176), // Q5_K
-        14 => (256, 210), // Q6_K
-        15 => (256, 292), // Q8_K
-        16 => (256, 66),  // IQ2_XXS
-        17 => (256, 74),  // IQ2_XS
-        18 => (256, 98),  // IQ3_XXS
-        19 => (256, 50),  // IQ1_S
-        20 => (32, 18),   // IQ4_NL
-        21 => (256, 110), // IQ3_S
-        22 => (256, 82),  // IQ2_S
-        23 => (256, 136), // IQ4_XS
-        24 => (1, 1),     // I8
-        25 => (1, 2),     // I16
-        26 => (1, 4),     // I32
-        27 => (1, 8),     // I64
-        28 => (1, 8),     // F64
-        29 => (256, 56),  // IQ1_M
-        30 => (1, 2),     // BF16
-        34 => (256, 54),  // TQ1_0
-        35 => (256, 66),  // TQ2_0
-        39 => (32, 17),   // MXFP4
-        _ => return None,
-    })
+    self::ggml_type(ggml_type).map(|&(_, _, block, size)| (block, size))
+}
+
+/// A ggml tensor type's name (`type 99` for one the bundled ggml does not know).
+pub fn ggml_type_name(ggml_type: u32) -> String {
+    self::ggml_type(ggml_type).map_or_else(|| format!("type {ggml_type}"), |t| t.1.to_string())
 }
 
 /// A bounds-checked little-endian reader.

@@ -4,7 +4,7 @@
 //! overlapping data section, an unknown tensor type). `catena models inspect FILE` prints it; the
 //! planner reads the sizes from it.
 
-use super::gguf::{GgufError, GgufHeader, MetaValue, ggml_type_layout};
+use super::gguf::{GgufError, GgufHeader, MetaValue, ggml_type_layout, ggml_type_name};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -314,46 +314,6 @@ pub fn file_type_name(file_type: u64) -> Option<&'static str> {
         38 => "MXFP4_MOE",
         _ => return None,
     })
-}
-
-/// A ggml tensor type's name (`type 99` for one the bundled ggml does not know).
-pub fn ggml_type_name(ggml_type: u32) -> String {
-    let name = match ggml_type {
-        0 => "F32",
-        1 => "F16",
-        2 => "Q4_0",
-        3 => "Q4_1",
-        6 => "Q5_0",
-        7 => "Q5_1",
-        8 => "Q8_0",
-        9 => "Q8_1",
-        10 => "Q2_K",
-        11 => "Q3_K",
-        12 => "Q4_K",
-        13 => "Q5_K",
-        14 => "Q6_K",
-        15 => "Q8_K",
-        16 => "IQ2_XXS",
-        17 => "IQ2_XS",
-        18 => "IQ3_XXS",
-        19 => "IQ1_S",
-        20 => "IQ4_NL",
-        21 => "IQ3_S",
-        22 => "IQ2_S",
-        23 => "IQ4_XS",
-        24 => "I8",
-        25 => "I16",
-        26 => "I32",
-        27 => "I64",
-        28 => "F64",
-        29 => "IQ1_M",
-        30 => "BF16",
-        34 => "TQ1_0",
-        35 => "TQ2_0",
-        39 => "MXFP4",
-        other => return format!("type {other}"),
-    };
-    name.to_string()
 }
 
 /// Bytes as a person reads them.
