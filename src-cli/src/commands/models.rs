@@ -9,6 +9,7 @@ use catena_core::models::catalog::{self, Catalog};
 use catena_core::models::download::{
     self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink,
 };
+use catena_core::models::inspect::human_bytes;
 use catena_core::models::installed::{self, DigestSource, ModelSettings};
 use catena_core::models::listing;
 use clap::{Args, Subcommand};
@@ -107,18 +108,12 @@ pub fn run(args: ModelsArgs, paths: &Paths) -> Result<ExitCode> {
     }
 }
 
+/// A size for the list: `?` when unknown, `~` before an estimate.
 fn human_size(bytes: Option<u64>, estimate: bool) -> String {
     match bytes {
         None => "?".into(),
-        Some(b) => {
-            let gib = b as f64 / (1u64 << 30) as f64;
-            let text = if gib >= 1.0 {
-                format!("{gib:.1} GiB")
-            } else {
-                format!("{} MiB", b >> 20)
-            };
-            if estimate { format!("~{text}") } else { text }
-        }
+        Some(b) if estimate => format!("~{}", human_bytes(b)),
+        Some(b) => human_bytes(b),
     }
 }
 
