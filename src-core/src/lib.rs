@@ -16,6 +16,8 @@ pub mod sandbox;
 #[cfg(feature = "runtime")]
 pub mod server;
 #[cfg(feature = "runtime")]
+pub mod service;
+#[cfg(feature = "runtime")]
 pub mod store;
 pub mod tools;
 mod util;

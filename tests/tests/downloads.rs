@@ -809,3 +809,143 @@ fn catalog_models_come_from_the_base_url_and_are_listed_under_their_id() {
     assert_eq!(record.catalog_id.as_deref(), Some("afm-mhqa-3b-rl"));
     assert_eq!(record.digest_source, DigestSource::Server);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The UI's calls: download a catalog model through `catena serve`, then serve it
+
+/// `catena serve` in `data_dir` with the real default model; the process and its address.
+fn serve_in(data_dir: &Path, base_url: &str) -> (common::Reaped, String) {
+    let mut cmd = catena_in(data_dir);
+    cmd.args([
+        "serve",
+        "--port",
+        "0",
+        "--ctx-size",
+        "2048",
+        "--sessions",
+        "1",
+    ])
+    .arg("--model")
+    .arg(common::default_model())
+    .arg("--store-dir")
+    .arg(data_dir.join("store"))
+    .env("CATENA_MODEL_BASE_URL", base_url)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().expect("catena serve starts");
+    let stdout = child.stdout.take().expect("its output");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .expect("the server prints its address");
+    (common::Reaped(child), common::served_address(&line))
+}
+
+#[test]
+fn the_ui_downloads_a_catalog_model_and_serves_it() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // The hub serves real GGUF bytes (the default model's) under a catalog name, with its digest.
+    let model = std::fs::read(common::default_model()).unwrap();
+    let faults = Faults {
+        linked_sha: Some(sha256(&model)),
+        ..Faults::default()
+    };
+    let hub = Server::start(faults, &model);
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve_in(dir.path(), &hub.base);
+    let http = reqwest::blocking::Client::new();
+    let post = |path: &str, body: serde_json::Value| {
+        http.post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    let get = |path: &str| -> serde_json::Value {
+        http.get(format!("{base}{path}"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+
+    let id = "afm-mhqa-3b-rl:Q8_0";
+    let started = post("/v1/library/downloads", serde_json::json!({"id": id}));
+    assert_eq!(started.status(), 202);
+    // A second click while it runs is refused, not started twice.
+    let again = post("/v1/library/downloads", serde_json::json!({"id": id}));
+    let again_status = again.status();
+    let again_body: serde_json::Value = again.json().unwrap();
+    let finished_already = get("/v1/library/downloads")["data"][0]["state"] == "done";
+    assert!(
+        again_status == 409 || finished_already,
+        "{again_status} {again_body}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        let list = get("/v1/library/downloads");
+        let status = list["data"][0].clone();
+        if status["state"] == "done" || status["state"] == "failed" {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{list}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(status["done_bytes"], model.len() as u64);
+    let rows = get("/v1/library/models");
+    let row = rows["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("{id} is not listed: {rows}"));
+    assert_eq!(row["installed"], true, "{row}");
+
+    // An unknown model, or a file that is not a model, is refused and the model stays.
+    let unknown = post(
+        "/v1/library/models/serve",
+        serde_json::json!({"id": "no-such-model"}),
+    );
+    assert_eq!(unknown.status(), 400);
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a model at all").unwrap();
+    let broken = post(
+        "/v1/library/models/serve",
+        serde_json::json!({"id": junk.display().to_string()}),
+    );
+    assert_eq!(broken.status(), 400);
+    let message = broken.json::<serde_json::Value>().unwrap()["error"]["message"].to_string();
+    assert!(message.contains("could not be loaded"), "{message}");
+    let health = get("/health");
+    assert_eq!(
+        health["model"], "qwen2.5-coder-0.5b-instruct-q4_k_m",
+        "{health}"
+    );
+    assert_eq!(health["worker"]["alive"], true, "{health}");
+
+    // The downloaded model is served from now on: health, /v1/models and a chat say so.
+    let switched = post("/v1/library/models/serve", serde_json::json!({"id": id}));
+    assert_eq!(switched.status(), 200);
+    let served = "AFM-MHQA-Agent-3B-rl-Q8_0";
+    assert_eq!(
+        switched.json::<serde_json::Value>().unwrap()["model"],
+        served
+    );
+    assert_eq!(get("/health")["model"], served);
+    assert_eq!(get("/v1/models")["data"][0]["id"], served);
+    let chat: serde_json::Value = post(
+        "/v1/chat/completions",
+        serde_json::json!({
+            "model": served,
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }),
+    )
+    .json()
+    .unwrap();
+    assert_eq!(chat["model"], served, "{chat}");
+    assert!(
+        chat["usage"]["completion_tokens"].as_u64().unwrap() > 0,
+        "{chat}"
+    );
+}

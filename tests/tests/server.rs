@@ -48,12 +48,7 @@ impl Served {
         stdout
             .read_line(&mut line)
             .expect("the server prints its address");
-        let base = line
-            .split(" on ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
+        let base = common::served_address(&line);
         Served {
             child,
             base,

@@ -12,6 +12,7 @@ use catena_core::models::download::{
 use catena_core::models::inspect::human_bytes;
 use catena_core::models::installed::{self, DigestSource, ModelSettings};
 use catena_core::models::listing;
+use catena_core::models::pull::{self, PullPlan};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -148,42 +149,33 @@ fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
 }
 
 fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
-    let catalog = Catalog::load(paths)?;
-    let settings = installed::settings(paths)?;
     let request = match (&args.id, &args.url) {
         (Some(reference), _) => {
-            let (id, quant_in_id) = installed::split_reference(reference);
-            let entry = catalog.entry(id)?;
-            let file = entry.file(args.quant.as_deref().or(quant_in_id))?;
-            if let Some(asset) = installed::registry_asset(entry) {
-                let path = assets::ensure(asset, paths, &mut setup::asset_progress)
-                    .with_context(|| format!("{} is not available", entry.id))?;
-                println!("{}", path.display());
-                return Ok(ExitCode::SUCCESS);
-            }
-            let base = catalog::effective_base_url(
+            let (plan, note) = pull::plan(
+                paths,
+                reference,
+                args.quant.as_deref(),
+                args.sha256.as_deref(),
                 args.base_url.as_deref(),
-                settings.mirror.as_deref(),
-                &catalog,
-            );
-            let url = entry
-                .url(file, &base)
-                .context("this catalog entry has no download URL")?;
-            let (sha256, digest_source) = match (&args.sha256, &file.sha256) {
-                (Some(sha), _) => (Some(sha.clone()), DigestSource::User),
-                (None, Some(sha)) => (Some(sha.clone()), DigestSource::Catalog),
-                (None, None) => (None, DigestSource::Server),
-            };
-            if let Some(note) = &entry.note {
-                eprintln!("Note: {note}");
-            }
-            DownloadRequest {
-                url,
-                file_name: file.file.clone(),
-                sha256,
-                digest_source,
-                catalog_id: Some(entry.id.clone()),
-                quant: Some(file.quant.clone()),
+            )?;
+            match plan {
+                PullPlan::Registry(asset) => {
+                    let path = assets::ensure(asset, paths, &mut setup::asset_progress)
+                        .with_context(|| format!("{reference} is not available"))?;
+                    println!("{}", path.display());
+                    return Ok(ExitCode::SUCCESS);
+                }
+                PullPlan::Installed(path) => {
+                    eprintln!("Already installed and verified.");
+                    println!("{}", path.display());
+                    return Ok(ExitCode::SUCCESS);
+                }
+                PullPlan::Download(request) => {
+                    if let Some(note) = note {
+                        eprintln!("Note: {note}");
+                    }
+                    request
+                }
             }
         }
         (None, Some(url)) => {
@@ -192,6 +184,18 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
                 None => download::file_name_from_url(url)
                     .with_context(|| format!("cannot name a file after {url}; pass --name NAME"))?,
             };
+            let target = paths.models_dir().join(&file_name);
+            if let Some(record) = installed::record_of(&target) {
+                let same = args
+                    .sha256
+                    .as_deref()
+                    .is_none_or(|sha| sha.eq_ignore_ascii_case(&record.sha256));
+                if same {
+                    eprintln!("Already installed and verified.");
+                    println!("{}", target.display());
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
             DownloadRequest {
                 url: url.clone(),
                 file_name,
@@ -203,19 +207,6 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
         }
         (None, None) => bail!("name a catalog model or pass --url"),
     };
-
-    let target = paths.models_dir().join(&request.file_name);
-    if let Some(record) = installed::record_of(&target) {
-        let same = request
-            .sha256
-            .as_deref()
-            .is_none_or(|sha| sha.eq_ignore_ascii_case(&record.sha256));
-        if same {
-            eprintln!("Already installed and verified.");
-            println!("{}", target.display());
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
 
     if !(args.stall_timeout.is_finite() && args.stall_timeout > 0.0) {
         bail!("--stall-timeout must be a positive number of seconds");

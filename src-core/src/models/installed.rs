@@ -85,6 +85,8 @@ pub enum ModelsError {
         "`{0}` is neither an installed model (see `catena models list`) nor an existing GGUF file"
     )]
     NotFound(String),
+    #[error("the catalog entry `{0}` has no download URL")]
+    NoUrl(String),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelsError + '_ {

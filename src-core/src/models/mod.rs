@@ -15,5 +15,7 @@ pub mod catalog;
 pub mod download;
 pub mod installed;
 pub mod listing;
+#[cfg(feature = "runtime")]
+pub mod pull;
 
 pub use installed::default_model_path;

@@ -62,6 +62,11 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message).code("not_found")
     }
 
+    /// 409 for a request that does not fit the thing's state (cancelling a finished run).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::CONFLICT, "invalid_request_error", message)
+    }
+
     /// 401 for a missing or wrong API key.
     pub fn unauthorized() -> Self {
         ApiError::new(

@@ -18,8 +18,8 @@ use crate::store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
 use crate::tools::{ToolBox, profile_tools};
 use crate::worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc;
 
 /// How the model is loaded and served.
@@ -89,9 +89,24 @@ pub struct AgentJob {
     pub cancel: CancelFlag,
 }
 
+/// Serve another model (after the jobs queued before it).
+pub struct SwitchJob {
+    pub model_path: PathBuf,
+    pub reply: tokio::sync::oneshot::Sender<Result<Serving, String>>,
+}
+
 pub enum Job {
     Chat(ChatJob),
     Agent(AgentJob),
+    Switch(SwitchJob),
+}
+
+/// The model being served.
+#[derive(Debug, Clone)]
+pub struct Serving {
+    /// Its name for clients.
+    pub model_id: String,
+    pub info: ModelInfo,
 }
 
 /// The handle the HTTP layer holds.
@@ -100,8 +115,7 @@ pub struct Inference {
     /// Jobs accepted and not yet finished (waiting or running).
     in_flight: Arc<AtomicUsize>,
     queue_limit: usize,
-    pub model_id: String,
-    pub info: ModelInfo,
+    serving: Arc<RwLock<Serving>>,
     /// The worker process (pid, restarts).
     pub worker: Arc<WorkerStatus>,
 }
@@ -126,8 +140,10 @@ impl Inference {
             },
             status.clone(),
         )?;
-        let info = client.info().clone();
-        let model_id = model_id(&config.model_path);
+        let serving = Arc::new(RwLock::new(Serving {
+            model_id: model_id(&config.model_path),
+            info: client.info().clone(),
+        }));
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let worker = Worker {
@@ -137,7 +153,7 @@ impl Inference {
                 live,
                 sandbox: None,
                 config: config.clone(),
-                model_id: model_id.clone(),
+                serving: serving.clone(),
             },
             in_flight: in_flight.clone(),
         };
@@ -149,8 +165,7 @@ impl Inference {
             tx,
             in_flight,
             queue_limit: config.queue_limit,
-            model_id,
-            info,
+            serving,
             worker: status,
         })
     }
@@ -177,6 +192,18 @@ impl Inference {
     pub fn queue_limit(&self) -> usize {
         self.queue_limit
     }
+
+    /// The model being served now.
+    pub fn serving(&self) -> Serving {
+        self.serving
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn model_id(&self) -> String {
+        self.serving().model_id
+    }
 }
 
 /// The name clients use for the model: its file name without `.gguf`.
@@ -201,7 +228,7 @@ struct JobContext {
     /// Created on the first agent run that needs `<code>`.
     sandbox: Option<Arc<Sandbox>>,
     config: InferenceConfig,
-    model_id: String,
+    serving: Arc<RwLock<Serving>>,
 }
 
 impl Worker {
@@ -210,10 +237,29 @@ impl Worker {
             match job {
                 Job::Chat(job) => self.chat(job),
                 Job::Agent(job) => self.agent(job),
+                Job::Switch(job) => self.switch(job),
             }
             self.revive();
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// Loads another model in the worker's place (the kept KV caches go with the old one).
+    fn switch(&mut self, job: SwitchJob) {
+        let outcome = self
+            .client
+            .switch_model(job.model_path.clone())
+            .map(|()| {
+                let serving = Serving {
+                    model_id: model_id(&job.model_path),
+                    info: self.client.info().clone(),
+                };
+                self.jobs.config.model_path = job.model_path;
+                *self.jobs.serving.write().unwrap_or_else(|e| e.into_inner()) = serving.clone();
+                serving
+            })
+            .map_err(|e| e.to_string());
+        let _ = job.reply.send(outcome);
     }
 
     /// Starts the worker again if the last job saw it die, so the next job finds it ready. A
@@ -334,7 +380,7 @@ impl Worker {
         session.set_sampling(job.sampling);
         let request = RunRequest {
             profile: &job.profile,
-            model: self.jobs.model_id.clone(),
+            model: self.jobs.model_id(),
             sampling: job.sampling,
             prompt_tokens: opened.prompt_tokens,
             cached_tokens: opened.cached,
@@ -356,6 +402,14 @@ impl Worker {
 }
 
 impl JobContext {
+    fn model_id(&self) -> String {
+        self.serving
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .model_id
+            .clone()
+    }
+
     /// Stores a chat completion; returns the stored conversation (session) it belongs to.
     fn record_chat(
         &self,
@@ -380,7 +434,7 @@ impl JobContext {
             kind: RunKind::Chat,
             task: last_user,
             profile: None,
-            model: &self.model_id,
+            model: &self.model_id(),
             adapter: None,
             options: job.options.clone(),
             system_prompt: system,

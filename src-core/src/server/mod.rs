@@ -6,15 +6,17 @@
 mod agent_api;
 mod error;
 mod holdback;
-mod inference;
+pub(crate) mod inference;
 mod live;
 mod openai;
 mod ui;
 
 pub use error::ApiError;
+use error::ApiJson;
 pub use inference::{InferenceConfig, model_id};
 pub use live::LiveRuns;
 
+use crate::service::Service;
 use crate::store::Store;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -22,8 +24,6 @@ use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use inference::Inference;
-use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,12 +42,8 @@ pub struct ServeConfig {
 
 /// What the handlers share.
 pub struct AppState {
-    inference: Inference,
-    store: Arc<Store>,
-    live: Arc<LiveRuns>,
+    catena: Arc<Service>,
     api_key: Option<String>,
-    started: Instant,
-    paths: crate::config::Paths,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +69,7 @@ pub struct Server {
 impl Server {
     /// Loads the model, opens the port; serving starts with [`Server::run`].
     pub async fn bind(config: ServeConfig, store: Arc<Store>) -> Result<Server, ServeError> {
-        let live = Arc::new(LiveRuns::default());
-        let inference = Inference::start(config.inference.clone(), store.clone(), live.clone())?;
+        let catena = Arc::new(Service::start(config.inference.clone(), store)?);
         let address = format!("{}:{}", config.host, config.port);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
@@ -82,12 +77,8 @@ impl Server {
         Ok(Server {
             listener,
             state: Arc::new(AppState {
-                inference,
-                store,
-                live,
+                catena,
                 api_key: config.api_key.filter(|k| !k.is_empty()),
-                started: Instant::now(),
-                paths: config.inference.paths.clone(),
             }),
             max_body_bytes: config.max_body_bytes,
         })
@@ -97,8 +88,8 @@ impl Server {
         self.listener.local_addr()
     }
 
-    pub fn model_id(&self) -> &str {
-        &self.state.inference.model_id
+    pub fn model_id(&self) -> String {
+        self.state.catena.model_id()
     }
 
     /// Serves until `shutdown` resolves; then asks live runs to stop and lets them record their
@@ -112,9 +103,9 @@ impl Server {
         axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await?;
-        state.live.cancel_all();
+        state.catena.cancel_all();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while state.inference.in_flight() > 0 && Instant::now() < deadline {
+        while state.catena.in_flight() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok(())
@@ -140,6 +131,8 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         )
         .route("/export", get(agent_api::export))
         .route("/library/models", get(library_models))
+        .route("/library/models/serve", post(serve_model))
+        .route("/library/downloads", get(downloads).post(pull_model))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
@@ -151,38 +144,42 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
 }
 
 async fn health(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    axum::Json(json!({
-        "status": "ok",
-        "model": app.inference.model_id,
-        "architecture": app.inference.info.architecture,
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_s": app.started.elapsed().as_secs(),
-        "in_flight": app.inference.in_flight(),
-        "queue_limit": app.inference.queue_limit(),
-        "live_runs": app.live.count(),
-        "worker": {
-            "pid": app.inference.worker.pid(),
-            "alive": app.inference.worker.alive(),
-            "restarts": app.inference.worker.restarts(),
-        },
-    }))
+    axum::Json(app.catena.health())
 }
 
 /// The models on this machine and in the catalog (the UI's models page); the served one marked.
 async fn library_models(State(app): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
-    let paths = app.paths.clone();
-    let rows = tokio::task::spawn_blocking(move || {
-        crate::models::catalog::Catalog::load(&paths)
-            .map(|catalog| crate::models::listing::rows(&catalog, &paths))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("listing models failed: {e}")))?
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(axum::Json(json!({
-        "object": "list",
-        "serving": app.inference.info.path,
-        "data": rows,
-    })))
+    let catena = app.catena.clone();
+    let list = tokio::task::spawn_blocking(move || catena.library_models())
+        .await
+        .map_err(|e| ApiError::internal(format!("listing models failed: {e}")))??;
+    Ok(axum::Json(list))
+}
+
+#[derive(serde::Deserialize)]
+struct ModelReference {
+    id: String,
+}
+
+/// Starts downloading a catalog model; `GET /v1/library/downloads` follows it.
+async fn pull_model(
+    State(app): State<Arc<AppState>>,
+    ApiJson(body): ApiJson<ModelReference>,
+) -> Result<impl IntoResponse, ApiError> {
+    let status = app.catena.pull_model(&body.id)?;
+    Ok((axum::http::StatusCode::ACCEPTED, axum::Json(status)))
+}
+
+async fn downloads(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    axum::Json(app.catena.downloads())
+}
+
+/// Serves another installed model from now on.
+async fn serve_model(
+    State(app): State<Arc<AppState>>,
+    ApiJson(body): ApiJson<ModelReference>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(axum::Json(app.catena.serve_model(&body.id).await?))
 }
 
 async fn not_found(request: Request) -> ApiError {

@@ -185,14 +185,14 @@ fn model_object(id: &str) -> Value {
 }
 
 pub async fn list_models(State(app): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [model_object(&app.inference.model_id)]}))
+    Json(json!({"object": "list", "data": [model_object(&app.catena.inference.model_id())]}))
 }
 
 pub async fn get_model(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    if id != app.inference.model_id {
+    if id != app.catena.inference.model_id() {
         return Err(ApiError::unknown_model(&id));
     }
     Ok(Json(model_object(&id)))
@@ -211,7 +211,7 @@ pub async fn chat_completions(
     State(app): State<Arc<AppState>>,
     ApiJson(request): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
-    if request.model != app.inference.model_id {
+    if request.model != app.catena.inference.model_id() {
         return Err(ApiError::unknown_model(&request.model));
     }
     let checked = check(&request)?;
@@ -226,7 +226,7 @@ pub async fn chat_completions(
         "stop": checked.stops,
         "stream": request.stream,
     });
-    app.inference.submit(Job::Chat(ChatJob {
+    app.catena.inference.submit(Job::Chat(ChatJob {
         messages: checked.messages,
         sampling: checked.sampling,
         max_tokens: checked.max_tokens,
@@ -236,7 +236,7 @@ pub async fn chat_completions(
         cancel: cancel.clone(),
     }))?;
     let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
-    let model = app.inference.model_id.clone();
+    let model = app.catena.inference.model_id();
     let created = unix_now();
     let guard = CancelOnDrop(cancel);
     if request.stream {

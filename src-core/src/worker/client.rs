@@ -137,6 +137,31 @@ impl WorkerClient {
         Ok(())
     }
 
+    /// Serves another model: the running worker stops first (two models at once may not fit in
+    /// memory), then a worker loads `model_path`. When that model cannot load, the previous one
+    /// is loaded again and the error says why the new one failed.
+    pub fn switch_model(&mut self, model_path: std::path::PathBuf) -> Result<(), EngineError> {
+        if let Some(process) = self.process.take() {
+            stop(process);
+        }
+        let previous = std::mem::replace(&mut self.config.model_path, model_path);
+        match spawn(&self.command, &self.config, &self.status) {
+            Ok((process, info)) => {
+                tracing::info!(model = %self.config.model_path.display(), "now serving another model");
+                self.process = Some(process);
+                self.info = info;
+                Ok(())
+            }
+            Err(e) => {
+                self.config.model_path = previous;
+                if let Err(again) = self.restart() {
+                    tracing::error!(error = %again, "the previous model could not be loaded again");
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Opens a session holding `prompt` (evaluated, or found in a kept KV cache).
     pub fn open(&mut self, prompt: Prompt) -> Result<OpenedSession<'_>, EngineError> {
         self.send(&Request::Open { prompt })?;

@@ -81,3 +81,22 @@ pub fn json_lines(output: &Output) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// A child process killed (and reaped) when dropped, however the test ends.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The address in `catena serve`'s first line ("Catena is serving M on http://ADDR (...)").
+pub fn served_address(line: &str) -> String {
+    line.split(" on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string()
+}

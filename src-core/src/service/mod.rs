@@ -1,0 +1,431 @@
+//! What Catena does for a user interface, whatever carries it: start an agent run, follow its
+//! events (stored ones first, then live), cancel and rate it, list, read, delete and export
+//! sessions, list models, report health. `catena serve` maps these onto HTTP (`server`), the
+//! desktop app onto Tauri commands and channels; neither adds behaviour of its own.
+
+mod downloads;
+
+pub use downloads::{DownloadStatus, Downloads};
+
+use crate::agent::Budgets;
+use crate::engine::{EngineError, SamplingParams};
+use crate::protocol::Profile;
+use crate::server::inference::{AgentJob, Inference, InferenceConfig, Job, SwitchJob};
+use crate::server::{ApiError, LiveRuns};
+use crate::store::{
+    ExportFormat, Feedback, FeedbackFilter, NewRun, RunEnd, RunKind, RunStatus, Store, StoredEvent,
+    Usage,
+};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast::error::RecvError;
+
+/// Tokens a run may generate when the request does not say.
+const DEFAULT_MAX_TOKENS: usize = 8192;
+
+/// The model, the store and the live runs, shared by every request.
+pub struct Service {
+    pub(crate) inference: Inference,
+    pub(crate) store: Arc<Store>,
+    pub(crate) live: Arc<LiveRuns>,
+    started: Instant,
+    paths: crate::config::Paths,
+    downloads: Downloads,
+}
+
+/// A run to start.
+#[derive(Debug, Default, Deserialize)]
+pub struct StartRun {
+    pub task: String,
+    #[serde(default)]
+    pub profile: Option<String>,
+    #[serde(default)]
+    pub prefill: Option<String>,
+    /// Continue an existing session.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    pub max_tool_calls: Option<u32>,
+    pub max_tokens: Option<usize>,
+    /// Seconds.
+    pub max_time: Option<f64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub seed: Option<u32>,
+}
+
+/// A run that was queued.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StartedRun {
+    pub id: String,
+    pub session_id: String,
+    pub status: &'static str,
+}
+
+/// An export, ready to be saved.
+#[derive(Debug)]
+pub struct Export {
+    pub bytes: Vec<u8>,
+    pub content_type: &'static str,
+    pub file_name: &'static str,
+}
+
+impl Service {
+    /// Starts the model worker (waiting for it to load the model, so a bad model fails here).
+    pub fn start(config: InferenceConfig, store: Arc<Store>) -> Result<Service, EngineError> {
+        let live = Arc::new(LiveRuns::default());
+        let paths = config.paths.clone();
+        let inference = Inference::start(config, store.clone(), live.clone())?;
+        Ok(Service {
+            inference,
+            store,
+            live,
+            started: Instant::now(),
+            paths,
+            downloads: Downloads::default(),
+        })
+    }
+
+    /// The served model's name for clients.
+    pub fn model_id(&self) -> String {
+        self.inference.model_id()
+    }
+
+    /// Jobs waiting for or using the model.
+    pub fn in_flight(&self) -> usize {
+        self.inference.in_flight()
+    }
+
+    /// Asks every live run to stop (shutdown).
+    pub fn cancel_all(&self) {
+        self.live.cancel_all();
+    }
+
+    /// The model, the queue and the worker process.
+    pub fn health(&self) -> Value {
+        let serving = self.inference.serving();
+        json!({
+            "status": "ok",
+            "model": serving.model_id,
+            "architecture": serving.info.architecture,
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": self.started.elapsed().as_secs(),
+            "in_flight": self.inference.in_flight(),
+            "queue_limit": self.inference.queue_limit(),
+            "live_runs": self.live.count(),
+            "worker": {
+                "pid": self.inference.worker.pid(),
+                "alive": self.inference.worker.alive(),
+                "restarts": self.inference.worker.restarts(),
+            },
+        })
+    }
+
+    /// The built-in prompt profiles.
+    pub fn profiles(&self) -> Value {
+        let list: Vec<Value> = Profile::builtin_names()
+            .filter_map(|name| Profile::builtin(name).ok())
+            .map(|p| {
+                json!({
+                    "name": p.name,
+                    "description": p.description,
+                    "tools": p.tools,
+                    "max_tool_calls": p.max_tool_calls,
+                })
+            })
+            .collect();
+        json!({"object": "list", "data": list})
+    }
+
+    /// The models on this machine and in the catalog, the served one marked. Reads files: call
+    /// it off the async threads.
+    pub fn library_models(&self) -> Result<Value, ApiError> {
+        let catalog = crate::models::catalog::Catalog::load(&self.paths)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let rows = crate::models::listing::rows(&catalog, &self.paths);
+        Ok(json!({
+            "object": "list",
+            "serving": self.inference.serving().info.path,
+            "data": rows,
+        }))
+    }
+
+    /// Starts downloading catalog model `reference` in the background (needs a Tokio runtime);
+    /// [`Service::downloads`] shows its progress.
+    pub fn pull_model(&self, reference: &str) -> Result<DownloadStatus, ApiError> {
+        self.downloads.start(&self.paths, reference)
+    }
+
+    /// The downloads this process started, with their progress.
+    pub fn downloads(&self) -> Value {
+        json!({"object": "list", "data": self.downloads.list()})
+    }
+
+    /// Serves another installed model (a catalog id, a downloaded file's name, or a path) from
+    /// now on: after the requests queued before this one, the worker loads it in place of the
+    /// current model. When it cannot load, the current model is loaded again and the error says
+    /// why.
+    pub async fn serve_model(&self, reference: &str) -> Result<Value, ApiError> {
+        let paths = self.paths.clone();
+        let wanted = reference.trim().to_string();
+        let model_path =
+            tokio::task::spawn_blocking(move || crate::models::installed::resolve(&wanted, &paths))
+                .await
+                .map_err(|e| ApiError::internal(format!("resolving the model failed: {e}")))?
+                .map_err(|e| ApiError::invalid(e.to_string()).param("id"))?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.inference
+            .submit(Job::Switch(SwitchJob { model_path, reply }))?;
+        let serving = answer
+            .await
+            .map_err(|_| ApiError::internal("the inference thread has stopped"))?
+            .map_err(|e| {
+                ApiError::invalid(format!("The model could not be loaded: {e}")).param("id")
+            })?;
+        Ok(json!({
+            "model": serving.model_id,
+            "architecture": serving.info.architecture,
+            "path": serving.info.path,
+        }))
+    }
+
+    /// Checks the request, records the run and queues it for the model.
+    pub fn start_run(&self, start: StartRun) -> Result<StartedRun, ApiError> {
+        let task = start.task.trim();
+        if task.is_empty() {
+            return Err(ApiError::invalid("`task` must not be empty.").param("task"));
+        }
+        let profile_name = start.profile.as_deref().unwrap_or("math");
+        let profile = Profile::builtin(profile_name)
+            .map_err(|e| ApiError::invalid(e.to_string()).param("profile"))?;
+        let temperature = start.temperature.unwrap_or(0.6);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(
+                ApiError::invalid("`temperature` must be between 0 and 2.").param("temperature")
+            );
+        }
+        let max_time = match start.max_time {
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(_) => {
+                return Err(
+                    ApiError::invalid("`max_time` must be a positive number of seconds.")
+                        .param("max_time"),
+                );
+            }
+            None => None,
+        };
+        let sampling = SamplingParams {
+            temperature,
+            top_p: start.top_p.unwrap_or(0.95),
+            top_k: start.top_k.unwrap_or(40),
+            seed: start
+                .seed
+                .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
+        };
+        let budgets = Budgets {
+            max_tool_calls: start.max_tool_calls.unwrap_or(profile.max_tool_calls),
+            max_tokens: start.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            max_time,
+        };
+        let user_prompt = profile.user_message(task);
+        let options = json!({
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "seed": sampling.seed,
+            "max_tool_calls": budgets.max_tool_calls,
+            "max_tokens": budgets.max_tokens,
+            "max_time": start.max_time,
+            "prefill": start.prefill,
+        });
+        let run_id = self.store.start_run(&NewRun {
+            session: start.session_id.as_deref(),
+            kind: RunKind::Agent,
+            task,
+            profile: Some(&profile.name),
+            model: &self.inference.model_id(),
+            adapter: None,
+            options,
+            system_prompt: &profile.system,
+            user_prompt: &user_prompt,
+        })?;
+        let cancel = self.live.register(&run_id);
+        let job = Job::Agent(AgentJob {
+            run_id: run_id.clone(),
+            profile,
+            user_prompt,
+            prefill: start.prefill,
+            budgets,
+            sampling,
+            cancel,
+        });
+        if let Err(refused) = self.inference.submit(job) {
+            self.live.finish(&run_id);
+            let _ = self.store.finish_run(
+                &run_id,
+                &RunEnd {
+                    status: RunStatus::Failed,
+                    answer: None,
+                    stop_reason: None,
+                    trajectory: None,
+                    summary: None,
+                    error: Some(&refused.message),
+                    usage: Usage::default(),
+                },
+            );
+            return Err(refused);
+        }
+        let run = self.store.run(&run_id)?;
+        Ok(StartedRun {
+            id: run_id,
+            session_id: run.session_id,
+            status: "queued",
+        })
+    }
+
+    /// A run as stored, with whether it is still live.
+    pub fn run(&self, id: &str) -> Result<Value, ApiError> {
+        let run = self.store.run(id)?;
+        let mut value = serde_json::to_value(run).map_err(|e| ApiError::internal(e.to_string()))?;
+        value["live"] = json!(self.live.is_live(id));
+        Ok(value)
+    }
+
+    /// A run's events after `after`: first what is stored, then live ones until the run ends.
+    /// Nothing is lost or repeated between the two, and a follower that falls behind the live
+    /// broadcast catches up from the store.
+    pub fn follow(
+        &self,
+        id: &str,
+        after: u64,
+    ) -> Result<impl Stream<Item = StoredEvent> + Send + 'static, ApiError> {
+        self.store.run(id)?;
+        // Subscribe before reading the store, so nothing falls between the two.
+        let live = self.live.subscribe(id);
+        let store = self.store.clone();
+        let id = id.to_string();
+        Ok(async_stream::stream! {
+            let mut last = after;
+            for event in store.events(&id, last).unwrap_or_default() {
+                last = event.seq;
+                yield event;
+            }
+            if let Some(mut live) = live {
+                loop {
+                    match live.recv().await {
+                        Ok(event) if event.seq > last => {
+                            last = event.seq;
+                            yield StoredEvent::clone(&event);
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(_)) => {
+                            for event in store.events(&id, last).unwrap_or_default() {
+                                last = event.seq;
+                                yield event;
+                            }
+                        }
+                        Err(RecvError::Closed) => break,
+                    }
+                }
+                // Anything stored between the last broadcast and the end.
+                for event in store.events(&id, last).unwrap_or_default() {
+                    yield event;
+                }
+            }
+        })
+    }
+
+    /// Asks a live run to stop.
+    pub fn cancel(&self, id: &str) -> Result<(), ApiError> {
+        let run = self.store.run(id)?;
+        if !self.live.cancel(id) {
+            return Err(ApiError::conflict(format!(
+                "Run `{id}` is not running (it is {}).",
+                run.status.as_str()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rates a run (`None` clears the rating); returns the stored rating and note.
+    pub fn feedback(
+        &self,
+        id: &str,
+        rating: Option<Feedback>,
+        note: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        self.store.set_feedback(id, rating, note)?;
+        let run = self.store.run(id)?;
+        Ok(json!({"id": id, "feedback": run.feedback, "feedback_note": run.feedback_note}))
+    }
+
+    /// Sessions, newest first, optionally only those whose text matches `search`.
+    pub fn sessions(&self, search: Option<&str>, limit: Option<usize>) -> Result<Value, ApiError> {
+        let search = search.filter(|s| !s.trim().is_empty());
+        let sessions = self
+            .store
+            .list_sessions(search, limit.unwrap_or(100).min(1000))?;
+        Ok(json!({"object": "list", "data": sessions}))
+    }
+
+    /// A session's runs, oldest first.
+    pub fn session(&self, id: &str) -> Result<Value, ApiError> {
+        let runs = self.store.session_runs(id)?;
+        Ok(json!({"id": id, "runs": runs}))
+    }
+
+    /// Stops the session's live runs and deletes it.
+    pub fn delete_session(&self, id: &str) -> Result<(), ApiError> {
+        for run in self.store.session_runs(id)? {
+            self.live.cancel(&run.id);
+        }
+        self.store.delete_session(id)?;
+        Ok(())
+    }
+
+    /// Runs as training data: `format` is `sft` or `alpaca`, `feedback` one of `any`, `good`,
+    /// `bad`, `rated`, `unrated`.
+    pub fn export(&self, format: Option<&str>, feedback: Option<&str>) -> Result<Export, ApiError> {
+        let (format, content_type, file_name) = match format.unwrap_or("sft") {
+            "sft" => (
+                ExportFormat::Sft,
+                "application/x-ndjson",
+                "catena-sft.jsonl",
+            ),
+            "alpaca" => (
+                ExportFormat::Alpaca,
+                "application/json",
+                "catena-alpaca.json",
+            ),
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "Unknown export format `{other}` (sft or alpaca)."
+                ))
+                .param("format"));
+            }
+        };
+        let filter = match feedback.unwrap_or("any") {
+            "any" => FeedbackFilter::Any,
+            "good" => FeedbackFilter::Good,
+            "bad" => FeedbackFilter::Bad,
+            "rated" => FeedbackFilter::Rated,
+            "unrated" => FeedbackFilter::Unrated,
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "Unknown feedback filter `{other}` (any, good, bad, rated, unrated)."
+                ))
+                .param("feedback"));
+            }
+        };
+        let mut bytes = Vec::new();
+        self.store.export(format, filter, &mut bytes)?;
+        Ok(Export {
+            bytes,
+            content_type,
+            file_name,
+        })
+    }
+}
