@@ -1,8 +1,8 @@
 // The transport of the browser build: `catena serve`'s HTTP API and its SSE event streams.
 
 import { SseParser } from './sse';
-import { ApiError, type EventHandlers, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
+import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
 
 type Fetch = typeof fetch;
 
@@ -36,6 +36,18 @@ export class HttpTransport implements Transport {
 
   async models(): Promise<ModelRow[]> {
     return (await this.request<{ data: ModelRow[] }>('/v1/library/models')).data;
+  }
+
+  pullModel(id: string): Promise<DownloadStatus> {
+    return this.post('/v1/library/downloads', { id });
+  }
+
+  async downloads(): Promise<DownloadStatus[]> {
+    return (await this.request<{ data: DownloadStatus[] }>('/v1/library/downloads')).data;
+  }
+
+  serveModel(id: string): Promise<{ model: string }> {
+    return this.post('/v1/library/models/serve', { id });
   }
 
   startRun(options: RunOptions): Promise<StartedRun> {
@@ -100,10 +112,11 @@ export class HttpTransport implements Transport {
     if (!response.ok) throw await errorOf(response);
   }
 
-  async exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<Blob> {
+  async exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<ExportResult> {
     const response = await this.fetcher(`${this.base}/v1/export?format=${format}&feedback=${feedback}`);
     if (!response.ok) throw await errorOf(response);
-    return response.blob();
+    const fileName = format === 'sft' ? 'catena-sft.jsonl' : 'catena-alpaca.json';
+    return { blob: await response.blob(), fileName };
   }
 }
 

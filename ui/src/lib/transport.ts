@@ -1,7 +1,8 @@
 // One interface between the UI and Catena. The browser build talks HTTP + SSE to `catena serve`
-// (http.ts); the desktop app will implement the same interface over Tauri commands and events.
+// (http.ts); the desktop app implements the same interface over Tauri commands and channels
+// (tauri.ts).
 
-import type { AgentEvent, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
@@ -13,10 +14,18 @@ export interface EventHandlers {
   onEnd: (error?: string) => void;
 }
 
+/** An export: a file for the browser to download, or one the desktop app already saved. */
+export type ExportResult = { blob: Blob; fileName: string } | { savedTo: string };
+
 export interface Transport {
   health(): Promise<Health>;
   profiles(): Promise<Profile[]>;
   models(): Promise<ModelRow[]>;
+  /** Starts downloading a catalog model; `downloads()` shows its progress. */
+  pullModel(id: string): Promise<DownloadStatus>;
+  downloads(): Promise<DownloadStatus[]>;
+  /** Serves another installed model from now on (resolves once it is loaded). */
+  serveModel(id: string): Promise<{ model: string }>;
   startRun(options: RunOptions): Promise<StartedRun>;
   /** Streams a run's events: stored ones first, then live ones until it ends. */
   runEvents(runId: string, handlers: EventHandlers, after?: number): Unsubscribe;
@@ -25,8 +34,8 @@ export interface Transport {
   sessions(search?: string): Promise<SessionSummary[]>;
   session(id: string): Promise<{ id: string; runs: RunRecord[] }>;
   deleteSession(id: string): Promise<void>;
-  /** Training data from rated runs, as a file the user can save. */
-  exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<Blob>;
+  /** Training data from rated runs, as a file the user can save (or has saved). */
+  exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<ExportResult>;
 }
 
 /** What the server answered when it refused (OpenAI's error shape). */

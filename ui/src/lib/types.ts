@@ -82,8 +82,20 @@ export interface ModelRow {
   source: string;
 }
 
+/** A model download started from the UI. */
+export interface DownloadStatus {
+  id: string;
+  state: 'running' | 'verifying' | 'done' | 'failed';
+  done_bytes: number;
+  total_bytes: number | null;
+  message: string | null;
+  path: string | null;
+}
+
 export interface Health {
+  /** `ok`; in the desktop app also `loading` (with `message`) and `failed`. */
   status: string;
+  message?: string;
   model: string;
   architecture: string;
   version: string;

@@ -1,0 +1,125 @@
+// The transport of the desktop app: Tauri commands, and a Tauri channel per followed run. The
+// commands are thin calls into the same catena-core service that `catena serve`'s HTTP API uses.
+
+import { Channel, invoke } from '@tauri-apps/api/core';
+import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
+
+/** One message of a followed run's channel. */
+export type FollowMessage = { seq: number; event: AgentEvent } | { end: true; error?: string };
+
+type Invoke = <T>(command: string, args?: Record<string, unknown>) => Promise<T>;
+
+/** The app's `{status, message}` error (or anything else a command threw) as an ApiError. */
+function asApiError(e: unknown): ApiError {
+  if (e instanceof ApiError) return e;
+  if (e && typeof e === 'object' && 'message' in e) {
+    const { status, message } = e as { status?: number; message: unknown };
+    return new ApiError(typeof status === 'number' ? status : 500, String(message));
+  }
+  return new ApiError(500, String(e));
+}
+
+export class TauriTransport implements Transport {
+  constructor(private readonly call: Invoke = invoke) {}
+
+  private async command<T>(name: string, args?: Record<string, unknown>): Promise<T> {
+    try {
+      return await this.call<T>(name, args);
+    } catch (e) {
+      throw asApiError(e);
+    }
+  }
+
+  /** Tells the app the window can be used (it logs and measures cold start from this). */
+  windowReady(): Promise<void> {
+    return this.command('window_ready');
+  }
+
+  health(): Promise<Health> {
+    return this.command('health');
+  }
+
+  async profiles(): Promise<Profile[]> {
+    return (await this.command<{ data: Profile[] }>('profiles')).data;
+  }
+
+  async models(): Promise<ModelRow[]> {
+    return (await this.command<{ data: ModelRow[] }>('library_models')).data;
+  }
+
+  pullModel(id: string): Promise<DownloadStatus> {
+    return this.command('pull_model', { id });
+  }
+
+  async downloads(): Promise<DownloadStatus[]> {
+    return (await this.command<{ data: DownloadStatus[] }>('downloads')).data;
+  }
+
+  serveModel(id: string): Promise<{ model: string }> {
+    return this.command('serve_model', { id });
+  }
+
+  startRun(options: RunOptions): Promise<StartedRun> {
+    return this.command('start_run', { options });
+  }
+
+  runEvents(runId: string, handlers: EventHandlers, after = 0): Unsubscribe {
+    let ended = false;
+    let followId: number | null = null;
+    let stopped = false;
+    const end = (error?: string) => {
+      if (!ended) {
+        ended = true;
+        handlers.onEnd(error);
+      }
+    };
+    const channel = new Channel<FollowMessage>((message) => {
+      if (ended) return;
+      if ('end' in message) end(message.error);
+      else handlers.onEvent(message.event, message.seq);
+    });
+    this.command<number>('follow_run', { runId, after, onEvent: channel }).then(
+      (id) => {
+        followId = id;
+        if (stopped) this.unfollow(id);
+      },
+      (e: unknown) => end(asApiError(e).message),
+    );
+    return () => {
+      stopped = true;
+      if (followId !== null) this.unfollow(followId);
+      end();
+    };
+  }
+
+  private unfollow(followId: number): void {
+    this.command('unfollow_run', { followId }).catch(() => {
+      // The app is closing: nothing left to stop.
+    });
+  }
+
+  async cancelRun(runId: string): Promise<void> {
+    await this.command('cancel_run', { runId });
+  }
+
+  async rateRun(runId: string, rating: Rating): Promise<void> {
+    await this.command('rate_run', { runId, rating });
+  }
+
+  async sessions(search?: string): Promise<SessionSummary[]> {
+    return (await this.command<{ data: SessionSummary[] }>('sessions', { search: search ?? null })).data;
+  }
+
+  session(id: string): Promise<{ id: string; runs: RunRecord[] }> {
+    return this.command('session', { id });
+  }
+
+  async deleteSession(id: string): Promise<void> {
+    await this.command('delete_session', { id });
+  }
+
+  async exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<ExportResult> {
+    return { savedTo: await this.command<string>('export_data', { format, feedback }) };
+  }
+}
