@@ -2,17 +2,33 @@
 # Installs what building Catena needs and is missing: a C/C++ toolchain, CMake and libclang (for
 # llama.cpp and its bindings), ccache (cheap rebuilds of llama.cpp), and Python 3 with pip (the
 # client that fetches the default model and the Python sandbox runtime). Uses apt-get (as root,
-# or through sudo); on other systems it names what to install. With --tests, also what the test
-# suite needs: Debian's Chromium for the UI's end-to-end tests.
+# or through sudo); on other systems it names what to install. With --desktop, also what the
+# desktop app builds against (WebKitGTK, GTK) and Node.js for its UI. With --tests, all of that and
+# what the test suite drives: Debian's Chromium (the web UI), Xvfb, WebKitWebDriver and
+# tauri-driver (the desktop app).
 set -euo pipefail
 
 need=()
 tests=false
-if [ "${1:-}" = "--tests" ]; then
-  tests=true
+desktop=false
+case "${1:-}" in
+  --tests) tests=true; desktop=true ;;
+  --desktop) desktop=true ;;
+esac
+if $tests; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
-  # Node.js builds and tests the web UI (Vite 8 needs Node 20.19 or newer).
+  # The desktop app's end-to-end test: an X server and WebKitGTK's WebDriver.
+  command -v Xvfb >/dev/null 2>&1 || need+=(xvfb xauth)
+  command -v WebKitWebDriver >/dev/null 2>&1 || need+=(webkit2gtk-driver)
+  command -v xwd >/dev/null 2>&1 || need+=(x11-apps)
+fi
+if $desktop; then
+  # Node.js builds the web UI (Vite 8 needs Node 20.19 or newer).
   command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
+  # The desktop app (Tauri 2) builds against WebKitGTK 4.1 and GTK 3.
+  pkg-config --exists webkit2gtk-4.1 2>/dev/null || need+=(libwebkit2gtk-4.1-dev)
+  pkg-config --exists gtk+-3.0 2>/dev/null || need+=(libgtk-3-dev)
+  pkg-config --exists librsvg-2.0 2>/dev/null || need+=(librsvg2-dev)
 fi
 command -v cc >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 || need+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
@@ -48,4 +64,9 @@ if command -v node >/dev/null 2>&1; then
     echo "Node.js $node_version is too old for the web UI's build (20.19 or newer is needed)." >&2
     if $tests; then exit 1; fi
   fi
+fi
+
+if $tests && ! command -v tauri-driver >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tauri-driver" ]; then
+  echo "Installing tauri-driver (the desktop app's WebDriver bridge; a minute or two)..." >&2
+  cargo install --locked --quiet tauri-driver --version 2.1.0 >&2
 fi

@@ -34,6 +34,12 @@ cargo test --release --locked --workspace
 step "web UI end to end (Chromium against catena serve)"
 CATENA_BIN="$target/release/catena" scripts/ui.sh e2e
 
+step "desktop app end to end (tauri-driver and WebKitWebDriver under Xvfb)"
+tests/desktop/desktop_e2e.py --bin "$target/release/catena-desktop"
+
+step "desktop package (deb)"
+scripts/package-desktop.sh
+
 step "fuzz smoke (the parsers of untrusted bytes)"
 scripts/fuzz.sh 20
 

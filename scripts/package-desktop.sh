@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the desktop app's Debian package with the Tauri CLI (ui/'s @tauri-apps/cli), then checks
+# it: the package holds the app, its desktop entry and icons, and the packaged binary runs.
+#   scripts/package-desktop.sh      -> target/release/bundle/deb/Catena_<version>_amd64.deb
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+"$root/scripts/ui.sh" build >&2
+cd "$root"
+# The workspace's release build (the features `scripts/test.sh` builds with, so an up-to-date
+# target/ is reused), then the Tauri CLI packages that binary (`bundle`: no build of its own).
+cargo build --release --locked --workspace --bins >&2
+ui/node_modules/.bin/tauri bundle --ci --bundles deb >&2
+deb="$(ls -t "$target"/release/bundle/deb/*.deb | head -n 1)"
+listing="$(dpkg-deb --contents "$deb")"
+for path in usr/bin/catena-desktop usr/share/applications/Catena.desktop usr/share/icons/hicolor/128x128/apps/catena-desktop.png; do
+  grep -qF "$path" <<<"$listing" || { echo "$deb lacks $path" >&2; exit 1; }
+done
+unpacked="$(mktemp -d)"
+trap 'rm -rf "$unpacked"' EXIT
+dpkg-deb --extract "$deb" "$unpacked"
+"$unpacked/usr/bin/catena-desktop" --version >&2
+echo "$deb"

@@ -1,0 +1,136 @@
+//! The app's catena-core [`Service`], loaded behind the window: the window is usable at once, and
+//! a command that needs the model waits for it (or gets the reason it could not be loaded).
+
+use catena_core::config::Paths;
+use catena_core::engine::{SamplingParams, SessionOptions};
+use catena_core::models::installed;
+use catena_core::sandbox::Limits;
+use catena_core::server::{ApiError, InferenceConfig};
+use catena_core::service::Service;
+use catena_core::store::Store;
+use catena_core::worker::WorkerCommand;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Where loading stands.
+#[derive(Clone)]
+pub enum Loading {
+    /// What is happening now, for the user.
+    Starting(String),
+    Ready(Arc<Service>),
+    Failed(String),
+}
+
+#[derive(Clone)]
+pub struct Backend {
+    paths: Paths,
+    state: watch::Sender<Loading>,
+}
+
+/// Settings of the desktop's model: those `catena serve` uses by default.
+const CONTEXT_TOKENS: u32 = 8192;
+const KEPT_SESSIONS: usize = 4;
+const QUEUE_LIMIT: usize = 32;
+
+impl Backend {
+    pub fn new(paths: Paths) -> Backend {
+        let (state, _) = watch::channel(Loading::Starting("Starting".into()));
+        Backend { paths, state }
+    }
+
+    /// Loads the model on a thread of its own (fetching the default model first when no model
+    /// is installed); commands see the result when it is there.
+    pub fn start_loading(&self) {
+        let backend = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("catena-load".into())
+            .spawn(move || {
+                let outcome = match backend.load() {
+                    Ok(service) => {
+                        tracing::info!(model = service.model_id(), "the model is loaded");
+                        Loading::Ready(Arc::new(service))
+                    }
+                    Err(e) => {
+                        tracing::error!("the model could not be loaded: {e:#}");
+                        Loading::Failed(format!("{e:#}"))
+                    }
+                };
+                backend.state.send_replace(outcome);
+            });
+        if let Err(e) = spawned {
+            self.state.send_replace(Loading::Failed(format!(
+                "cannot start the loading thread: {e}"
+            )));
+        }
+    }
+
+    fn load(&self) -> anyhow::Result<Service> {
+        use anyhow::Context;
+        let model_path = self.model_path()?;
+        self.state
+            .send_replace(Loading::Starting("Loading the model".into()));
+        let store = Arc::new(
+            Store::open_in(&self.paths.store_dir).context("cannot open the session store")?,
+        );
+        let config = InferenceConfig {
+            model_path,
+            gpu_layers: None,
+            session: SessionOptions {
+                context_size: Some(CONTEXT_TOKENS),
+                sampling: SamplingParams::default(),
+                ..SessionOptions::default()
+            },
+            sessions: KEPT_SESSIONS,
+            kv_cache: None,
+            queue_limit: QUEUE_LIMIT,
+            paths: self.paths.clone(),
+            sandbox_limits: Limits::default(),
+            worker: WorkerCommand::current_exe(0)
+                .context("cannot find the app's executable to start the model worker")?,
+        };
+        Ok(Service::start(config, store)?)
+    }
+
+    /// The model the user chose with `catena models default`, else the built-in default model
+    /// (fetched once, with its progress shown as the loading state).
+    fn model_path(&self) -> anyhow::Result<PathBuf> {
+        use anyhow::Context;
+        if let Some(path) = installed::chosen_default(&self.paths)? {
+            return Ok(path);
+        }
+        let state = self.state.clone();
+        let mut progress = move |p: catena_core::assets::AssetProgress| {
+            if let catena_core::assets::AssetProgress::Fetching { megabytes, .. } = p {
+                state.send_replace(Loading::Starting(format!(
+                    "Fetching the default model ({megabytes} MB, once)"
+                )));
+            }
+        };
+        catena_core::assets::default_model(&self.paths, &mut progress)
+            .context("the default model is not available")
+    }
+
+    /// Where loading stands now.
+    pub fn loading(&self) -> Loading {
+        self.state.borrow().clone()
+    }
+
+    /// The service, once loaded; waits while it loads.
+    pub async fn service(&self) -> Result<Arc<Service>, ApiError> {
+        let mut state = self.state.subscribe();
+        let outcome = state
+            .wait_for(|s| !matches!(s, Loading::Starting(_)))
+            .await
+            .map(|s| s.clone());
+        match outcome {
+            Ok(Loading::Ready(service)) => Ok(service),
+            Ok(Loading::Failed(reason)) => Err(ApiError::internal(format!(
+                "The model could not be loaded: {reason}"
+            ))),
+            Ok(Loading::Starting(_)) | Err(_) => {
+                Err(ApiError::internal("The model loader stopped unexpectedly."))
+            }
+        }
+    }
+}

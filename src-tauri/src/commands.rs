@@ -1,0 +1,268 @@
+//! The commands the UI invokes: each maps onto one [`catena_core::service::Service`] call, as the
+//! HTTP handlers of `catena serve` do, so the two front ends cannot drift apart. A run's events
+//! reach the UI through a Tauri channel, in order, stored ones first.
+
+use crate::backend::{Backend, Loading};
+use catena_core::server::ApiError;
+use catena_core::service::{DownloadStatus, StartRun, StartedRun};
+use catena_core::store::Feedback;
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+use tauri::State;
+use tauri::ipc::Channel;
+
+/// An error as the UI receives it: the HTTP status the server would have answered, and the
+/// message for the user.
+#[derive(Debug, Serialize)]
+pub struct CommandError {
+    status: u16,
+    message: String,
+}
+
+impl From<ApiError> for CommandError {
+    fn from(e: ApiError) -> Self {
+        CommandError {
+            status: e.status.as_u16(),
+            message: e.message,
+        }
+    }
+}
+
+type Reply<T> = Result<T, CommandError>;
+
+/// When the app process started: the reference of the "interactive after" figure.
+pub fn started() -> Instant {
+    static STARTED: OnceLock<Instant> = OnceLock::new();
+    *STARTED.get_or_init(Instant::now)
+}
+
+/// The UI has mounted and can be used. Logged with the time since start; with
+/// `CATENA_DESKTOP_READY_FILE` set, also written there (the startup benchmark waits for it).
+#[tauri::command]
+pub fn window_ready() {
+    let elapsed = started().elapsed();
+    tracing::info!(
+        "the window is interactive ({} ms after start)",
+        elapsed.as_millis()
+    );
+    if let Some(path) = std::env::var_os("CATENA_DESKTOP_READY_FILE") {
+        let line = json!({"pid": std::process::id(), "interactive_ms": elapsed.as_millis()});
+        if let Err(e) = std::fs::write(&path, format!("{line}\n")) {
+            tracing::warn!("cannot write the ready file: {e}");
+        }
+    }
+}
+
+/// Health of the model and its worker; while the model loads, `status` is `loading` and
+/// `message` says what is happening.
+#[tauri::command]
+pub fn health(backend: State<'_, Backend>) -> Value {
+    match backend.loading() {
+        Loading::Ready(service) => service.health(),
+        Loading::Starting(message) => json!({"status": "loading", "message": message, "model": ""}),
+        Loading::Failed(message) => json!({"status": "failed", "message": message, "model": ""}),
+    }
+}
+
+#[tauri::command]
+pub async fn profiles(backend: State<'_, Backend>) -> Reply<Value> {
+    Ok(backend.service().await?.profiles())
+}
+
+#[tauri::command]
+pub async fn library_models(backend: State<'_, Backend>) -> Reply<Value> {
+    let service = backend.service().await?;
+    tauri::async_runtime::spawn_blocking(move || service.library_models())
+        .await
+        .map_err(|e| ApiError::internal(format!("listing models failed: {e}")))?
+        .map_err(Into::into)
+}
+
+/// Starts downloading a catalog model in the background.
+#[tauri::command]
+pub async fn pull_model(backend: State<'_, Backend>, id: String) -> Reply<DownloadStatus> {
+    Ok(backend.service().await?.pull_model(&id)?)
+}
+
+#[tauri::command]
+pub async fn downloads(backend: State<'_, Backend>) -> Reply<Value> {
+    Ok(backend.service().await?.downloads())
+}
+
+/// Serves another installed model from now on.
+#[tauri::command]
+pub async fn serve_model(backend: State<'_, Backend>, id: String) -> Reply<Value> {
+    Ok(backend.service().await?.serve_model(&id).await?)
+}
+
+#[tauri::command]
+pub async fn start_run(backend: State<'_, Backend>, options: StartRun) -> Reply<StartedRun> {
+    Ok(backend.service().await?.start_run(options)?)
+}
+
+/// The runs the UI follows, so it can stop following one.
+#[derive(Default)]
+pub struct Follows {
+    next: AtomicU64,
+    tasks: Mutex<HashMap<u64, tauri::async_runtime::JoinHandle<()>>>,
+}
+
+/// Sends the run's events after `after` to `on_event` as `{seq, event}`, then `{end: true}` when
+/// the run has ended (or `{end: true, error}`). Returns an id for [`unfollow_run`].
+#[tauri::command]
+pub async fn follow_run(
+    backend: State<'_, Backend>,
+    follows: State<'_, Follows>,
+    run_id: String,
+    after: Option<u64>,
+    on_event: Channel<Value>,
+) -> Reply<u64> {
+    let events = backend
+        .service()
+        .await?
+        .follow(&run_id, after.unwrap_or(0))?;
+    let id = follows.next.fetch_add(1, Ordering::Relaxed);
+    let task = tauri::async_runtime::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            if on_event
+                .send(json!({"seq": event.seq, "event": event.data}))
+                .is_err()
+            {
+                // The page went away (reloaded or closed): nobody is listening.
+                return;
+            }
+        }
+        let _ = on_event.send(json!({"end": true}));
+    });
+    let mut tasks = follows.tasks.lock().unwrap_or_else(|e| e.into_inner());
+    tasks.retain(|_, task| !task.inner().is_finished());
+    tasks.insert(id, task);
+    Ok(id)
+}
+
+#[tauri::command]
+pub fn unfollow_run(follows: State<'_, Follows>, follow_id: u64) {
+    let task = follows
+        .tasks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&follow_id);
+    if let Some(task) = task {
+        task.abort();
+    }
+}
+
+#[tauri::command]
+pub async fn cancel_run(backend: State<'_, Backend>, run_id: String) -> Reply<()> {
+    Ok(backend.service().await?.cancel(&run_id)?)
+}
+
+#[tauri::command]
+pub async fn rate_run(
+    backend: State<'_, Backend>,
+    run_id: String,
+    rating: Option<Feedback>,
+) -> Reply<Value> {
+    Ok(backend.service().await?.feedback(&run_id, rating, None)?)
+}
+
+#[tauri::command]
+pub async fn sessions(backend: State<'_, Backend>, search: Option<String>) -> Reply<Value> {
+    Ok(backend.service().await?.sessions(search.as_deref(), None)?)
+}
+
+#[tauri::command]
+pub async fn session(backend: State<'_, Backend>, id: String) -> Reply<Value> {
+    Ok(backend.service().await?.session(&id)?)
+}
+
+#[tauri::command]
+pub async fn delete_session(backend: State<'_, Backend>, id: String) -> Reply<()> {
+    Ok(backend.service().await?.delete_session(&id)?)
+}
+
+/// Writes the export into the user's Downloads folder (a new file, never over an old one) and
+/// returns its path: a web view has no download manager to hand a file to.
+#[tauri::command]
+pub async fn export_data(
+    backend: State<'_, Backend>,
+    format: String,
+    feedback: String,
+) -> Reply<String> {
+    let export = backend
+        .service()
+        .await?
+        .export(Some(&format), Some(&feedback))?;
+    let folder = downloads_folder();
+    let path = write_new_file(&folder, export.file_name, &export.bytes).map_err(|e| {
+        ApiError::internal(format!(
+            "cannot save the export in {}: {e}",
+            folder.display()
+        ))
+    })?;
+    Ok(path.display().to_string())
+}
+
+fn downloads_folder() -> PathBuf {
+    directories::UserDirs::new()
+        .and_then(|dirs| {
+            dirs.download_dir()
+                .map(Path::to_path_buf)
+                .or_else(|| Some(dirs.home_dir().to_path_buf()))
+        })
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// `name` in `folder`, or `stem-2.ext`, `stem-3.ext`, ... when taken; created exclusively so an
+/// existing file is never replaced.
+fn write_new_file(folder: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    std::fs::create_dir_all(folder)?;
+    let (stem, extension) = name.rsplit_once('.').unwrap_or((name, ""));
+    for n in 1..10_000 {
+        let candidate = match (n, extension) {
+            (1, _) => name.to_string(),
+            (_, "") => format!("{stem}-{n}"),
+            _ => format!("{stem}-{n}.{extension}"),
+        };
+        let path = folder.join(candidate);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => {
+                file.write_all(bytes)?;
+                file.sync_all()?;
+                return Ok(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("too many exports with this name"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_never_replace_an_earlier_file() {
+        let dir = std::env::temp_dir().join(format!("catena-export-{}", std::process::id()));
+        let first = write_new_file(&dir, "catena-sft.jsonl", b"one").unwrap();
+        let second = write_new_file(&dir, "catena-sft.jsonl", b"two").unwrap();
+        assert_eq!(first.file_name().unwrap(), "catena-sft.jsonl");
+        assert_eq!(second.file_name().unwrap(), "catena-sft-2.jsonl");
+        assert_eq!(std::fs::read(&first).unwrap(), b"one");
+        assert_eq!(std::fs::read(&second).unwrap(), b"two");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

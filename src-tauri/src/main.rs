@@ -1,0 +1,120 @@
+//! `catena-desktop`: the web UI in a native window, over catena-core. The model runs in a
+//! supervised worker process (this same binary, `catena-desktop worker`), so a llama.cpp abort or
+//! an out-of-memory kill costs one run, never the window or the session store.
+
+// No console window next to the app in Windows release builds.
+#![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
+
+mod backend;
+mod commands;
+mod instance;
+
+use backend::Backend;
+use catena_core::config::Paths;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    commands::started();
+    let first = std::env::args().nth(1);
+    match first.as_deref() {
+        Some("worker") => {
+            init_logging();
+            return worker();
+        }
+        Some("--version" | "-V") => {
+            println!("catena-desktop {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Some("--help" | "-h") => {
+            println!(
+                "catena-desktop {}: Catena's desktop app.\n\n\
+                 Starts the window; the model loads in the background (the default model is fetched \
+                 once when none is installed).\n\
+                 Environment: CATENA_DATA_DIR, CATENA_CACHE_DIR, CATENA_STORE_DIR (where things \
+                 live), CATENA_LOG (log filter, e.g. debug).",
+                env!("CARGO_PKG_VERSION")
+            );
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    init_logging();
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let paths = Paths::from_env()?;
+    let _instance = match instance::acquire(&paths.data_dir)? {
+        Some(lock) => lock,
+        None => {
+            eprintln!(
+                "Catena is already open (another catena-desktop holds {}); use that window.",
+                instance::lock_path(&paths.data_dir).display()
+            );
+            return Ok(ExitCode::from(3));
+        }
+    };
+    let backend = Backend::new(paths);
+    let loader = backend.clone();
+    tauri::Builder::default()
+        .manage(backend)
+        .manage(commands::Follows::default())
+        .setup(move |_app| {
+            // The window shows at once; the model loads behind it.
+            loader.start_loading();
+            Ok(())
+        })
+        .invoke_handler(tauri::generate_handler![
+            commands::window_ready,
+            commands::health,
+            commands::profiles,
+            commands::library_models,
+            commands::pull_model,
+            commands::downloads,
+            commands::serve_model,
+            commands::start_run,
+            commands::follow_run,
+            commands::unfollow_run,
+            commands::cancel_run,
+            commands::rate_run,
+            commands::sessions,
+            commands::session,
+            commands::delete_session,
+            commands::export_data,
+        ])
+        .run(tauri::generate_context!())
+        .map_err(|e| anyhow::anyhow!("the window could not be shown: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The model worker: frames on stdin/stdout until the app closes the pipe.
+fn worker() -> ExitCode {
+    match catena_core::worker::run_stdio() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(catena_core::worker::WorkerExit::Io(e))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the model worker stopped");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Logs go to stderr (the worker's stdout carries frames); `CATENA_LOG` filters them.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CATENA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
