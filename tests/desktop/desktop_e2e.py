@@ -18,6 +18,7 @@ Needs Xvfb, xwd, WebKitWebDriver and tauri-driver (scripts/setup.sh --tests) and
 build of catena-desktop. Usage: tests/desktop/desktop_e2e.py [--bin target/release/catena-desktop]
 """
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -47,6 +48,11 @@ THEME = (
 
 class Failed(Exception):
     pass
+
+
+class Dropped(Failed):
+    """tauri-driver closed the connection without an answer (seen now and then while polling);
+    the polling loops ask again, anything else fails."""
 
 
 def tool(name):
@@ -93,6 +99,8 @@ class Session:
         except urllib.error.HTTPError as e:
             detail = json.loads(e.read() or b"{}").get("value", {})
             raise Failed(f"{method} {path}: {detail.get('error')}: {detail.get('message')}") from None
+        except (ConnectionResetError, http.client.RemoteDisconnected) as e:
+            raise Dropped(f"{method} {path}: {e}") from None
 
     def command(self, method, path, body=None):
         return self.call(method, f"/session/{self.id}{path}", body)
