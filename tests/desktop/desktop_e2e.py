@@ -260,6 +260,7 @@ def main():
     if not app.is_file():
         sys.exit(f"{app} is missing: build it first (cargo build --release -p catena-desktop)")
     xvfb_bin, driver_bin, native_bin = tool("Xvfb"), tool("tauri-driver"), tool("WebKitWebDriver")
+    tool("xwd")
     SHOTS.mkdir(parents=True, exist_ok=True)
 
     number = next(n for n in range(100, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists())
