@@ -51,8 +51,10 @@ class Failed(Exception):
 
 
 class Dropped(Failed):
-    """tauri-driver closed the connection without an answer (seen now and then while polling);
-    the polling loops ask again, anything else fails."""
+    """tauri-driver closed the connection without an answer. It forwards each command over a
+    pooled connection to WebKitWebDriver, which closes idle connections; when the proxy picks one
+    that was just closed, the command fails before it reaches the native driver. `call` sends such
+    a command again (a few times); a command that ran twice would show in the checks after it."""
 
 
 def tool(name):
@@ -90,7 +92,16 @@ class Session:
         value = self.call("POST", "/session", {"capabilities": {"alwaysMatch": {"browserName": "wry", "tauri:options": {"application": str(app)}}}}, timeout=120)
         self.id = value["sessionId"]
 
-    def call(self, method, path, body=None, timeout=60):
+    def call(self, method, path, body=None, timeout=60, attempts=3):
+        for attempt in range(attempts):
+            try:
+                return self.call_once(method, path, body, timeout)
+            except Dropped:
+                if attempt + 1 == attempts:
+                    raise
+                time.sleep(0.2)
+
+    def call_once(self, method, path, body, timeout):
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method, headers={"Content-Type": "application/json"})
         try:
