@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use catena_core::assets::{self, AssetProgress};
 use catena_core::config::Paths;
-use catena_core::engine::llama::{LlamaEngine, LoadOptions};
+use catena_core::engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
 use catena_core::models::plan::Plan;
 use catena_core::sandbox::{Limits, Sandbox};
 use std::io::Write;
@@ -112,8 +112,40 @@ pub fn plan(path: &Path, overrides: catena_core::models::plan::Overrides) -> Opt
     }
 }
 
-pub fn load_model(path: &Path, gpu_layers: Option<u32>) -> Result<LlamaEngine> {
-    Ok(LlamaEngine::load(path, &LoadOptions { gpu_layers })?)
+pub fn load_model(
+    path: &Path,
+    gpu_layers: Option<u32>,
+    adapter: Option<AdapterOptions>,
+) -> Result<LlamaEngine> {
+    Ok(LlamaEngine::load(
+        path,
+        &LoadOptions {
+            gpu_layers,
+            adapter,
+        },
+    )?)
+}
+
+/// A LoRA adapter on the command line: `--adapter PATH [--adapter-scale S]`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AdapterArgs {
+    /// A LoRA adapter (GGUF, e.g. the `adapter.gguf` that `catena train sft` writes) to apply
+    /// on top of the model.
+    #[arg(long, value_name = "PATH")]
+    pub adapter: Option<std::path::PathBuf>,
+
+    /// How strongly to apply the adapter (1: as trained; 0: not at all).
+    #[arg(long, value_name = "S", default_value_t = 1.0, requires = "adapter")]
+    pub adapter_scale: f32,
+}
+
+impl AdapterArgs {
+    pub fn options(&self) -> Option<AdapterOptions> {
+        self.adapter.as_ref().map(|path| AdapterOptions {
+            path: path.clone(),
+            scale: self.adapter_scale,
+        })
+    }
 }
 
 /// The CPython sandbox, fetched and compiled on first use (saying so, since it takes minutes).

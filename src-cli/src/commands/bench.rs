@@ -37,6 +37,9 @@ pub struct BenchArgs {
     /// Layers to offload to the GPU (default: all, in a GPU build).
     #[arg(long)]
     pub gpu_layers: Option<u32>,
+
+    #[command(flatten)]
+    pub adapter: setup::AdapterArgs,
     /// Batch size of prompt processing.
     #[arg(short = 'b', long, default_value_t = 512)]
     pub batch_size: u32,
@@ -50,7 +53,7 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         bail!("--repetitions must be at least 1");
     }
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
-    let engine = setup::load_model(&model_path, args.gpu_layers)?;
+    let engine = setup::load_model(&model_path, args.gpu_layers, args.adapter.options())?;
     let options = SessionOptions {
         context_size: Some((args.n_prompt.max(args.n_gen) + 16) as u32),
         sampling: SamplingParams::greedy(),

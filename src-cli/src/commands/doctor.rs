@@ -203,6 +203,7 @@ fn measure(path: &std::path::Path, p: &Plan) -> Result<Speed> {
         path,
         &LoadOptions {
             gpu_layers: Some(p.gpu_layers),
+            ..LoadOptions::default()
         },
     )?;
     let options = SessionOptions {

@@ -8,4 +8,6 @@ pub mod run;
 pub mod sandbox;
 pub mod serve;
 pub mod sessions;
+pub mod synth;
+pub mod train;
 pub mod worker;

@@ -73,6 +73,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub seed: Option<u32>,
 
+    #[command(flatten)]
+    pub adapter: setup::AdapterArgs,
+
     /// Layers to offload to the GPU (default: as many as fit, see `catena doctor`).
     #[arg(long, value_name = "N")]
     pub gpu_layers: Option<u32>,
@@ -137,6 +140,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let engine = setup::load_model(
         &model_path,
         plan.as_ref().map(|p| p.gpu_layers).or(args.gpu_layers),
+        args.adapter.options(),
     )?;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
@@ -172,6 +176,11 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     } else {
         Box::new(HumanPrinter::new())
     };
+    let adapter_name = args
+        .adapter
+        .adapter
+        .as_ref()
+        .map(|p| p.display().to_string());
     let store = if args.no_store {
         None
     } else {
@@ -201,7 +210,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 task: &task,
                 profile: Some(&profile.name),
                 model: &model_name,
-                adapter: None,
+                adapter: adapter_name.as_deref(),
                 options: options_json,
                 system_prompt: &profile.system,
                 user_prompt: &user_prompt,

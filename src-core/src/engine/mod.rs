@@ -236,6 +236,9 @@ pub struct ModelInfo {
     pub layers: u32,
     pub gpu_layers: u32,
     pub chat_template: ChatFormat,
+    /// The LoRA adapter applied on top, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
 }
 
 /// How prompts are framed for this model.
@@ -257,6 +260,8 @@ pub enum EngineError {
     ModelNotFound { path: PathBuf },
     #[error("{path} is not a usable model: {reason}")]
     BadModel { path: PathBuf, reason: String },
+    #[error("{path} is not a usable LoRA adapter for this model: {reason}")]
+    BadAdapter { path: PathBuf, reason: String },
     #[error("llama.cpp could not load {path}: {reason}")]
     LoadFailed { path: PathBuf, reason: String },
     #[error("could not create a context of {context_size} tokens: {reason}")]

@@ -101,7 +101,13 @@ fn load(
         }
     };
     let gpu_layers = plan.as_ref().map(|p| p.gpu_layers).or(config.gpu_layers);
-    let engine = LlamaEngine::load(&config.model_path, &LoadOptions { gpu_layers })?;
+    let engine = LlamaEngine::load(
+        &config.model_path,
+        &LoadOptions {
+            gpu_layers,
+            ..LoadOptions::default()
+        },
+    )?;
     // The model lives as long as the worker process; sessions borrow it.
     Ok((Box::leak(Box::new(engine)), plan, session))
 }

@@ -20,6 +20,22 @@ use std::sync::OnceLock;
 pub struct LoadOptions {
     /// Layers to offload to the GPU; `None` offloads all of them when a GPU backend is compiled in.
     pub gpu_layers: Option<u32>,
+    /// A LoRA adapter (GGUF, as `catena train` writes it) applied to every session.
+    pub adapter: Option<AdapterOptions>,
+}
+
+/// A LoRA adapter to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterOptions {
+    pub path: PathBuf,
+    /// Multiplies the adapter's own `alpha / r` (1 applies it as trained).
+    pub scale: f32,
+}
+
+/// A loaded adapter. llama.cpp frees adapters together with their model.
+struct LoadedAdapter {
+    adapter: std::sync::Mutex<llama_cpp_2::model::LlamaLoraAdapter>,
+    scale: f32,
 }
 
 /// llama.cpp's process-wide initialisation, done once.
@@ -73,6 +89,7 @@ pub fn supports_gpu_offload() -> Result<bool, EngineError> {
 pub struct LlamaEngine {
     model: LlamaModel,
     info: ModelInfo,
+    adapter: Option<LoadedAdapter>,
     /// The system prompt the model's template inserts when a conversation has none.
     default_system: Option<String>,
 }
@@ -100,7 +117,7 @@ impl LlamaEngine {
         let params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
         let capture = log::install();
         let mark = capture.mark();
-        let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
+        let mut model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
             let said = capture.problems_since(mark);
             EngineError::LoadFailed {
                 path: path.to_path_buf(),
@@ -111,6 +128,10 @@ impl LlamaEngine {
                 },
             }
         })?;
+        let adapter = match &options.adapter {
+            Some(a) => Some(load_adapter(&mut model, &header, a, capture)?),
+            None => None,
+        };
         let chat_template = detect_chat_format(&model);
         let info = ModelInfo {
             path: path.to_path_buf(),
@@ -122,6 +143,7 @@ impl LlamaEngine {
             layers: model.n_layer(),
             gpu_layers: gpu_layers.min(model.n_layer() + 1),
             chat_template,
+            adapter: options.adapter.as_ref().map(|a| a.path.clone()),
         };
         tracing::info!(
             model = %path.display(),
@@ -138,6 +160,7 @@ impl LlamaEngine {
         Ok(LlamaEngine {
             model,
             info,
+            adapter,
             default_system,
         })
     }
@@ -249,6 +272,73 @@ impl LlamaEngine {
     pub(crate) fn model(&self) -> &LlamaModel {
         &self.model
     }
+
+    /// Applies the engine's adapter (if any) to a new context.
+    pub(super) fn apply_adapter(
+        &self,
+        ctx: &mut llama_cpp_2::context::LlamaContext<'_>,
+    ) -> Result<(), EngineError> {
+        let Some(loaded) = &self.adapter else {
+            return Ok(());
+        };
+        let mut adapter = loaded
+            .adapter
+            .lock()
+            .map_err(|_| EngineError::Backend("the adapter lock was poisoned".into()))?;
+        ctx.lora_adapter_set(&mut adapter, loaded.scale)
+            .map_err(|e| EngineError::Backend(format!("applying the LoRA adapter: {e}")))
+    }
+}
+
+/// Checks an adapter file against the model in Rust, then has llama.cpp load it.
+fn load_adapter(
+    model: &mut LlamaModel,
+    model_header: &GgufHeader,
+    options: &AdapterOptions,
+    capture: &log::LogCapture,
+) -> Result<LoadedAdapter, EngineError> {
+    let path = &options.path;
+    let bad = |reason: String| EngineError::BadAdapter {
+        path: path.clone(),
+        reason,
+    };
+    if !path.is_file() {
+        return Err(bad("no such file".into()));
+    }
+    if !options.scale.is_finite() {
+        return Err(bad(format!("the scale {} is not a number", options.scale)));
+    }
+    let header = GgufHeader::read(path).map_err(|e| bad(e.to_string()))?;
+    if header.file_type() != Some("adapter") {
+        return Err(bad(
+            "it is not a LoRA adapter (general.type is not `adapter`)".into(),
+        ));
+    }
+    let (theirs, ours) = (header.architecture(), model_header.architecture());
+    if theirs != ours {
+        return Err(bad(format!(
+            "it adapts a `{}` model, this model is `{}`",
+            theirs.unwrap_or("?"),
+            ours.unwrap_or("?")
+        )));
+    }
+    header
+        .check_data_present()
+        .map_err(|e| bad(e.to_string()))?;
+    let mark = capture.mark();
+    let adapter = model.lora_adapter_init(path).map_err(|e| {
+        let said = capture.problems_since(mark);
+        bad(if said.is_empty() {
+            e.to_string()
+        } else {
+            said.join("; ")
+        })
+    })?;
+    tracing::info!(adapter = %path.display(), scale = options.scale, "LoRA adapter loaded");
+    Ok(LoadedAdapter {
+        adapter: std::sync::Mutex::new(adapter),
+        scale: options.scale,
+    })
 }
 
 /// One message of a conversation.

@@ -64,7 +64,7 @@ impl<'m> LlamaSession<'m> {
             .with_type_v(kv_cache_type(options.kv_cache));
         let capture = super::log::install();
         let mark = capture.mark();
-        let ctx = model.new_context(super::backend()?, params).map_err(|e| {
+        let mut ctx = model.new_context(super::backend()?, params).map_err(|e| {
             let said = capture.problems_since(mark);
             EngineError::ContextFailed {
                 context_size,
@@ -75,6 +75,7 @@ impl<'m> LlamaSession<'m> {
                 },
             }
         })?;
+        engine.apply_adapter(&mut ctx)?;
         Ok(LlamaSession {
             engine,
             context_size: ctx.n_ctx() as usize,
@@ -133,6 +134,43 @@ impl<'m> LlamaSession<'m> {
         self.stats.prefill_tokens += evaluated;
         self.stats.prefill_time += start.elapsed();
         Ok(ids.len())
+    }
+
+    /// Evaluates `ids` in an empty session and returns the logits at every position: the
+    /// reference another implementation of the same model (the trainer's) is checked against.
+    pub fn logits_at_every_position(&mut self, ids: &[i32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        if !self.tokens.is_empty() {
+            return Err(EngineError::Decode(
+                "logits_at_every_position needs an empty session".into(),
+            ));
+        }
+        if ids.len() > self.context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed: ids.len() - self.context_size,
+            });
+        }
+        let mut all = Vec::with_capacity(ids.len());
+        for (chunk_index, chunk) in ids.chunks(self.batch_size).enumerate() {
+            self.batch.clear();
+            for (i, &id) in chunk.iter().enumerate() {
+                let pos = chunk_index * self.batch_size + i;
+                self.batch
+                    .add(LlamaToken::new(id), pos as i32, &[0], true)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            self.ctx
+                .decode(&mut self.batch)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            for i in 0..chunk.len() {
+                all.push(self.ctx.get_logits_ith(i as i32).to_vec());
+            }
+        }
+        self.tokens
+            .extend(ids.iter().map(|&id| TokenRecord { id, logprob: None }));
+        self.evaluated = ids.len();
+        self.logits_at = None;
+        Ok(all)
     }
 
     fn tokenize(&self, part: &PromptPart) -> Vec<LlamaToken> {

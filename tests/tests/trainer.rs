@@ -1,0 +1,332 @@
+//! The trainer against the real default model (Qwen2.5-Coder-0.5B, Q4_K_M) and llama.cpp:
+//! gradients reach every LoRA factor, the training module computes llama.cpp's logits, an
+//! exported adapter makes llama.cpp compute the trainer's adapted logits, and tokens and loss
+//! masks are the runtime's.
+
+mod common;
+
+use catena_core::engine::SessionOptions;
+use catena_core::engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_trainer::base::BaseModel;
+use catena_trainer::data::{self, Conversation};
+use catena_trainer::lora::{LoraConfig, Target};
+use catena_trainer::model::Qwen2Lora;
+use catena_trainer::{Device, export};
+use std::sync::OnceLock;
+
+fn engine() -> &'static LlamaEngine {
+    static ENGINE: OnceLock<LlamaEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        LlamaEngine::load(&common::default_model(), &LoadOptions::default())
+            .expect("the default model")
+    })
+}
+
+fn base() -> &'static BaseModel {
+    static BASE: OnceLock<BaseModel> = OnceLock::new();
+    BASE.get_or_init(|| {
+        BaseModel::load(&common::default_model(), &Device::Cpu).expect("the base model")
+    })
+}
+
+fn conversation() -> Conversation {
+    Conversation {
+        origin: "test".into(),
+        system: None,
+        user: "Combien font 17 × 23 ? Réponds en \\boxed{}. 计算一下。".into(),
+        assistant: concat!(
+            "<plan>\n1. Multiply with Python.\n</plan>\n<think>\nПроверю умножение.\n</think>\n",
+            "<code>\n```py\nprint(17 * 23)  # 乘法 ✓\n```\n</code>\n<observation>\n[EXECUTED] Code exited with status 0.\n",
+            "[STDOUT:BEGIN]\n391\n[STDOUT:END]\n</observation>\n\n<reflection>\n391 is right.\n</reflection>\n",
+            "<answer>\\boxed{391}</answer>"
+        )
+        .into(),
+    }
+}
+
+fn tokens_of(text: &str) -> Vec<u32> {
+    engine()
+        .tokenize(text, false)
+        .into_iter()
+        .map(|t| t as u32)
+        .collect()
+}
+
+/// llama.cpp's logits at every position, with an optional adapter.
+fn llama_logits(tokens: &[u32], adapter: Option<&std::path::Path>) -> Vec<Vec<f32>> {
+    let owned;
+    let engine = match adapter {
+        Some(path) => {
+            owned = LlamaEngine::load(
+                &common::default_model(),
+                &LoadOptions {
+                    adapter: Some(AdapterOptions {
+                        path: path.to_path_buf(),
+                        scale: 1.0,
+                    }),
+                    ..LoadOptions::default()
+                },
+            )
+            .expect("the model with the adapter");
+            &owned
+        }
+        None => engine(),
+    };
+    let mut session = engine
+        .session(&SessionOptions {
+            context_size: Some(256),
+            batch_size: 256,
+            ..SessionOptions::default()
+        })
+        .expect("a session");
+    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+    session.logits_at_every_position(&ids).expect("logits")
+}
+
+/// How two sets of logits differ.
+struct Difference {
+    max: f32,
+    mean: f32,
+    /// The largest logit, for scale.
+    largest: f32,
+    /// Positions whose most likely next token is the same.
+    same_top: usize,
+}
+
+fn compare(ours: &catena_trainer::Tensor, theirs: &[Vec<f32>]) -> Difference {
+    let ours: Vec<Vec<f32>> = ours.to_vec2().expect("logits");
+    let (mut max_diff, mut max_mag, mut same_top) = (0f32, 0f32, 0);
+    let (mut sum, mut count) = (0f64, 0usize);
+    let argmax = |v: &[f32]| {
+        v.iter()
+            .enumerate()
+            .fold(
+                (0, f32::MIN),
+                |best, (i, &x)| if x > best.1 { (i, x) } else { best },
+            )
+            .0
+    };
+    for (a, b) in ours.iter().zip(theirs) {
+        for (x, y) in a.iter().zip(b) {
+            max_diff = max_diff.max((x - y).abs());
+            max_mag = max_mag.max(y.abs());
+            sum += f64::from((x - y).abs());
+            count += 1;
+        }
+        same_top += usize::from(argmax(a) == argmax(b));
+    }
+    Difference {
+        max: max_diff,
+        mean: (sum / count.max(1) as f64) as f32,
+        largest: max_mag,
+        same_top,
+    }
+}
+
+/// The tolerance reached on this model: mean |Δlogit| under 0.1 and max under 1.0 (logits span
+/// about ±30), and the same most likely token at all positions but one.
+fn assert_close(d: &Difference, positions: usize) {
+    assert!(d.mean < 0.1, "logits differ by {} on average", d.mean);
+    assert!(d.max < 1.0, "logits differ by up to {}", d.max);
+    assert!(
+        d.same_top + 1 >= positions,
+        "top tokens agree at only {} of {positions}",
+        d.same_top
+    );
+}
+
+#[test]
+fn the_training_module_computes_llama_cpps_logits() {
+    let tokens = tokens_of(
+        "<think>\nLet me compute 12 * 34 with Python.\n</think>\n<code>\n```py\nprint(12 * 34)\n```\n</code>",
+    );
+    let model = Qwen2Lora::new(base(), &LoraConfig::default(), 1).expect("the training module");
+    let ours = model.logits(&tokens).expect("logits");
+    let theirs = llama_logits(&tokens, None);
+    let d = compare(&ours, &theirs);
+    eprintln!(
+        "{} positions: |Δlogit| mean {:.4}, max {:.4} (largest logit {:.2}); same top token at {}",
+        tokens.len(),
+        d.mean,
+        d.max,
+        d.largest,
+        d.same_top
+    );
+    // Both round activations to 8 bits for the quantised products, and llama.cpp keeps its KV
+    // cache in f16; what is left is rounding, well under the gap between likely tokens.
+    assert_close(&d, tokens.len());
+}
+
+#[test]
+fn every_lora_factor_receives_a_gradient() {
+    let config = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.1,
+        ..LoraConfig::default()
+    };
+    let model = Qwen2Lora::new(base(), &config, 3).expect("the training module");
+    let encoded = data::encode(engine(), &conversation()).expect("encoded");
+    // Keep it short: the prompt's tail and the trajectory.
+    let skip = encoded.tokens.len().saturating_sub(120);
+    let (tokens, trained) = (&encoded.tokens[skip..], &encoded.trained[skip..]);
+    let first = model
+        .sequence_loss(tokens, trained, Some(1), true)
+        .expect("a backward pass");
+    let grads = first.grads.expect("gradients");
+    assert_eq!(grads.len(), model.lora.named().len());
+    let norm = |g: &catena_trainer::Tensor| {
+        g.sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    };
+    // B starts at zero (the adapted model starts as the base), so only B has a gradient now...
+    for (name, var) in model.lora.named() {
+        let n = norm(&grads[&name]);
+        if name.ends_with("lora_b") {
+            assert!(n > 0.0, "{name} got no gradient");
+        } else {
+            assert_eq!(n, 0.0, "{name} moved while B was zero");
+        }
+        assert_eq!(grads[&name].dims(), var.dims());
+    }
+    // ...and after one optimizer step, every factor gets one.
+    let mut adam = catena_trainer::optim::AdamW::new(Default::default());
+    adam.step(&model.lora.named(), &grads, 1e-3)
+        .expect("a step");
+    let second = model
+        .sequence_loss(tokens, trained, Some(2), true)
+        .expect("a backward pass");
+    let grads = second.grads.expect("gradients");
+    let zero: Vec<&String> = grads
+        .iter()
+        .filter(|(_, g)| norm(g) == 0.0)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(zero.is_empty(), "no gradient for {zero:?}");
+    assert!(
+        second.nll_sum < first.nll_sum,
+        "one step did not lower the loss ({} -> {})",
+        first.nll_sum,
+        second.nll_sum
+    );
+}
+
+#[test]
+fn an_exported_adapter_makes_llama_cpp_compute_the_trainers_logits() {
+    let config = LoraConfig {
+        rank: 8,
+        alpha: 16.0,
+        targets: Target::ALL.to_vec(),
+        ..LoraConfig::default()
+    };
+    let model = Qwen2Lora::new(base(), &config, 5).expect("the training module");
+    // A trained-looking adapter: B random and large enough to move the logits visibly.
+    for ((_, _), pair) in model.lora.pairs() {
+        let b = catena_trainer::Tensor::randn(0f32, 0.02, pair.b.dims(), &Device::Cpu).unwrap();
+        pair.b.set(&b).unwrap();
+    }
+    let tokens = tokens_of("<answer>\\boxed{408}</answer> The product of 12 and 34 is 408.");
+    let base_model = Qwen2Lora::new(
+        base(),
+        &LoraConfig {
+            rank: 1,
+            targets: vec![Target::Q],
+            ..LoraConfig::default()
+        },
+        0,
+    )
+    .expect("the base module");
+    let ours_base = base_model.logits(&tokens).expect("logits");
+    let ours = model.logits(&tokens).expect("logits");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let exported = export::export(&model.lora, "qwen2", None, dir.path()).expect("the export");
+    let theirs = llama_logits(&tokens, Some(&exported.gguf));
+    let d = compare(&ours, &theirs);
+    let effect: f32 = (ours - ours_base)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar()
+        .unwrap();
+    eprintln!(
+        "adapter moves the logits by up to {effect:.3}; llama.cpp with the adapter vs the trainer: |Δ| mean {:.4}, max {:.4} (largest {:.2}), same top token at {}/{}",
+        d.mean,
+        d.max,
+        d.largest,
+        d.same_top,
+        tokens.len()
+    );
+    assert!(
+        effect > 1.0,
+        "the adapter hardly changes the model ({effect})"
+    );
+    assert_close(&d, tokens.len());
+}
+
+#[test]
+fn tokens_and_masks_are_the_runtimes() {
+    let engine = engine();
+    let c = conversation();
+    let encoded = data::encode(engine, &c).expect("encoded");
+    // The prompt is what `catena run` appends before generating.
+    let prompt: Vec<u32> = engine
+        .tokenize_parts(
+            &engine
+                .conversation_prompt(&[catena_core::engine::llama::ChatMessage::new(
+                    "user", &c.user,
+                )])
+                .unwrap(),
+        )
+        .into_iter()
+        .map(|t| t as u32)
+        .collect();
+    assert_eq!(&encoded.tokens[..prompt.len()], &prompt[..]);
+    assert!(
+        encoded.trained[..prompt.len()].iter().all(|&t| !t),
+        "a prompt token is trained"
+    );
+    // The observation is tokenised on its own, as the runtime appends it, and fully masked.
+    let spans = data::observation_spans(&c.assistant).unwrap();
+    let observation = &c.assistant[spans[0].clone()];
+    assert_eq!(
+        observation,
+        "\n<observation>\n[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n391\n[STDOUT:END]\n</observation>\n\n"
+    );
+    let ids = |mask: bool| -> Vec<i32> {
+        encoded.tokens[prompt.len()..]
+            .iter()
+            .zip(&encoded.trained[prompt.len()..])
+            .filter(|(_, t)| **t == mask)
+            .map(|(&id, _)| id as i32)
+            .collect()
+    };
+    assert_eq!(engine.detokenize(&ids(false)), observation);
+    // Everything else the assistant wrote is trained, and reads back byte for byte, Cyrillic,
+    // Chinese and symbols included (the end-of-turn token renders as nothing).
+    let mut rest = c.assistant.clone();
+    rest.replace_range(spans[0].clone(), "");
+    assert_eq!(engine.detokenize(&ids(true)), rest);
+    let last = *encoded.tokens.last().unwrap() as i32;
+    assert_eq!(
+        engine.tokenize("<|im_end|>", true),
+        vec![last],
+        "the turn ends with <|im_end|>"
+    );
+    assert!(
+        *encoded.trained.last().unwrap(),
+        "the end-of-turn token is trained"
+    );
+    // Tag text is ordinary text: never a special token.
+    let tags = engine.tokenize("<observation></observation><code>", false);
+    assert!(tags.len() > 3);
+    assert_eq!(
+        engine.detokenize(&tags),
+        "<observation></observation><code>"
+    );
+}

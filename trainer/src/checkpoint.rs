@@ -1,0 +1,187 @@
+//! Checkpoints a killed run resumes from.
+//!
+//! `OUT/checkpoints/step-N/` holds the factors and the optimizer's moments
+//! (`state.safetensors`) and the run's progress (`progress.json`). A checkpoint is written into
+//! a temporary folder and renamed into place, and `OUT/checkpoints/latest` (the name of the
+//! newest one) is replaced by a rename as well, so a SIGKILL at any moment leaves either the
+//! previous checkpoint or the new one, never half of one.
+
+use crate::{Result, TrainError};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One optimizer step, as the loss curve and the resumed run see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: usize,
+    pub epoch: usize,
+    /// Mean loss per trained token of the step.
+    pub loss: f64,
+    pub lr: f64,
+    pub grad_norm: f64,
+    pub tokens: usize,
+    pub trained_tokens: usize,
+}
+
+/// An evaluation on the held-out split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalRecord {
+    pub step: usize,
+    pub loss: f64,
+}
+
+/// Everything but the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Optimizer steps done.
+    pub step: usize,
+    /// A fingerprint of the settings and data the run started with; resuming with others is
+    /// refused.
+    pub fingerprint: String,
+    pub history: Vec<StepRecord>,
+    pub evals: Vec<EvalRecord>,
+}
+
+pub fn checkpoints_dir(out: &Path) -> PathBuf {
+    out.join("checkpoints")
+}
+
+/// Writes a checkpoint and makes it the latest; older ones beyond the newest `keep` are removed.
+pub fn save(
+    out: &Path,
+    progress: &Progress,
+    tensors: &[(String, Tensor)],
+    keep: usize,
+) -> Result<PathBuf> {
+    let dir = checkpoints_dir(out);
+    std::fs::create_dir_all(&dir).map_err(TrainError::io(&dir))?;
+    let name = format!("step-{:06}", progress.step);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(TrainError::io(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(TrainError::io(&tmp))?;
+    let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
+    let state = tmp.join("state.safetensors");
+    candle_core::safetensors::save(&map, &state)?;
+    let json =
+        serde_json::to_vec_pretty(progress).map_err(|e| TrainError::Stopped(e.to_string()))?;
+    write_synced(&tmp.join("progress.json"), &json)?;
+    let final_dir = dir.join(&name);
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir).map_err(TrainError::io(&final_dir))?;
+    }
+    std::fs::rename(&tmp, &final_dir).map_err(TrainError::io(&final_dir))?;
+    let latest_tmp = dir.join(".latest.tmp");
+    write_synced(&latest_tmp, name.as_bytes())?;
+    std::fs::rename(&latest_tmp, dir.join("latest")).map_err(TrainError::io(dir.join("latest")))?;
+    prune(&dir, keep)?;
+    Ok(final_dir)
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).map_err(TrainError::io(path))?;
+    f.write_all(bytes).map_err(TrainError::io(path))?;
+    f.sync_all().map_err(TrainError::io(path))
+}
+
+fn prune(dir: &Path, keep: usize) -> Result<()> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(TrainError::io(dir))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    names.sort();
+    let excess = names.len().saturating_sub(keep.max(1));
+    for name in &names[..excess] {
+        let path = dir.join(name);
+        std::fs::remove_dir_all(&path).map_err(TrainError::io(&path))?;
+    }
+    Ok(())
+}
+
+/// A checkpoint read back.
+#[derive(Debug)]
+pub struct Restored {
+    pub progress: Progress,
+    /// The factors and the optimizer's moments, by name.
+    pub tensors: HashMap<String, Tensor>,
+    pub path: PathBuf,
+}
+
+/// The latest checkpoint under `out`, if there is one.
+pub fn load_latest(out: &Path, device: &Device) -> Result<Option<Restored>> {
+    let dir = checkpoints_dir(out);
+    let latest = dir.join("latest");
+    let name = match std::fs::read_to_string(&latest) {
+        Ok(name) => name,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(TrainError::io(&latest)(e)),
+    };
+    let path = dir.join(name.trim());
+    let bad = |reason: String| TrainError::BadCheckpoint {
+        path: path.clone(),
+        reason,
+    };
+    let json = std::fs::read(path.join("progress.json")).map_err(|e| bad(e.to_string()))?;
+    let progress: Progress =
+        serde_json::from_slice(&json).map_err(|e| bad(format!("progress.json: {e}")))?;
+    let tensors = candle_core::safetensors::load(path.join("state.safetensors"), device)
+        .map_err(|e| bad(format!("state.safetensors: {e}")))?;
+    Ok(Some(Restored {
+        progress,
+        tensors,
+        path,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_checkpoint_round_trips_and_old_ones_are_pruned() -> Result<()> {
+        let out = tempfile::tempdir().unwrap();
+        let dev = Device::Cpu;
+        assert!(load_latest(out.path(), &dev)?.is_none());
+        let t = Tensor::new(&[1.5f32, -2.0], &dev)?;
+        for step in 1..=4 {
+            let progress = Progress {
+                step,
+                fingerprint: "f".into(),
+                history: vec![],
+                evals: vec![EvalRecord { step, loss: 1.0 }],
+            };
+            save(
+                out.path(),
+                &progress,
+                &[("w".into(), (&t * step as f64)?)],
+                2,
+            )?;
+        }
+        let Restored {
+            progress,
+            tensors,
+            path,
+        } = load_latest(out.path(), &dev)?.expect("a checkpoint");
+        assert_eq!(progress.step, 4);
+        assert!(path.ends_with("step-000004"));
+        assert_eq!(tensors["w"].to_vec1::<f32>()?, vec![6.0, -8.0]);
+        let left: Vec<_> = std::fs::read_dir(checkpoints_dir(out.path()))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        assert_eq!(left.len(), 2);
+        // A damaged checkpoint is an error that names it, not a panic or a silent restart.
+        std::fs::write(path.join("progress.json"), b"{").unwrap();
+        let err = load_latest(out.path(), &dev).unwrap_err().to_string();
+        assert!(err.contains("progress.json"), "{err}");
+        Ok(())
+    }
+}

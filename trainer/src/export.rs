@@ -1,0 +1,194 @@
+//! Writing a trained adapter for the two worlds that use it.
+//!
+//! - `adapter.gguf`: the LoRA GGUF llama.cpp loads (`catena run --adapter`): `general.type =
+//!   adapter`, `adapter.type = lora`, `adapter.lora.alpha`, and per layer
+//!   `blk.N.<tensor>.weight.lora_a` `(r, in)` and `.lora_b` `(out, r)`. llama.cpp scales by
+//!   `alpha / r`, so an rsLoRA adapter is written with the alpha that gives the same scale.
+//! - `peft/`: `adapter_model.safetensors` + `adapter_config.json` in PEFT's layout, for the
+//!   Python ecosystem (transformers + peft, vLLM, TRL).
+
+use crate::lora::{LoraParams, Target};
+use crate::{Result, TrainError};
+use candle_core::Tensor;
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Where the exports went.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Exported {
+    pub gguf: PathBuf,
+    pub peft_dir: PathBuf,
+}
+
+/// The alpha llama.cpp must read so that its `alpha / r` equals the trained scale.
+pub fn llama_alpha(params: &LoraParams) -> f32 {
+    params.config.scale() * params.config.rank as f32
+}
+
+/// Writes `adapter.gguf` and `peft/` under `out`.
+pub fn export(
+    params: &LoraParams,
+    architecture: &str,
+    base_name: Option<&str>,
+    out: &Path,
+) -> Result<Exported> {
+    std::fs::create_dir_all(out).map_err(TrainError::io(out))?;
+    let gguf = out.join("adapter.gguf");
+    write_gguf(params, architecture, &gguf)?;
+    let peft_dir = out.join("peft");
+    write_peft(params, base_name, &peft_dir)?;
+    Ok(Exported { gguf, peft_dir })
+}
+
+/// The GGUF adapter, written to a temporary name and renamed into place.
+pub fn write_gguf(params: &LoraParams, architecture: &str, path: &Path) -> Result<()> {
+    let mut tensors = Vec::new();
+    for ((block, target), pair) in params.pairs() {
+        let base = format!("blk.{block}.{}.weight", target.gguf());
+        let a = QTensor::quantize(
+            &pair.a.as_tensor().to_device(&candle_core::Device::Cpu)?,
+            GgmlDType::F32,
+        )?;
+        let b = QTensor::quantize(
+            &pair.b.as_tensor().to_device(&candle_core::Device::Cpu)?,
+            GgmlDType::F32,
+        )?;
+        tensors.push((format!("{base}.lora_a"), a));
+        tensors.push((format!("{base}.lora_b"), b));
+    }
+    let metadata = [
+        (
+            "general.architecture",
+            gguf_file::Value::String(architecture.to_string()),
+        ),
+        ("general.type", gguf_file::Value::String("adapter".into())),
+        (
+            "general.name",
+            gguf_file::Value::String("catena LoRA adapter".into()),
+        ),
+        ("adapter.type", gguf_file::Value::String("lora".into())),
+        (
+            "adapter.lora.alpha",
+            gguf_file::Value::F32(llama_alpha(params)),
+        ),
+    ];
+    let meta_refs: Vec<(&str, &gguf_file::Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tmp = path.with_extension("gguf.tmp");
+    {
+        let file = std::fs::File::create(&tmp).map_err(TrainError::io(&tmp))?;
+        let mut writer = std::io::BufWriter::new(file);
+        gguf_file::write(&mut writer, &meta_refs, &tensor_refs)?;
+        use std::io::Write;
+        writer.flush().map_err(TrainError::io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(TrainError::io(path))
+}
+
+/// PEFT's module path of a factor.
+pub fn peft_key(block: usize, target: Target, factor: &str) -> String {
+    format!(
+        "base_model.model.model.layers.{block}.{}.{factor}.weight",
+        target.peft()
+    )
+}
+
+/// `adapter_model.safetensors` and `adapter_config.json`.
+pub fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
+    let mut map: HashMap<String, Tensor> = HashMap::new();
+    for ((block, target), pair) in params.pairs() {
+        map.insert(
+            peft_key(*block, *target, "lora_A"),
+            pair.a.as_tensor().clone(),
+        );
+        map.insert(
+            peft_key(*block, *target, "lora_B"),
+            pair.b.as_tensor().clone(),
+        );
+    }
+    candle_core::safetensors::save(&map, dir.join("adapter_model.safetensors"))?;
+    let c = &params.config;
+    let config = serde_json::json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_name.unwrap_or(""),
+        "r": c.rank,
+        "lora_alpha": c.alpha,
+        "lora_dropout": c.dropout,
+        "use_rslora": c.rslora,
+        "target_modules": c.targets.iter().map(|t| t.peft().rsplit('.').next().unwrap_or_default()).collect::<Vec<_>>(),
+        "bias": "none",
+        "fan_in_fan_out": false,
+        "inference_mode": true,
+    });
+    let json =
+        serde_json::to_vec_pretty(&config).map_err(|e| TrainError::Stopped(e.to_string()))?;
+    let path = dir.join("adapter_config.json");
+    std::fs::write(&path, json).map_err(TrainError::io(&path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lora::LoraConfig;
+    use candle_core::Device;
+
+    #[test]
+    fn both_exports_hold_every_factor_in_peft_orientation() -> Result<()> {
+        let dev = Device::Cpu;
+        let config = LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            rslora: true,
+            targets: vec![Target::Q, Target::Down],
+            ..LoraConfig::default()
+        };
+        let params = LoraParams::init(
+            &config,
+            2,
+            |_, t| {
+                if t == Target::Down {
+                    (32, 64)
+                } else {
+                    (32, 32)
+                }
+            },
+            1,
+            &dev,
+        )?;
+        let out = tempfile::tempdir().unwrap();
+        let exported = export(&params, "qwen2", Some("tiny"), out.path())?;
+
+        let mut file = std::fs::File::open(&exported.gguf).unwrap();
+        let content = gguf_file::Content::read(&mut file)?;
+        assert_eq!(content.metadata["general.type"].to_string()?, "adapter");
+        // rsLoRA: scale 8/sqrt(4) = 4, written as alpha 16 for llama.cpp's alpha/r.
+        assert_eq!(content.metadata["adapter.lora.alpha"].to_f32()?, 16.0);
+        assert_eq!(content.tensor_infos.len(), 2 * 2 * 2);
+        let a = &content.tensor_infos["blk.1.ffn_down.weight.lora_a"];
+        assert_eq!(a.shape.dims(), &[4, 64]);
+        let b = content.tensor(&mut file, "blk.1.ffn_down.weight.lora_b", &dev)?;
+        assert_eq!(b.shape().dims(), &[32, 4]);
+
+        let peft = candle_core::safetensors::load(
+            exported.peft_dir.join("adapter_model.safetensors"),
+            &dev,
+        )?;
+        let key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+        let want = params.get(0, Target::Q).unwrap().a.as_tensor();
+        let diff = (&peft[key] - want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert_eq!(diff, 0.0);
+        let cfg: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(exported.peft_dir.join("adapter_config.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg["target_modules"],
+            serde_json::json!(["q_proj", "down_proj"])
+        );
+        assert_eq!(cfg["use_rslora"], true);
+        Ok(())
+    }
+}

@@ -1,0 +1,64 @@
+//! catena-trainer: LoRA fine-tuning of Chain-of-Agents models on candle.
+//!
+//! The base model is read straight from the GGUF file llama.cpp serves, and its weights stay
+//! quantised: every linear layer runs through [`qlinear`], whose backward pass is
+//! `grad x dequant(W)`, and only the LoRA factors (f32) train. The adapter that comes out is
+//! therefore an adapter for exactly the weights `catena run --adapter` loads.
+//!
+//! Modules, in the order data flows:
+//! - [`base`]: the GGUF's architecture and tensors (Qwen2).
+//! - [`data`]: trajectories (our JSONL, the AFM alpaca JSON) to tokens and a loss mask.
+//! - [`model`]: the Qwen2 training module with LoRA, checkpointed per layer.
+//! - [`optim`]: AdamW with warm-up + cosine and gradient clipping.
+//! - [`sft`]: the training loop, evaluation and checkpoints that survive a SIGKILL.
+//! - [`export`]: the GGUF adapter llama.cpp loads, and PEFT safetensors.
+//! - [`synth`]: a verifiable task family whose trajectories carry real sandbox observations.
+
+pub mod base;
+pub mod checkpoint;
+pub mod data;
+pub mod export;
+pub mod lora;
+pub mod model;
+mod ops;
+pub mod optim;
+pub mod plot;
+pub mod qlinear;
+pub mod sft;
+pub mod synth;
+
+pub use candle_core::{Device, Tensor};
+use std::path::PathBuf;
+
+/// What can go wrong while training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("{path}: {reason}")]
+    BadBase { path: PathBuf, reason: String },
+    #[error("{path}: {reason}")]
+    BadData { path: PathBuf, reason: String },
+    #[error("{path}: {reason}")]
+    BadCheckpoint { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Config(String),
+    #[error("the model runtime: {0}")]
+    Engine(#[from] catena_core::engine::EngineError),
+    #[error("tensor maths: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("training stopped: {0}")]
+    Stopped(String),
+}
+
+impl TrainError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> TrainError {
+        let path = path.into();
+        move |source| TrainError::Io { path, source }
+    }
+}
+
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;

@@ -1,0 +1,353 @@
+//! The Qwen2 training module: the base model's frozen, quantised weights plus LoRA factors.
+//!
+//! Memory is what limits training on a desktop, so the graph never spans the whole model:
+//! - per-block checkpointing: the forward pass keeps only each block's input; the backward pass
+//!   recomputes one block at a time with its input as a leaf and feeds it the gradient of its
+//!   output through the surrogate `sum(out ⊙ grad_out)`, whose gradient is exactly that;
+//! - chunked vocabulary log-probs: the `(tokens, vocab)` logits exist one chunk of trained
+//!   positions at a time, and only for positions that carry loss.
+
+use crate::base::{BaseModel, Qwen2Config};
+use crate::lora::{LoraConfig, LoraParams, Target, dropout_mask};
+use crate::ops;
+use crate::qlinear::QLinear;
+use crate::{Result, TrainError};
+use candle_core::quantized::QTensor;
+use candle_core::{D, DType, Device, Tensor, Var};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Positions of the vocabulary projection computed at once.
+const HEAD_CHUNK: usize = 256;
+
+struct Block {
+    attn_norm: Tensor,
+    ffn_norm: Tensor,
+    linears: HashMap<Target, QLinear>,
+    q_bias: Option<Tensor>,
+    k_bias: Option<Tensor>,
+    v_bias: Option<Tensor>,
+}
+
+/// A Qwen2 model ready to train LoRA factors.
+pub struct Qwen2Lora {
+    pub config: Qwen2Config,
+    embed: Arc<QTensor>,
+    head: QLinear,
+    final_norm: Tensor,
+    blocks: Vec<Block>,
+    pub lora: LoraParams,
+    device: Device,
+}
+
+/// How one forward pass treats the LoRA factors.
+#[derive(Clone, Copy)]
+struct Pass {
+    /// Build the graph through the factors (the recomputation in backward) or not.
+    track: bool,
+    /// Dropout key for this micro-batch, `None` when evaluating.
+    dropout_key: Option<u64>,
+}
+
+/// The loss of one sequence and, when asked, the gradients of every factor.
+pub struct SequenceLoss {
+    /// Sum of the negative log-likelihoods of the trained tokens.
+    pub nll_sum: f64,
+    /// Number of trained tokens.
+    pub tokens: usize,
+    pub grads: Option<HashMap<String, Tensor>>,
+}
+
+impl Qwen2Lora {
+    /// Builds the training module over `base`, with fresh factors from `seed`.
+    pub fn new(base: &BaseModel, lora: &LoraConfig, seed: u64) -> Result<Qwen2Lora> {
+        let config = base.config.clone();
+        let device = base.device().clone();
+        let mut blocks = Vec::with_capacity(config.layers);
+        for l in 0..config.layers {
+            let mut linears = HashMap::new();
+            for t in Target::ALL {
+                let w = base.qtensor(&format!("blk.{l}.{}.weight", t.gguf()))?;
+                linears.insert(t, QLinear::new(w, false));
+            }
+            let bias = |name: &str| -> Result<Option<Tensor>> {
+                let name = format!("blk.{l}.{name}.bias");
+                if base.has(&name) {
+                    Ok(Some(base.dense(&name)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            blocks.push(Block {
+                attn_norm: base.dense(&format!("blk.{l}.attn_norm.weight"))?,
+                ffn_norm: base.dense(&format!("blk.{l}.ffn_norm.weight"))?,
+                q_bias: bias("attn_q")?,
+                k_bias: bias("attn_k")?,
+                v_bias: bias("attn_v")?,
+                linears,
+            });
+        }
+        let embed = base.qtensor("token_embd.weight")?;
+        // Tied embeddings (the 0.5B to 3B Qwen2.5 models) reuse the input table as the output.
+        let head_weight = if base.has("output.weight") {
+            base.qtensor("output.weight")?
+        } else {
+            embed.clone()
+        };
+        let shape_of = |l: usize, t: Target| blocks[l].linears[&t].dims();
+        let lora = LoraParams::init(lora, config.layers, shape_of, seed, &device)?;
+        Ok(Qwen2Lora {
+            head: QLinear::new(head_weight, true),
+            final_norm: base.dense("output_norm.weight")?,
+            embed,
+            blocks,
+            lora,
+            config,
+            device,
+        })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn embed(&self, tokens: &[u32]) -> Result<Tensor> {
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
+            return Err(TrainError::Config(format!(
+                "token id {bad} is outside the model's vocabulary of {}",
+                self.config.vocab
+            )));
+        }
+        let ids = Tensor::new(tokens, &self.device)?;
+        Ok(self.embed.embedding(&ids)?)
+    }
+
+    /// One adapted linear layer: the frozen product plus the LoRA path.
+    fn linear(&self, block: usize, target: Target, x: &Tensor, pass: Pass) -> Result<Tensor> {
+        let base = self.blocks[block].linears[&target].forward(x)?;
+        let Some(pair) = self.lora.get(block, target) else {
+            return Ok(base);
+        };
+        let (a, b) = if pass.track {
+            (pair.a.as_tensor().clone(), pair.b.as_tensor().clone())
+        } else {
+            (pair.a.as_tensor().detach(), pair.b.as_tensor().detach())
+        };
+        let input = match pass.dropout_key {
+            Some(key) if self.lora.config.dropout > 0.0 => {
+                let mask = dropout_mask(
+                    self.lora.config.dropout,
+                    [key, block as u64, target as u64, 0],
+                    x.dims2()?,
+                    &self.device,
+                )?;
+                (x * mask)?
+            }
+            _ => x.clone(),
+        };
+        let delta = input.matmul(&a.t()?)?.matmul(&b.t()?)?;
+        Ok((base + (delta * f64::from(self.lora.config.scale()))?)?)
+    }
+
+    /// One transformer block on `x (len, hidden)`.
+    fn block(&self, l: usize, x: &Tensor, rope: &Rope, pass: Pass) -> Result<Tensor> {
+        let c = &self.config;
+        let blk = &self.blocks[l];
+        let len = x.dim(0)?;
+        let h = ops::rms_norm(x, &blk.attn_norm, c.rms_eps)?;
+        let add_bias = |t: Tensor, bias: &Option<Tensor>| -> Result<Tensor> {
+            Ok(match bias {
+                Some(b) => t.broadcast_add(b)?,
+                None => t,
+            })
+        };
+        let q = add_bias(self.linear(l, Target::Q, &h, pass)?, &blk.q_bias)?;
+        let k = add_bias(self.linear(l, Target::K, &h, pass)?, &blk.k_bias)?;
+        let v = add_bias(self.linear(l, Target::V, &h, pass)?, &blk.v_bias)?;
+        let heads = |t: Tensor, n: usize| -> Result<Tensor> {
+            Ok(t.reshape((len, n, c.head_dim))?
+                .transpose(0, 1)?
+                .contiguous()?)
+        };
+        let q = ops::rope(&heads(q, c.heads)?, &rope.cos, &rope.sin)?;
+        let k = ops::rope(&heads(k, c.kv_heads)?, &rope.cos, &rope.sin)?;
+        let v = heads(v, c.kv_heads)?;
+        let group = c.heads / c.kv_heads;
+        let repeat = |t: Tensor| -> Result<Tensor> {
+            if group == 1 {
+                return Ok(t);
+            }
+            Ok(t.unsqueeze(1)?
+                .broadcast_as((c.kv_heads, group, len, c.head_dim))?
+                .reshape((c.heads, len, c.head_dim))?)
+        };
+        let (k, v) = (repeat(k)?, repeat(v)?);
+        let scores = (q.matmul(&k.t()?.contiguous()?)? * (1.0 / (c.head_dim as f64).sqrt()))?
+            .broadcast_add(&rope.mask)?;
+        let attn = ops::softmax_last(&scores)?.matmul(&v)?;
+        let attn = attn.transpose(0, 1)?.reshape((len, c.heads * c.head_dim))?;
+        let x = (x + self.linear(l, Target::O, &attn, pass)?)?;
+        let h = ops::rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
+        let gate = ops::silu(&self.linear(l, Target::Gate, &h, pass)?)?;
+        let up = self.linear(l, Target::Up, &h, pass)?;
+        let down = self.linear(l, Target::Down, &(gate * up)?, pass)?;
+        Ok((x + down)?)
+    }
+
+    fn rope(&self, len: usize) -> Result<Rope> {
+        let (cos, sin) = ops::rope_tables(
+            len,
+            self.config.head_dim,
+            self.config.rope_theta,
+            &self.device,
+        )?;
+        Ok(Rope {
+            cos,
+            sin,
+            mask: ops::causal_mask(len, &self.device)?,
+        })
+    }
+
+    /// The logits at every position of `tokens`, `(len, vocab)`, without a graph (tests and
+    /// comparisons with llama.cpp).
+    pub fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+        let pass = Pass {
+            track: false,
+            dropout_key: None,
+        };
+        let rope = self.rope(tokens.len())?;
+        let mut x = self.embed(tokens)?;
+        for l in 0..self.config.layers {
+            x = self.block(l, &x, &rope, pass)?;
+        }
+        let h = ops::rms_norm(&x, &self.final_norm, self.config.rms_eps)?;
+        Ok(self.head.forward(&h)?)
+    }
+
+    /// The loss of one sequence: `trained[i]` says whether token `i` carries loss (it is
+    /// predicted from the tokens before it). With `dropout_key` set this is a training pass and
+    /// the factors' gradients (of the summed, not averaged, loss) come back too.
+    pub fn sequence_loss(
+        &self,
+        tokens: &[u32],
+        trained: &[bool],
+        dropout_key: Option<u64>,
+        with_grads: bool,
+    ) -> Result<SequenceLoss> {
+        if tokens.len() != trained.len() || tokens.len() < 2 {
+            return Err(TrainError::Config(format!(
+                "a sequence needs at least 2 tokens and one mask entry each ({} tokens, {} mask)",
+                tokens.len(),
+                trained.len()
+            )));
+        }
+        let inputs = &tokens[..tokens.len() - 1];
+        let positions: Vec<u32> = (1..tokens.len())
+            .filter(|&i| trained[i])
+            .map(|i| (i - 1) as u32)
+            .collect();
+        let labels: Vec<u32> = (1..tokens.len())
+            .filter(|&i| trained[i])
+            .map(|i| tokens[i])
+            .collect();
+        if positions.is_empty() {
+            return Ok(SequenceLoss {
+                nll_sum: 0.0,
+                tokens: 0,
+                grads: with_grads.then(HashMap::new),
+            });
+        }
+        let pass = Pass {
+            track: false,
+            dropout_key,
+        };
+        let rope = self.rope(inputs.len())?;
+        // Forward, keeping each block's input only.
+        let mut inputs_of = Vec::with_capacity(self.config.layers);
+        let mut x = self.embed(inputs)?;
+        for l in 0..self.config.layers {
+            let next = self.block(l, &x, &rope, pass)?.detach();
+            inputs_of.push(x);
+            x = next;
+        }
+        // The loss, a chunk of trained positions at a time; its gradient w.r.t. the last
+        // block's output is gathered chunk by chunk.
+        let last = Var::from_tensor(&x)?;
+        let normed = ops::rms_norm(last.as_tensor(), &self.final_norm, self.config.rms_eps)?;
+        let mut nll_sum = 0.0f64;
+        let mut grad_out: Option<Tensor> = None;
+        for (chunk_pos, chunk_labels) in positions.chunks(HEAD_CHUNK).zip(labels.chunks(HEAD_CHUNK))
+        {
+            let idx = Tensor::new(chunk_pos, &self.device)?;
+            let rows = if with_grads {
+                normed.index_select(&idx, 0)?
+            } else {
+                normed.detach().index_select(&idx, 0)?
+            };
+            let logp = ops::log_softmax_last(&self.head.forward(&rows)?)?;
+            let label_idx = Tensor::new(chunk_labels, &self.device)?.unsqueeze(1)?;
+            let nll = logp.gather(&label_idx, D::Minus1)?.neg()?.sum_all()?;
+            nll_sum += f64::from(nll.to_dtype(DType::F32)?.to_scalar::<f32>()?);
+            if with_grads {
+                let grads = nll.backward()?;
+                if let Some(g) = grads.get(last.as_tensor()) {
+                    grad_out = Some(match grad_out {
+                        Some(acc) => (acc + g)?,
+                        None => g.clone(),
+                    });
+                }
+            }
+        }
+        let tokens_trained = positions.len();
+        if !with_grads {
+            return Ok(SequenceLoss {
+                nll_sum,
+                tokens: tokens_trained,
+                grads: None,
+            });
+        }
+        // Backward, one recomputed block at a time.
+        let track = Pass {
+            track: true,
+            ..pass
+        };
+        let mut grads = HashMap::new();
+        let mut grad_out = grad_out.ok_or_else(|| {
+            TrainError::Stopped("the loss did not reach the last block (internal error)".into())
+        })?;
+        for l in (0..self.config.layers).rev() {
+            let input = Var::from_tensor(&inputs_of[l])?;
+            let out = self.block(l, input.as_tensor(), &rope, track)?;
+            let surrogate = (out * &grad_out)?.sum_all()?;
+            let store = surrogate.backward()?;
+            for &target in &self.lora.config.targets {
+                let Some(pair) = self.lora.get(l, target) else {
+                    continue;
+                };
+                for (factor, var) in [("lora_a", &pair.a), ("lora_b", &pair.b)] {
+                    let g = match store.get(var.as_tensor()) {
+                        Some(g) => g.clone(),
+                        None => var.as_tensor().zeros_like()?,
+                    };
+                    grads.insert(crate::lora::tensor_name(l, target, factor), g);
+                }
+            }
+            if l > 0 {
+                grad_out = store.get(input.as_tensor()).cloned().ok_or_else(|| {
+                    TrainError::Stopped(format!("block {l} passed no gradient (internal error)"))
+                })?;
+            }
+        }
+        Ok(SequenceLoss {
+            nll_sum,
+            tokens: tokens_trained,
+            grads: Some(grads),
+        })
+    }
+}
+
+struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor,
+}

@@ -1,0 +1,131 @@
+//! The differentiable building blocks of the training graph.
+//!
+//! candle's fused `rms_norm`, `softmax_last_dim`, `rope` and `sdpa` record no backward pass
+//! (a loss behind them silently gets no gradient), so these are written from elementary ops,
+//! each of which candle differentiates.
+
+use candle_core::{D, DType, Device, Result, Tensor};
+
+/// `x / sqrt(mean(x²) + eps) * weight` over the last dimension.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let mean_square = x.sqr()?.mean_keepdim(D::Minus1)?;
+    let scale = (mean_square + eps)?.sqrt()?.recip()?;
+    x.broadcast_mul(&scale)?.broadcast_mul(weight)
+}
+
+/// The rotary tables for positions `0..len`: `(cos, sin)`, each `(len, head_dim / 2)`.
+pub fn rope_tables(
+    len: usize,
+    head_dim: usize,
+    theta: f32,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let half = head_dim / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32))
+        .collect();
+    let inv_freq = Tensor::from_vec(inv_freq, (1, half), device)?;
+    let positions = Tensor::arange(0u32, len as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((len, 1))?;
+    let angles = positions.broadcast_mul(&inv_freq)?;
+    Ok((angles.cos()?, angles.sin()?))
+}
+
+/// Rotary embedding in the "NEOX" layout Qwen2 uses (the two halves of each head rotate
+/// together), for `x` of shape `(heads, len, head_dim)`.
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let head_dim = x.dim(D::Minus1)?;
+    let half = head_dim / 2;
+    let first = x.narrow(D::Minus1, 0, half)?;
+    let second = x.narrow(D::Minus1, half, half)?;
+    let rotated_first = (first.broadcast_mul(cos)? - second.broadcast_mul(sin)?)?;
+    let rotated_second = (second.broadcast_mul(cos)? + first.broadcast_mul(sin)?)?;
+    Tensor::cat(&[rotated_first, rotated_second], D::Minus1)
+}
+
+/// An additive causal mask `(len, len)`: 0 on and below the diagonal, -inf above.
+pub fn causal_mask(len: usize, device: &Device) -> Result<Tensor> {
+    let mask: Vec<f32> = (0..len)
+        .flat_map(|i| (0..len).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(mask, (len, len), device)
+}
+
+/// Softmax over the last dimension, from differentiable pieces.
+pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let exp = x.broadcast_sub(&max)?.exp()?;
+    exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)
+}
+
+/// Log-softmax over the last dimension.
+pub fn log_softmax_last(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let shifted = x.broadcast_sub(&max)?;
+    let log_sum = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    shifted.broadcast_sub(&log_sum)
+}
+
+/// SiLU, `x * sigmoid(x)`, from differentiable pieces.
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    let sigmoid = (x.neg()?.exp()? + 1.0)?.recip()?;
+    x * sigmoid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Var;
+
+    fn close(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
+    #[test]
+    fn softmax_and_log_softmax_agree_with_the_fused_versions() -> Result<()> {
+        let x = Tensor::randn(0f32, 3.0, (4, 9), &Device::Cpu)?;
+        let want = candle_core::Tensor::exp(&x)?.broadcast_div(&x.exp()?.sum_keepdim(1)?)?;
+        assert!(close(&softmax_last(&x)?, &want) < 1e-6);
+        assert!(close(&log_softmax_last(&x)?.exp()?, &want) < 1e-6);
+        Ok(())
+    }
+
+    #[test]
+    fn every_block_passes_a_gradient() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 5, 8), &dev)?)?;
+        let w = Var::from_tensor(&Tensor::ones(8, DType::F32, &dev)?)?;
+        let (cos, sin) = rope_tables(5, 8, 10_000.0, &dev)?;
+        let h = rms_norm(x.as_tensor(), w.as_tensor(), 1e-6)?;
+        let h = rope(&h, &cos, &sin)?;
+        let h = silu(&h)?;
+        let scores = h.matmul(&h.t()?)?.broadcast_add(&causal_mask(5, &dev)?)?;
+        let loss = log_softmax_last(&softmax_last(&scores)?)?.sum_all()?;
+        let grads = loss.backward()?;
+        for v in [&x, &w] {
+            let g = grads.get(v.as_tensor()).expect("gradient");
+            assert!(g.abs()?.sum_all()?.to_scalar::<f32>()? > 0.0);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn rope_at_position_zero_is_the_identity_and_keeps_norms() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (3, 6, 16), &dev)?;
+        let (cos, sin) = rope_tables(6, 16, 1_000_000.0, &dev)?;
+        let y = rope(&x, &cos, &sin)?;
+        assert!(close(&y.narrow(1, 0, 1)?, &x.narrow(1, 0, 1)?) < 1e-6);
+        let norms = |t: &Tensor| t.sqr().unwrap().sum_keepdim(D::Minus1).unwrap();
+        assert!(close(&norms(&y), &norms(&x)) < 1e-4);
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! The quantised linear layer: `y = x Wᵀ` with `W` kept in its GGUF quantisation.
+//!
+//! candle's own `QMatMul::forward` records no backward pass, so a loss behind it gets no
+//! gradient and says nothing. This op runs the same quantised kernels forward and gives the
+//! input its gradient, `grad x dequant(W)`, backward; `W` itself is frozen (LoRA trains beside it).
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{CpuStorage, CustomOp1, D, Layout, Shape, Tensor};
+use std::sync::{Arc, OnceLock};
+
+/// A frozen linear layer over a quantised weight of shape `(out, in)`.
+#[derive(Clone)]
+pub struct QLinear {
+    op: Arc<QLinearOp>,
+    /// The same op, as candle's graph holds it.
+    graph_op: Arc<Box<dyn CustomOp1 + Send + Sync>>,
+}
+
+/// The op as a graph node: a handle on the shared weight and its dense cache.
+struct GraphOp(Arc<QLinearOp>);
+
+struct QLinearOp {
+    weight: Arc<QTensor>,
+    /// The dequantised weight, kept after the first backward when asked to (the vocabulary
+    /// projection, used in chunks many times per step); other layers dequantise per backward
+    /// so the model stays as small as its file.
+    keep_dense: bool,
+    dense: OnceLock<Tensor>,
+}
+
+impl QLinear {
+    pub fn new(weight: Arc<QTensor>, keep_dense: bool) -> QLinear {
+        let op = Arc::new(QLinearOp {
+            weight,
+            keep_dense,
+            dense: OnceLock::new(),
+        });
+        QLinear {
+            graph_op: Arc::new(Box::new(GraphOp(op.clone()))),
+            op,
+        }
+    }
+
+    /// `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        let dims = self.op.weight.shape().dims();
+        (dims[0], dims[dims.len() - 1])
+    }
+
+    pub fn dtype(&self) -> GgmlDType {
+        self.op.weight.dtype()
+    }
+
+    /// `x Wᵀ` for `x` of shape `(.., in)`.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let x = x.contiguous()?;
+        if is_dense(self.op.weight.dtype()) {
+            // F32/F16 weights: a plain matmul, whose backward candle knows.
+            let w = self.op.dense_weight(x.device())?;
+            return x.broadcast_matmul(&w.t()?);
+        }
+        x.apply_op1_arc(self.graph_op.clone())
+    }
+
+    /// The dequantised weight, `(out, in)`.
+    pub fn dequantize(&self, device: &candle_core::Device) -> candle_core::Result<Tensor> {
+        self.op.dense_weight(device)
+    }
+}
+
+fn is_dense(dtype: GgmlDType) -> bool {
+    matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
+}
+
+impl QLinearOp {
+    fn dense_weight(&self, device: &candle_core::Device) -> candle_core::Result<Tensor> {
+        if let Some(w) = self.dense.get() {
+            return Ok(w.clone());
+        }
+        let w = self.weight.dequantize(device)?;
+        if self.keep_dense || is_dense(self.weight.dtype()) {
+            let _ = self.dense.set(w.clone());
+        }
+        Ok(w)
+    }
+}
+
+impl CustomOp1 for GraphOp {
+    fn name(&self) -> &'static str {
+        "catena-qlinear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.0.weight.cpu_fwd(storage, layout)
+    }
+
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        self.0.weight.cuda_fwd(storage, layout)
+    }
+
+    fn metal_fwd(
+        &self,
+        storage: &candle_core::MetalStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::MetalStorage, Shape)> {
+        self.0.weight.metal_fwd(storage, layout)
+    }
+
+    /// `d(x Wᵀ)/dx = grad W`.
+    fn bwd(
+        &self,
+        arg: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let w = self.0.dense_weight(arg.device())?;
+        let out = grad.dim(D::Minus1)?;
+        let rows = grad.elem_count() / out.max(1);
+        let flat = grad.reshape((rows, out))?.matmul(&w)?;
+        Ok(Some(flat.reshape(arg.shape())?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device, Var};
+
+    /// The op against a dense matmul on the dequantised weight: forward within quantisation
+    /// noise, backward exactly the dense gradient.
+    #[test]
+    fn matches_a_dense_matmul_forward_and_backward() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 0.05, (64, 512), &dev)?;
+        let q = Arc::new(QTensor::quantize(&w, GgmlDType::Q4K)?);
+        let lin = QLinear::new(q.clone(), false);
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (7, 512), &dev)?)?;
+        let upstream = Tensor::randn(0f32, 1.0, (7, 64), &dev)?;
+
+        let y = lin.forward(x.as_tensor())?;
+        let grads = (&y * &upstream)?.sum_all()?.backward()?;
+        let got = grads.get(x.as_tensor()).expect("x has a gradient");
+
+        let deq = q.dequantize(&dev)?;
+        let dense = x.as_tensor().matmul(&deq.t()?)?;
+        let rel = ((&y - &dense)?.sqr()?.sum_all()?.sqrt()? / dense.sqr()?.sum_all()?.sqrt()?)?
+            .to_scalar::<f32>()?;
+        assert!(
+            rel < 0.02,
+            "forward differs from the dense product by {rel}"
+        );
+        let want = upstream.matmul(&deq)?;
+        let diff = (got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-4, "backward differs by {diff}");
+        assert_eq!(got.dtype(), DType::F32);
+        Ok(())
+    }
+}

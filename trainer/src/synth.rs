@@ -1,0 +1,332 @@
+//! A family of synthetic, verifiable tasks (arithmetic, string and list problems) and
+//! Chain-of-Agents trajectories that solve them with REAL sandbox observations.
+//!
+//! Every task comes with its answer computed here in Rust and a Python program that computes
+//! it again; the program runs through the runtime's own `<code>` tool, so the observation in the
+//! trajectory is byte for byte what `catena run` would show the model. A task whose observed
+//! output disagrees with the expected answer is reported and dropped, so every trajectory
+//! written is correct. Anyone can reproduce a learning run from a seed, with no teacher model.
+
+use catena_core::protocol::{Profile, render_observation};
+use catena_core::tools::Tool;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// One task: the question, its checked answer, and the program that computes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: String,
+    pub family: String,
+    pub question: String,
+    /// The exact answer (an integer or a string), compared after [`normalise_answer`].
+    pub answer: String,
+    /// What the plan says the program does.
+    #[serde(skip)]
+    pub step: String,
+    #[serde(skip)]
+    pub program: String,
+}
+
+const WORDS: &[&str] = &[
+    "river", "stone", "garden", "window", "silver", "orange", "planet", "market", "candle",
+    "forest", "yellow", "bridge", "winter", "rocket", "pencil", "castle", "meadow", "copper",
+    "island", "thunder", "harbor", "lantern", "valley", "marble",
+];
+
+const FAMILIES: &[&str] = &[
+    "arithmetic",
+    "sum_of_squares",
+    "modular_power",
+    "digit_sum",
+    "count_letter",
+    "reverse_upper",
+    "count_vowels",
+    "sum_even",
+    "second_largest",
+    "kth_sorted",
+];
+
+fn random_word(rng: &mut ChaCha8Rng) -> &'static str {
+    WORDS.choose(rng).copied().unwrap_or("river")
+}
+
+/// A list of 8 to 15 numbers in `lo..=hi`.
+fn random_list(rng: &mut ChaCha8Rng, lo: i64, hi: i64) -> Vec<i64> {
+    let len = rng.random_range(8..16);
+    (0..len).map(|_| rng.random_range(lo..=hi)).collect()
+}
+
+fn list_text(v: &[i64]) -> String {
+    format!(
+        "[{}]",
+        v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Task number `index` of the family stream seeded by `seed`.
+pub fn task(seed: u64, index: usize) -> Task {
+    let mut rng =
+        ChaCha8Rng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(index as u64));
+    let family = FAMILIES[rng.random_range(0..FAMILIES.len())];
+    let (question, answer, step, program) = match family {
+        "arithmetic" => {
+            let (a, b, c, d, e) = (
+                rng.random_range(12..999i64),
+                rng.random_range(12..999i64),
+                rng.random_range(2..99i64),
+                rng.random_range(2..99i64),
+                rng.random_range(1..9999i64),
+            );
+            (
+                format!("What is {a} * {b} - {c} * {d} + {e}?"),
+                (a * b - c * d + e).to_string(),
+                "evaluates the expression".to_string(),
+                format!("result = {a} * {b} - {c} * {d} + {e}\nprint(result)"),
+            )
+        }
+        "sum_of_squares" => {
+            let a = rng.random_range(1..60i64);
+            let b = a + rng.random_range(5..80i64);
+            let sum: i64 = (a..=b).map(|i| i * i).sum();
+            (
+                format!(
+                    "What is the sum of the squares of all integers from {a} to {b} inclusive?"
+                ),
+                sum.to_string(),
+                "adds up the squares over the range".to_string(),
+                format!("total = sum(i * i for i in range({a}, {b} + 1))\nprint(total)"),
+            )
+        }
+        "modular_power" => {
+            let (a, b, m) = (
+                rng.random_range(2..500u64),
+                rng.random_range(10..5000u64),
+                rng.random_range(7..10_000u64),
+            );
+            let mut r = 1u64;
+            let mut base = a % m;
+            let mut e = b;
+            while e > 0 {
+                if e & 1 == 1 {
+                    r = r * base % m;
+                }
+                base = base * base % m;
+                e >>= 1;
+            }
+            (
+                format!(
+                    "What is the remainder when {a} raised to the power {b} is divided by {m}?"
+                ),
+                r.to_string(),
+                "computes the modular power with pow".to_string(),
+                format!("print(pow({a}, {b}, {m}))"),
+            )
+        }
+        "digit_sum" => {
+            let (a, b) = (
+                rng.random_range(1000..99_999i64),
+                rng.random_range(100..9_999i64),
+            );
+            let sum: u32 = (a * b)
+                .to_string()
+                .chars()
+                .filter_map(|c| c.to_digit(10))
+                .sum();
+            (
+                format!("What is the sum of the digits of {a} * {b}?"),
+                sum.to_string(),
+                "multiplies the numbers and adds the digits of the product".to_string(),
+                format!("product = {a} * {b}\nprint(sum(int(d) for d in str(product)))"),
+            )
+        }
+        "count_letter" => {
+            let text: Vec<&str> = (0..rng.random_range(3..6))
+                .map(|_| random_word(&mut rng))
+                .collect();
+            let text = text.join("");
+            let letters: Vec<char> = text.chars().collect();
+            let letter = letters[rng.random_range(0..letters.len())];
+            let count = text.chars().filter(|&c| c == letter).count();
+            (
+                format!("How many times does the letter '{letter}' appear in the string '{text}'?"),
+                count.to_string(),
+                "counts the letter in the string".to_string(),
+                format!("text = '{text}'\nprint(text.count('{letter}'))"),
+            )
+        }
+        "reverse_upper" => {
+            let word = format!("{}{}", random_word(&mut rng), random_word(&mut rng));
+            (
+                format!("Reverse the string '{word}' and write it in upper case."),
+                word.chars().rev().collect::<String>().to_uppercase(),
+                "reverses the string and upper-cases it".to_string(),
+                format!("word = '{word}'\nprint(word[::-1].upper())"),
+            )
+        }
+        "count_vowels" => {
+            let words: Vec<&str> = (0..rng.random_range(4..8))
+                .map(|_| random_word(&mut rng))
+                .collect();
+            let sentence = words.join(" ");
+            let count = sentence.chars().filter(|c| "aeiou".contains(*c)).count();
+            (
+                format!("How many vowels (a, e, i, o, u) are in the sentence '{sentence}'?"),
+                count.to_string(),
+                "counts the vowels character by character".to_string(),
+                format!(
+                    "sentence = '{sentence}'\nprint(sum(1 for ch in sentence if ch in 'aeiou'))"
+                ),
+            )
+        }
+        "sum_even" => {
+            let v = random_list(&mut rng, -50, 200);
+            let sum: i64 = v.iter().filter(|x| *x % 2 == 0).sum();
+            let list = list_text(&v);
+            (
+                format!("What is the sum of the even numbers in the list {list}?"),
+                sum.to_string(),
+                "filters the even numbers and adds them".to_string(),
+                format!("numbers = {list}\nprint(sum(x for x in numbers if x % 2 == 0))"),
+            )
+        }
+        "second_largest" => {
+            let mut v = random_list(&mut rng, 1, 500);
+            v.push(v[0] + 1);
+            let mut distinct = v.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let answer = distinct[distinct.len() - 2];
+            let list = list_text(&v);
+            (
+                format!("What is the second largest distinct value in the list {list}?"),
+                answer.to_string(),
+                "sorts the distinct values and takes the second largest".to_string(),
+                format!("numbers = {list}\nprint(sorted(set(numbers))[-2])"),
+            )
+        }
+        _ => {
+            let v = random_list(&mut rng, -100, 100);
+            let k = rng.random_range(1..=v.len());
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            let list = list_text(&v);
+            (
+                format!(
+                    "If the list {list} is sorted in ascending order, which number is at position {k} (counting from 1)?"
+                ),
+                sorted[k - 1].to_string(),
+                "sorts the list and picks the requested position".to_string(),
+                format!("numbers = {list}\nprint(sorted(numbers)[{k} - 1])"),
+            )
+        }
+    };
+    Task {
+        id: format!("synth-{seed}-{index}"),
+        family: family.to_string(),
+        question,
+        answer,
+        step,
+        program,
+    }
+}
+
+/// The answer as compared: trimmed, `\text{..}` and quotes unwrapped, spaces inside numbers
+/// removed, case kept (a string task's case matters).
+pub fn normalise_answer(text: &str) -> String {
+    let mut t = text.trim();
+    if let Some(inner) = t.strip_prefix("\\text{").and_then(|r| r.strip_suffix('}')) {
+        t = inner.trim();
+    }
+    let t = t.trim_matches(|c| c == '\'' || c == '"' || c == '`').trim();
+    if t.chars()
+        .all(|c| c.is_ascii_digit() || c == '-' || c == ',' || c == ' ' || c == '.')
+    {
+        let compact: String = t.chars().filter(|c| !matches!(c, ',' | ' ')).collect();
+        return compact
+            .strip_suffix(".0")
+            .map(str::to_string)
+            .unwrap_or(compact);
+    }
+    t.to_string()
+}
+
+/// A written trajectory, or why the task was dropped.
+pub fn trajectory(task: &Task, code: &dyn Tool) -> Result<String, String> {
+    let code_block = format!("\n```py\n{}\n```\n", task.program);
+    let output = code.call(&code_block);
+    if !output.success {
+        return Err(format!("the program failed: {}", output.observation));
+    }
+    let observed = output
+        .observation
+        .split("[STDOUT:BEGIN]\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[STDOUT:END]").next())
+        .ok_or_else(|| format!("no output in the observation: {}", output.observation))?
+        .trim()
+        .to_string();
+    if normalise_answer(&observed) != normalise_answer(&task.answer) {
+        return Err(format!(
+            "the program printed {observed:?}, the expected answer is {:?}",
+            task.answer
+        ));
+    }
+    let mut t = String::new();
+    t.push_str(&format!(
+        "<plan>\n1. Write a Python program that {}.\n2. Run it and read the printed result.\n3. Check the result and give it as the answer.\n</plan>\n",
+        task.step
+    ));
+    t.push_str(&format!(
+        "<think>\nDoing this by hand is error-prone, so I will let Python do it: the program {} and prints the result.\n</think>\n",
+        task.step
+    ));
+    t.push_str(&format!("<code>{code_block}</code>"));
+    t.push_str(&render_observation(&output.observation));
+    t.push_str(&format!(
+        "<reflection>\nThe program ran without errors and printed {observed}. It computes exactly what the task asks, so the plan holds and no further step is needed.\n</reflection>\n"
+    ));
+    t.push_str(&format!(
+        "<think>\nThe computation gives {observed}, so that is the answer.\n</think>\n"
+    ));
+    t.push_str(&format!("<answer>\\boxed{{{observed}}}</answer>"));
+    Ok(t)
+}
+
+/// One line of the SFT file: our JSONL (`catena sessions export --format sft`).
+pub fn sft_line(task: &Task, profile: &Profile, trajectory: &str) -> serde_json::Value {
+    serde_json::json!({
+        "id": task.id,
+        "messages": [
+            {"role": "system", "content": profile.system},
+            {"role": "user", "content": profile.user_message(&task.question)},
+            {"role": "assistant", "content": trajectory},
+        ],
+        "profile": profile.name,
+        "answer": format!("\\boxed{{{}}}", task.answer),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_are_seeded_and_cover_every_family() {
+        assert_eq!(task(3, 17), task(3, 17));
+        assert_ne!(task(3, 17).question, task(4, 17).question);
+        let families: std::collections::BTreeSet<String> =
+            (0..300).map(|i| task(1, i).family).collect();
+        assert_eq!(families.len(), FAMILIES.len());
+    }
+
+    #[test]
+    fn answers_normalise_for_comparison() {
+        assert_eq!(normalise_answer(" 1,234 "), "1234");
+        assert_eq!(normalise_answer("\\text{NAEM}"), "NAEM");
+        assert_eq!(normalise_answer("'abc'"), "abc");
+        assert_eq!(normalise_answer("42.0"), "42");
+        assert_ne!(normalise_answer("abc"), normalise_answer("ABC"));
+    }
+}
