@@ -17,8 +17,13 @@ use candle_core::{D, DType, Device, Tensor, Var};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Positions of the vocabulary projection computed at once.
-const HEAD_CHUNK: usize = 256;
+/// Positions of the vocabulary projection computed at once: 32 rows of a 152k vocabulary are
+/// 19 MB per tensor, small enough for the allocator to reuse instead of mapping fresh pages.
+const HEAD_CHUNK: usize = 32;
+
+/// The most memory spent on dequantised copies of the layers' weights on the CPU (small models
+/// keep them all; a 7B model dequantises per use instead).
+const DENSE_CACHE_BYTES: usize = 6 << 30;
 
 struct Block {
     attn_norm: Tensor,
@@ -63,13 +68,27 @@ impl Qwen2Lora {
     pub fn new(base: &BaseModel, lora: &LoraConfig, seed: u64) -> Result<Qwen2Lora> {
         let config = base.config.clone();
         let device = base.device().clone();
-        let mut blocks = Vec::with_capacity(config.layers);
+        let mut weights = Vec::with_capacity(config.layers);
         for l in 0..config.layers {
-            let mut linears = HashMap::new();
+            let mut layer = Vec::with_capacity(Target::ALL.len());
             for t in Target::ALL {
-                let w = base.qtensor(&format!("blk.{l}.{}.weight", t.gguf()))?;
-                linears.insert(t, QLinear::new(w, false));
+                layer.push((t, base.qtensor(&format!("blk.{l}.{}.weight", t.gguf()))?));
             }
+            weights.push(layer);
+        }
+        let dense_bytes: usize = weights
+            .iter()
+            .flatten()
+            .filter(|(_, w)| !crate::qlinear::fast_cpu_kernel(w.dtype()))
+            .map(|(_, w)| w.shape().elem_count() * 4)
+            .sum();
+        let keep_dense = device.is_cpu() && dense_bytes <= DENSE_CACHE_BYTES;
+        let mut blocks = Vec::with_capacity(config.layers);
+        for (l, layer) in weights.into_iter().enumerate() {
+            let linears: HashMap<Target, QLinear> = layer
+                .into_iter()
+                .map(|(t, w)| (t, QLinear::new(w, keep_dense)))
+                .collect();
             let bias = |name: &str| -> Result<Option<Tensor>> {
                 let name = format!("blk.{l}.{name}.bias");
                 if base.has(&name) {
