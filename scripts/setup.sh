@@ -5,15 +5,19 @@
 # or through sudo); on other systems it names what to install. With --desktop, also what the
 # desktop app builds against (WebKitGTK, GTK) and Node.js for its UI. With --tests, all of that and
 # what the test suite drives: Debian's Chromium (the web UI), Xvfb, WebKitWebDriver and
-# tauri-driver (the desktop app).
+# tauri-driver (the desktop app). With --bench, a Python virtual environment outside the clone
+# (~/.cache/catena-bench/venv) with PyTorch, transformers, PEFT and gguf: the anchor that
+# scripts/bench_train.py measures the trainer against (several GB; never needed otherwise).
 set -euo pipefail
 
 need=()
 tests=false
 desktop=false
+bench=false
 case "${1:-}" in
   --tests) tests=true; desktop=true ;;
   --desktop) desktop=true ;;
+  --bench) bench=true ;;
 esac
 if $tests; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -69,4 +73,12 @@ fi
 if $tests && ! command -v tauri-driver >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tauri-driver" ]; then
   echo "Installing tauri-driver (the desktop app's WebDriver bridge; a minute or two)..." >&2
   cargo install --locked --quiet tauri-driver --version 2.1.0 >&2
+fi
+
+if $bench; then
+  venv="$HOME/.cache/catena-bench/venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install --quiet torch transformers peft gguf accelerate >&2
 fi

@@ -53,6 +53,8 @@ enum Command {
     Models(commands::models::ModelsArgs),
     /// Check this machine: CPU, memory, GPUs, the model, and the plan for running it here.
     Doctor(commands::doctor::DoctorArgs),
+    /// Measure a model (and adapter) on a task set: pass@1, valid chains, tokens, time.
+    Eval(commands::eval::EvalArgs),
     /// Fine-tune LoRA adapters (sft) and write synthetic training tasks (synth).
     Train(commands::train::TrainArgs),
     /// The model worker process that `catena serve` starts (speaks frames on stdin/stdout).
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
         Command::Sessions(args) => commands::sessions::run(args, &paths),
         Command::Models(args) => commands::models::run(args, &paths),
         Command::Doctor(args) => commands::doctor::run(args, &paths),
+        Command::Eval(args) => commands::eval::run(args, &paths),
         Command::Train(args) => commands::train::run(args, &paths),
         Command::Worker => commands::worker::run(),
     };

@@ -126,6 +126,19 @@ pub fn load_model(
     )?)
 }
 
+/// Plans the placement of a model on this machine (keeping the user's choices) and loads it
+/// that way, with an adapter if one is given.
+pub fn load_planned(
+    path: &Path,
+    overrides: catena_core::models::plan::Overrides,
+    adapter: Option<AdapterOptions>,
+) -> Result<(LlamaEngine, Option<Plan>)> {
+    let asked_layers = overrides.gpu_layers;
+    let plan = plan(path, overrides);
+    let gpu_layers = plan.as_ref().map(|p| p.gpu_layers).or(asked_layers);
+    Ok((load_model(path, gpu_layers, adapter)?, plan))
+}
+
 /// A LoRA adapter on the command line: `--adapter PATH [--adapter-scale S]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdapterArgs {

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod assets;
 pub mod config;
 pub mod engine;
+pub mod eval;
 pub mod models;
 pub mod protocol;
 #[cfg(feature = "runtime")]

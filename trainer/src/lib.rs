@@ -16,6 +16,7 @@
 
 pub mod base;
 pub mod checkpoint;
+pub mod cli;
 pub mod data;
 pub mod export;
 pub mod lora;

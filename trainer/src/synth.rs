@@ -7,6 +7,7 @@
 //! output disagrees with the expected answer is reported and dropped, so every trajectory
 //! written is correct. Anyone can reproduce a learning run from a seed, with no teacher model.
 
+use catena_core::eval::normalise_answer;
 use catena_core::protocol::{Profile, render_observation};
 use catena_core::tools::Tool;
 use rand::seq::IndexedRandom;
@@ -20,7 +21,8 @@ pub struct Task {
     pub id: String,
     pub family: String,
     pub question: String,
-    /// The exact answer (an integer or a string), compared after [`normalise_answer`].
+    /// The exact answer (an integer or a string), compared after
+    /// [`catena_core::eval::normalise_answer`].
     pub answer: String,
     /// What the plan says the program does.
     #[serde(skip)]
@@ -232,26 +234,6 @@ pub fn task(seed: u64, index: usize) -> Task {
     }
 }
 
-/// The answer as compared: trimmed, `\text{..}` and quotes unwrapped, spaces inside numbers
-/// removed, case kept (a string task's case matters).
-pub fn normalise_answer(text: &str) -> String {
-    let mut t = text.trim();
-    if let Some(inner) = t.strip_prefix("\\text{").and_then(|r| r.strip_suffix('}')) {
-        t = inner.trim();
-    }
-    let t = t.trim_matches(|c| c == '\'' || c == '"' || c == '`').trim();
-    if t.chars()
-        .all(|c| c.is_ascii_digit() || c == '-' || c == ',' || c == ' ' || c == '.')
-    {
-        let compact: String = t.chars().filter(|c| !matches!(c, ',' | ' ')).collect();
-        return compact
-            .strip_suffix(".0")
-            .map(str::to_string)
-            .unwrap_or(compact);
-    }
-    t.to_string()
-}
-
 /// A written trajectory, or why the task was dropped.
 pub fn trajectory(task: &Task, code: &dyn Tool) -> Result<String, String> {
     let code_block = format!("\n```py\n{}\n```\n", task.program);
@@ -319,14 +301,5 @@ mod tests {
         let families: std::collections::BTreeSet<String> =
             (0..300).map(|i| task(1, i).family).collect();
         assert_eq!(families.len(), FAMILIES.len());
-    }
-
-    #[test]
-    fn answers_normalise_for_comparison() {
-        assert_eq!(normalise_answer(" 1,234 "), "1234");
-        assert_eq!(normalise_answer("\\text{NAEM}"), "NAEM");
-        assert_eq!(normalise_answer("'abc'"), "abc");
-        assert_eq!(normalise_answer("42.0"), "42");
-        assert_ne!(normalise_answer("abc"), normalise_answer("ABC"));
     }
 }

@@ -128,7 +128,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         ..Limits::default()
     };
     let tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
-    let plan = setup::plan(
+    let (engine, plan) = setup::load_planned(
         &model_path,
         Overrides {
             context: args.ctx_size,
@@ -136,10 +136,6 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
             kv_cache: args.kv_cache,
             kv_caches: 1,
         },
-    );
-    let engine = setup::load_model(
-        &model_path,
-        plan.as_ref().map(|p| p.gpu_layers).or(args.gpu_layers),
         args.adapter.options(),
     )?;
     let cancel = Arc::new(AtomicBool::new(false));
