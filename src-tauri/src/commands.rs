@@ -4,7 +4,7 @@
 
 use crate::backend::{Backend, Loading};
 use catena_core::server::ApiError;
-use catena_core::service::{DownloadStatus, StartRun, StartedRun};
+use catena_core::service::{DownloadStatus, StartRun, StartTraining, StartedRun, TrainingStatus};
 use catena_core::store::Feedback;
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -99,6 +99,35 @@ pub async fn downloads(backend: State<'_, Backend>) -> Reply<Value> {
 #[tauri::command]
 pub async fn serve_model(backend: State<'_, Backend>, id: String) -> Reply<Value> {
     Ok(backend.service().await?.serve_model(&id).await?)
+}
+
+/// Starts `catena-desktop train sft` as a child process.
+#[tauri::command]
+pub async fn start_training(
+    backend: State<'_, Backend>,
+    request: StartTraining,
+) -> Reply<TrainingStatus> {
+    Ok(backend.service().await?.start_training(request)?)
+}
+
+#[tauri::command]
+pub async fn training_runs(backend: State<'_, Backend>) -> Reply<Value> {
+    Ok(backend.service().await?.training_runs())
+}
+
+/// A training run with its progress events from index `from` on.
+#[tauri::command]
+pub async fn training_run(
+    backend: State<'_, Backend>,
+    id: String,
+    from: usize,
+) -> Reply<TrainingStatus> {
+    Ok(backend.service().await?.training_run(&id, from)?)
+}
+
+#[tauri::command]
+pub async fn stop_training(backend: State<'_, Backend>, id: String) -> Reply<TrainingStatus> {
+    Ok(backend.service().await?.stop_training(&id).await?)
 }
 
 #[tauri::command]

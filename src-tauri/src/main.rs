@@ -21,6 +21,11 @@ fn main() -> ExitCode {
             init_logging();
             return worker();
         }
+        Some("train") => {
+            // The training page runs `catena-desktop train sft --json ...` as a child process.
+            init_logging();
+            return train();
+        }
         Some("--version" | "-V") => {
             println!("catena-desktop {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
@@ -78,6 +83,10 @@ fn run() -> anyhow::Result<ExitCode> {
             commands::pull_model,
             commands::downloads,
             commands::serve_model,
+            commands::start_training,
+            commands::training_runs,
+            commands::training_run,
+            commands::stop_training,
             commands::start_run,
             commands::follow_run,
             commands::unfollow_run,
@@ -117,4 +126,34 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// `catena-desktop train sft ...`: the trainer's own command line (the same as `catena train
+/// sft`), so the app needs no second binary to train.
+fn train() -> ExitCode {
+    use clap::Parser;
+    #[derive(Parser)]
+    #[command(name = "catena-desktop train")]
+    enum Train {
+        /// Supervised fine-tuning of a LoRA adapter on Chain-of-Agents trajectories.
+        Sft(catena_trainer::cli::SftArgs),
+    }
+    let Train::Sft(args) = Train::parse_from(std::env::args_os().skip(1));
+    let resolve = |base: Option<&std::path::Path>| -> anyhow::Result<std::path::PathBuf> {
+        if let Some(base) = base {
+            return Ok(base.to_path_buf());
+        }
+        let paths = Paths::from_env()?;
+        if let Some(path) = catena_core::models::installed::chosen_default(&paths)? {
+            return Ok(path);
+        }
+        Ok(catena_core::assets::default_model(&paths, &mut |_| {})?)
+    };
+    match catena_trainer::cli::run_sft(args, &resolve) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -3,7 +3,9 @@
 // Screenshots of every view in both themes go to docs/screenshots/.
 
 import { expect, test, type Page } from '@playwright/test';
-import { resolve } from 'node:path';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 
 const SHOTS = resolve(import.meta.dirname, '../../docs/screenshots');
 const POW = '1267650600228229401496703205376';
@@ -98,6 +100,41 @@ test('sessions list, search, reopen, feedback and export', async ({ page }) => {
   await expect(page.getByTestId('answer')).toContainText(POW);
 });
 
+test('training from the page: a real `catena train sft` child, its loss drawn as it comes, the adapter written', async ({ page }) => {
+  const dir = mkdtempSync(join(tmpdir(), 'catena-train-'));
+  const data = join(dir, 'train.jsonl');
+  const sample = (a: number, b: number) =>
+    JSON.stringify({
+      messages: [
+        { role: 'user', content: `What is ${a} * ${b}?` },
+        {
+          role: 'assistant',
+          content: `<code>\n\`\`\`py\nprint(${a} * ${b})\n\`\`\`\n</code>\n<observation>\n[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n${a * b}\n[STDOUT:END]\n</observation>\n\n<answer>\\boxed{${a * b}}</answer>`,
+        },
+      ],
+    });
+  writeFileSync(data, [sample(17, 23), sample(41, 7), sample(12, 12), sample(305, 3)].join('\n') + '\n');
+  await page.goto(base());
+  await go(page, 'Training');
+  const region = page.getByRole('region', { name: 'Training' });
+  await region.getByLabel('Data file').fill(data);
+  await region.getByLabel('Output folder').fill(join(dir, 'out'));
+  await region.getByLabel('LoRA rank').fill('4');
+  await region.getByLabel('Stop after steps').fill('2');
+  await region.getByRole('button', { name: 'Start training' }).click();
+  await expect(page.getByTestId('training-status')).toHaveText('finished', { timeout: 150_000 });
+  await expect(page.getByTestId('training-step')).toHaveText('2');
+  const points = await page.getByTestId('loss-line').getAttribute('points');
+  expect(points?.trim().split(' ')).toHaveLength(2);
+  await expect(page.getByTestId('training-finished')).toContainText('adapter.gguf');
+  expect(existsSync(join(dir, 'out', 'adapter.gguf'))).toBe(true);
+  expect(existsSync(join(dir, 'out', 'loss.svg'))).toBe(true);
+  // A second start while nothing runs is allowed; a missing file is refused with the reason.
+  await region.getByLabel('Data file').fill(join(dir, 'missing.jsonl'));
+  await region.getByRole('button', { name: 'Start training' }).click();
+  await expect(region.getByRole('alert')).toContainText('no data file');
+});
+
 test('models, settings and training views, in both themes', async ({ page }) => {
   for (const t of ['light', 'dark'] as const) {
     await page.goto(base());
@@ -111,6 +148,9 @@ test('models, settings and training views, in both themes', async ({ page }) => 
     await expectNamedControls(page);
     await shoot(page, `settings-${t}`);
     await go(page, 'Training');
+    // The run of the test before, reloaded from the server: its loss curve and adapter.
+    await expect(page.getByTestId('training-finished')).toBeVisible();
+    await expectNamedControls(page);
     await shoot(page, `training-${t}`);
   }
 });
@@ -119,7 +159,7 @@ test('readable at 200% zoom: nothing runs off the side', async ({ browser }) => 
   const context = await browser.newContext({ viewport: { width: 640, height: 450 }, deviceScaleFactor: 2 });
   const page = await context.newPage();
   await page.goto(base());
-  for (const view of ['Run', 'Sessions', 'Models', 'Settings']) {
+  for (const view of ['Run', 'Sessions', 'Models', 'Settings', 'Training']) {
     await go(page, view);
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
     expect(overflow, `${view} overflows at 200%`).toBeLessThanOrEqual(0);

@@ -19,7 +19,7 @@ pub use live::LiveRuns;
 use crate::service::Service;
 use crate::store::Store;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -133,6 +133,9 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/library/models", get(library_models))
         .route("/library/models/serve", post(serve_model))
         .route("/library/downloads", get(downloads).post(pull_model))
+        .route("/train/runs", get(training_runs).post(start_training))
+        .route("/train/runs/{id}", get(training_run))
+        .route("/train/runs/{id}/stop", post(stop_training))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
@@ -180,6 +183,41 @@ async fn serve_model(
     ApiJson(body): ApiJson<ModelReference>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok(axum::Json(app.catena.serve_model(&body.id).await?))
+}
+
+/// Starts `catena train sft` as a child process.
+async fn start_training(
+    State(app): State<Arc<AppState>>,
+    ApiJson(body): ApiJson<crate::service::StartTraining>,
+) -> Result<impl IntoResponse, ApiError> {
+    let status = app.catena.start_training(body)?;
+    Ok((axum::http::StatusCode::CREATED, axum::Json(status)))
+}
+
+async fn training_runs(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    axum::Json(app.catena.training_runs())
+}
+
+#[derive(serde::Deserialize)]
+struct FromQuery {
+    #[serde(default)]
+    from: usize,
+}
+
+/// A training run with its progress events from `?from=N` on.
+async fn training_run(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(query): Query<FromQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(axum::Json(app.catena.training_run(&id, query.from)?))
+}
+
+async fn stop_training(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(axum::Json(app.catena.stop_training(&id).await?))
 }
 
 async fn not_found(request: Request) -> ApiError {

@@ -4,8 +4,10 @@
 //! desktop app onto Tauri commands and channels; neither adds behaviour of its own.
 
 mod downloads;
+mod training;
 
 pub use downloads::{DownloadStatus, Downloads};
+pub use training::{StartTraining, Training, TrainingStatus};
 
 use crate::agent::Budgets;
 use crate::engine::{EngineError, SamplingParams};
@@ -34,6 +36,7 @@ pub struct Service {
     started: Instant,
     paths: crate::config::Paths,
     downloads: Downloads,
+    training: Training,
 }
 
 /// A run to start.
@@ -78,6 +81,11 @@ impl Service {
     pub fn start(config: InferenceConfig, store: Arc<Store>) -> Result<Service, EngineError> {
         let live = Arc::new(LiveRuns::default());
         let paths = config.paths.clone();
+        // The trainer is the same program as the worker (`catena` or `catena-desktop`).
+        let training = Training::new(
+            config.worker.program.clone(),
+            paths.data_dir.join("adapters"),
+        );
         let inference = Inference::start(config, store.clone(), live.clone())?;
         Ok(Service {
             inference,
@@ -86,6 +94,7 @@ impl Service {
             started: Instant::now(),
             paths,
             downloads: Downloads::default(),
+            training,
         })
     }
 
@@ -157,6 +166,26 @@ impl Service {
     /// [`Service::downloads`] shows its progress.
     pub fn pull_model(&self, reference: &str) -> Result<DownloadStatus, ApiError> {
         self.downloads.start(&self.paths, reference)
+    }
+
+    /// Starts `train sft` as a child process (one training run at a time).
+    pub fn start_training(&self, request: StartTraining) -> Result<TrainingStatus, ApiError> {
+        self.training.start(request)
+    }
+
+    /// A training run and its progress events from index `from` on.
+    pub fn training_run(&self, id: &str, from: usize) -> Result<TrainingStatus, ApiError> {
+        self.training.get(id, from)
+    }
+
+    /// The training runs this process started, newest first.
+    pub fn training_runs(&self) -> Value {
+        json!({"object": "list", "data": self.training.list()})
+    }
+
+    /// Stops a training run after its current step, with a checkpoint.
+    pub async fn stop_training(&self, id: &str) -> Result<TrainingStatus, ApiError> {
+        self.training.stop(id).await
     }
 
     /// The downloads this process started, with their progress.

@@ -2,7 +2,7 @@
 
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingRequest, TrainingStatus } from './types';
 
 type Fetch = typeof fetch;
 
@@ -52,6 +52,22 @@ export class HttpTransport implements Transport {
 
   startRun(options: RunOptions): Promise<StartedRun> {
     return this.post('/v1/agent/runs', options);
+  }
+
+  startTraining(request: TrainingRequest): Promise<TrainingStatus> {
+    return this.post('/v1/train/runs', request);
+  }
+
+  async trainingRuns(): Promise<TrainingStatus[]> {
+    return (await this.request<{ data: TrainingStatus[] }>('/v1/train/runs')).data;
+  }
+
+  trainingRun(id: string, from: number): Promise<TrainingStatus> {
+    return this.request(`/v1/train/runs/${encodeURIComponent(id)}?from=${from}`);
+  }
+
+  stopTraining(id: string): Promise<TrainingStatus> {
+    return this.post(`/v1/train/runs/${encodeURIComponent(id)}/stop`, {});
   }
 
   runEvents(runId: string, handlers: EventHandlers, after = 0): Unsubscribe {

@@ -3,7 +3,7 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingRequest, TrainingStatus } from './types';
 
 /** One message of a followed run's channel. */
 export type FollowMessage = { seq: number; event: AgentEvent } | { end: true; error?: string };
@@ -58,6 +58,22 @@ export class TauriTransport implements Transport {
 
   serveModel(id: string): Promise<{ model: string }> {
     return this.command('serve_model', { id });
+  }
+
+  startTraining(request: TrainingRequest): Promise<TrainingStatus> {
+    return this.command('start_training', { request });
+  }
+
+  async trainingRuns(): Promise<TrainingStatus[]> {
+    return (await this.command<{ data: TrainingStatus[] }>('training_runs')).data;
+  }
+
+  trainingRun(id: string, from: number): Promise<TrainingStatus> {
+    return this.command('training_run', { id, from });
+  }
+
+  stopTraining(id: string): Promise<TrainingStatus> {
+    return this.command('stop_training', { id });
   }
 
   startRun(options: RunOptions): Promise<StartedRun> {

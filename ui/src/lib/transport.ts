@@ -2,7 +2,7 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingRequest, TrainingStatus } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
@@ -36,6 +36,14 @@ export interface Transport {
   deleteSession(id: string): Promise<void>;
   /** Training data from rated runs, as a file the user can save (or has saved). */
   exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<ExportResult>;
+  /** Starts `catena train sft` as a child process. */
+  startTraining(request: TrainingRequest): Promise<TrainingStatus>;
+  /** The training runs of this server or app, newest first (without their events). */
+  trainingRuns(): Promise<TrainingStatus[]>;
+  /** A training run with its progress events from index `from` on. */
+  trainingRun(id: string, from: number): Promise<TrainingStatus>;
+  /** Stops a training run after its current step (it checkpoints first). */
+  stopTraining(id: string): Promise<TrainingStatus>;
 }
 
 /** What the server answered when it refused (OpenAI's error shape). */

@@ -103,3 +103,37 @@ export interface Health {
   queue_limit: number;
   worker?: { pid: number; alive: boolean; restarts: number };
 }
+
+/** A training run to start (the flags of `catena train sft`). */
+export interface TrainingRequest {
+  data: string;
+  out?: string;
+  base?: string;
+  rank?: number;
+  alpha?: number;
+  lr?: number;
+  epochs?: number;
+  batch_tokens?: number;
+  max_steps?: number;
+}
+
+/** One line of the trainer's JSON progress. */
+export type TrainingEvent =
+  | { event: 'prepared'; train_samples: number; eval_samples: number; total_steps: number; trainable_parameters: number; rejected: { origin: string; reason: string }[] }
+  | { event: 'resumed'; step: number; checkpoint: string }
+  | { event: 'step'; step: number; total_steps: number; loss: number; lr: number; tokens_per_second: number; eta_seconds: number; elapsed_seconds: number }
+  | { event: 'eval'; step: number; loss: number }
+  | { event: 'checkpoint'; step: number; path: string }
+  | { event: 'stopped'; step: number; checkpoint: string }
+  | { event: 'finished'; steps: number; adapter: string; peft: string; loss_curve: string; final_eval_loss: number | null };
+
+/** A training run and its events from index `from` on. */
+export interface TrainingStatus {
+  id: string;
+  status: 'running' | 'finished' | 'stopped' | 'failed';
+  data: string;
+  out: string;
+  events: TrainingEvent[];
+  from: number;
+  error: string | null;
+}

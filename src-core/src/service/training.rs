@@ -1,0 +1,278 @@
+//! Training runs started from a user interface: `<program> train sft --json ...` as a child
+//! process (the same binary, `catena` or `catena-desktop`), its JSON-lines progress kept in
+//! memory for the UI to poll and plot, and `stop` written to its stdin to end it at the next
+//! step with a checkpoint (the same command started again resumes it).
+
+use crate::server::ApiError;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// Lines of the trainer's stderr kept to explain a failure.
+const STDERR_TAIL: usize = 20;
+
+/// A training run to start (the flags of `catena train sft`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct StartTraining {
+    /// The trajectories (our JSONL or the AFM alpaca JSON).
+    pub data: String,
+    /// Where the adapter goes; default: `<data dir>/adapters/<run id>`.
+    #[serde(default)]
+    pub out: Option<String>,
+    /// The base model; default: the default model.
+    #[serde(default)]
+    pub base: Option<String>,
+    #[serde(default)]
+    pub rank: Option<usize>,
+    #[serde(default)]
+    pub alpha: Option<f32>,
+    #[serde(default)]
+    pub lr: Option<f64>,
+    #[serde(default)]
+    pub epochs: Option<usize>,
+    #[serde(default)]
+    pub batch_tokens: Option<usize>,
+    #[serde(default)]
+    pub max_steps: Option<usize>,
+}
+
+/// A training run as the UI sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainingStatus {
+    pub id: String,
+    /// `running`, `finished`, `stopped` or `failed`.
+    pub status: &'static str,
+    pub data: String,
+    pub out: String,
+    /// The trainer's events from index `from` on (`prepared`, `step`, `eval`, `finished`...).
+    pub events: Vec<Value>,
+    /// Index of the first event of `events`; ask for `from + events.len()` next.
+    pub from: usize,
+    pub error: Option<String>,
+}
+
+struct Run {
+    id: String,
+    data: String,
+    out: String,
+    state: Mutex<State>,
+    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+}
+
+struct State {
+    status: &'static str,
+    events: Vec<Value>,
+    stderr: Vec<String>,
+    error: Option<String>,
+}
+
+/// The training runs of this process.
+pub struct Training {
+    program: PathBuf,
+    adapters_dir: PathBuf,
+    runs: Mutex<Vec<Arc<Run>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Training {
+    /// Runs `program train sft ...`; adapters go under `adapters_dir` unless a run says.
+    pub fn new(program: PathBuf, adapters_dir: PathBuf) -> Training {
+        Training {
+            program,
+            adapters_dir,
+            runs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Starts a run. One at a time: training takes every core this machine has.
+    pub fn start(&self, request: StartTraining) -> Result<TrainingStatus, ApiError> {
+        if request.data.trim().is_empty() {
+            return Err(ApiError::invalid("`data` names no file").param("data"));
+        }
+        if !std::path::Path::new(&request.data).is_file() {
+            return Err(
+                ApiError::invalid(format!("no data file at {}", request.data)).param("data"),
+            );
+        }
+        let mut runs = lock(&self.runs);
+        if let Some(running) = runs.iter().find(|r| lock(&r.state).status == "running") {
+            return Err(ApiError::conflict(format!(
+                "training run {} is still running; stop it first",
+                running.id
+            )));
+        }
+        let id = format!("train-{}", uuid::Uuid::now_v7().simple());
+        let out = request
+            .out
+            .clone()
+            .unwrap_or_else(|| self.adapters_dir.join(&id).display().to_string());
+        let mut command = tokio::process::Command::new(&self.program);
+        command
+            .args([
+                "train",
+                "sft",
+                "--json",
+                "--data",
+                &request.data,
+                "--out",
+                &out,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(base) = &request.base {
+            command.args(["--base", base]);
+        }
+        let numbers = [
+            ("--rank", request.rank.map(|v| v.to_string())),
+            ("--alpha", request.alpha.map(|v| v.to_string())),
+            ("--lr", request.lr.map(|v| v.to_string())),
+            ("--epochs", request.epochs.map(|v| v.to_string())),
+            (
+                "--batch-tokens",
+                request.batch_tokens.map(|v| v.to_string()),
+            ),
+            ("--max-steps", request.max_steps.map(|v| v.to_string())),
+        ];
+        for (flag, value) in numbers {
+            if let Some(value) = value {
+                command.args([flag, &value]);
+            }
+        }
+        let mut child = command.spawn().map_err(|e| {
+            ApiError::internal(format!(
+                "could not start the trainer ({}): {e}",
+                self.program.display()
+            ))
+        })?;
+        let run = Arc::new(Run {
+            id: id.clone(),
+            data: request.data.clone(),
+            out,
+            state: Mutex::new(State {
+                status: "running",
+                events: Vec::new(),
+                stderr: Vec::new(),
+                error: None,
+            }),
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        });
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let watched = run.clone();
+        tokio::spawn(async move {
+            let lines = async {
+                if let Some(stdout) = stdout {
+                    let mut lines = BufReader::new(stdout).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        if let Ok(event) = serde_json::from_str::<Value>(&line) {
+                            lock(&watched.state).events.push(event);
+                        }
+                    }
+                }
+            };
+            let errors = async {
+                if let Some(stderr) = stderr {
+                    let mut lines = BufReader::new(stderr).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let mut state = lock(&watched.state);
+                        state.stderr.push(line);
+                        let excess = state.stderr.len().saturating_sub(STDERR_TAIL);
+                        state.stderr.drain(..excess);
+                    }
+                }
+            };
+            tokio::join!(lines, errors);
+            let exit = child.wait().await;
+            let mut state = lock(&watched.state);
+            match exit {
+                Ok(status) if status.success() => state.status = "finished",
+                Ok(status) if status.code() == Some(130) => state.status = "stopped",
+                Ok(status) => {
+                    state.status = "failed";
+                    let said = state.stderr.join("\n");
+                    state.error = Some(if said.is_empty() {
+                        format!("the trainer exited with {status}")
+                    } else {
+                        said
+                    });
+                }
+                Err(e) => {
+                    state.status = "failed";
+                    state.error = Some(format!("lost the trainer: {e}"));
+                }
+            }
+        });
+        let status = status_of(&run, 0);
+        runs.push(run);
+        Ok(status)
+    }
+
+    /// One run, with its events from index `from` on.
+    pub fn get(&self, id: &str, from: usize) -> Result<TrainingStatus, ApiError> {
+        let runs = lock(&self.runs);
+        let run = runs
+            .iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| ApiError::not_found(format!("no training run {id}")))?;
+        Ok(status_of(run, from))
+    }
+
+    /// Every run of this process, newest first, without their events.
+    pub fn list(&self) -> Vec<TrainingStatus> {
+        let runs = lock(&self.runs);
+        runs.iter()
+            .rev()
+            .map(|r| {
+                let mut s = status_of(r, usize::MAX);
+                s.from = lock(&r.state).events.len();
+                s
+            })
+            .collect()
+    }
+
+    /// Asks a running run to stop after its current step (it checkpoints first).
+    pub async fn stop(&self, id: &str) -> Result<TrainingStatus, ApiError> {
+        let run = {
+            let runs = lock(&self.runs);
+            runs.iter()
+                .find(|r| r.id == id)
+                .cloned()
+                .ok_or_else(|| ApiError::not_found(format!("no training run {id}")))?
+        };
+        if lock(&run.state).status != "running" {
+            return Err(ApiError::conflict(format!(
+                "training run {id} is not running"
+            )));
+        }
+        let mut stdin = run.stdin.lock().await;
+        if let Some(pipe) = stdin.as_mut() {
+            pipe.write_all(b"stop\n")
+                .await
+                .map_err(|e| ApiError::internal(format!("could not reach the trainer: {e}")))?;
+            pipe.flush().await.ok();
+        }
+        Ok(status_of(&run, usize::MAX))
+    }
+}
+
+fn status_of(run: &Run, from: usize) -> TrainingStatus {
+    let state = lock(&run.state);
+    let from = from.min(state.events.len());
+    TrainingStatus {
+        id: run.id.clone(),
+        status: state.status,
+        data: run.data.clone(),
+        out: run.out.clone(),
+        events: state.events[from..].to_vec(),
+        from,
+        error: state.error.clone(),
+    }
+}
