@@ -119,6 +119,8 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             .min(ids.len().saturating_sub(1));
         session.truncate(shared)?;
         session.append_tokens(&ids[shared..])?;
+        // The session's counters run across tasks: this task's share is the difference.
+        let generated_before = session.stats().generated_tokens;
         let request = RunRequest {
             profile: &profile,
             model: model_name.clone(),
@@ -146,7 +148,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             well_formed: eval::well_formed(&summary.trajectory, boxed),
             answer: summary.answer.clone(),
             tool_calls: summary.tool_calls,
-            generated_tokens: summary.generated_tokens,
+            generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
             seconds: t0.elapsed().as_secs_f64(),
             stop: serde_json::to_value(summary.stop_reason)
                 .ok()
