@@ -10,9 +10,11 @@
 //! - [`data`]: trajectories (our JSONL, the AFM alpaca JSON) to tokens and a loss mask.
 //! - [`model`]: the Qwen2 training module with LoRA, checkpointed per layer.
 //! - [`optim`]: AdamW with warm-up + cosine and gradient clipping.
-//! - [`sft`]: the training loop, evaluation and checkpoints that survive a SIGKILL.
+//! - [`sft`]: the training loop and evaluation; [`checkpoint`]: checkpoints that survive a
+//!   SIGKILL; [`plot`]: the loss curve.
 //! - [`export`]: the GGUF adapter llama.cpp loads, and PEFT safetensors.
 //! - [`synth`]: a verifiable task family whose trajectories carry real sandbox observations.
+//! - [`cli`]: the `train sft` command line shared by `catena` and `catena-desktop`.
 
 pub mod base;
 pub mod checkpoint;
