@@ -63,24 +63,19 @@ impl BaseModel {
         }
         let heads = meta.uint("qwen2.attention.head_count").map_err(bad)?;
         let hidden = meta.uint("qwen2.embedding_length").map_err(bad)?;
-        let vocab_from_tokens = content
-            .metadata
-            .get("tokenizer.ggml.tokens")
-            .and_then(|v| v.to_vec().ok())
-            .map(|v| v.len());
         let embd = content
             .tensor_infos
             .get("token_embd.weight")
             .ok_or_else(|| bad("it has no token_embd.weight".into()))?;
         // GGUF stores dims innermost first; candle's TensorInfo already reverses them to (rows, cols).
-        let vocab = embd.shape.dims()[0];
-        if vocab_from_tokens.is_some_and(|n| n != vocab) {
-            tracing::debug!(
-                vocab,
-                ?vocab_from_tokens,
-                "embedding rows differ from the token list"
-            );
-        }
+        let vocab = match embd.shape.dims() {
+            [rows, _] => *rows,
+            dims => {
+                return Err(bad(format!(
+                    "token_embd.weight has shape {dims:?}, not (vocabulary, hidden)"
+                )));
+            }
+        };
         let config = Qwen2Config {
             layers: meta.uint("qwen2.block_count").map_err(bad)?,
             hidden,

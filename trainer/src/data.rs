@@ -17,7 +17,6 @@ use crate::{Result, TrainError};
 use catena_core::engine::PromptPart;
 use catena_core::engine::llama::{ChatMessage, LlamaEngine};
 use catena_core::protocol::parse_all;
-use catena_core::protocol::profile::QWEN_SYSTEM;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -298,11 +297,6 @@ pub fn encode(engine: &LlamaEngine, conversation: &Conversation) -> Result<Encod
         }
     }
     Ok(Encoded { tokens, trained })
-}
-
-/// The system message a conversation without one gets (the Qwen default), for reports.
-pub fn default_system() -> &'static str {
-    QWEN_SYSTEM
 }
 
 #[cfg(test)]

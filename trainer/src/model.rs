@@ -126,10 +126,6 @@ impl Qwen2Lora {
         })
     }
 
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
-
     fn embed(&self, tokens: &[u32]) -> Result<Tensor> {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
             return Err(TrainError::Config(format!(

@@ -59,11 +59,10 @@ impl QLinear {
     /// `(out, in)`.
     pub fn dims(&self) -> (usize, usize) {
         let dims = self.op.weight.shape().dims();
-        (dims[0], dims[dims.len() - 1])
-    }
-
-    pub fn dtype(&self) -> GgmlDType {
-        self.op.weight.dtype()
+        (
+            dims.first().copied().unwrap_or(0),
+            dims.last().copied().unwrap_or(0),
+        )
     }
 
     /// `x Wᵀ` for `x` of shape `(.., in)`.
@@ -75,11 +74,6 @@ impl QLinear {
             return x.broadcast_matmul(&w.t()?);
         }
         x.apply_op1_arc(self.graph_op.clone())
-    }
-
-    /// The dequantised weight, `(out, in)`.
-    pub fn dequantize(&self, device: &candle_core::Device) -> candle_core::Result<Tensor> {
-        self.op.dense_weight(device)
     }
 }
 
