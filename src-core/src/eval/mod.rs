@@ -1,22 +1,57 @@
 //! Evaluation: task sets, scoring a finished run against a task's answer, and the report.
 //!
 //! The runner lives with its caller (`catena eval` runs tasks through the same engine, sandbox
-//! and chain runner as `catena run`); this module is the part that needs no model: what a task
-//! file holds, whether an answer is right, whether a chain is well formed, and the numbers.
+//! and chain runner as `catena run`; RL rollouts run them through the trainer); this module is
+//! the part that needs no model: what a task file holds, whether an answer is right
+//! ([`reward`], shared with RL so that training and evaluation agree on what "solved" means),
+//! whether a chain is well formed, and the numbers.
+
+mod report;
+pub mod reward;
+mod tasks;
+
+pub use report::{Report, TaskResult};
+pub use reward::CodeTests;
+#[cfg(feature = "runtime")]
+pub use reward::{Score, score_run};
+pub use tasks::read_tasks;
 
 use crate::protocol::{Block, Tag, boxed, parse_all};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// One task: a question and the answer a checker accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvalTask {
     pub id: String,
     pub question: String,
+    /// The expected answer: a number or string (math), the acceptable answers separated by `|`
+    /// or as a JSON list (QA); for code tasks only a description, since [`EvalTask::tests`]
+    /// decides.
     pub answer: String,
     /// The task family (for per-family numbers), when the file says.
     #[serde(default)]
     pub family: Option<String>,
+    /// Which verifier scores the task; none means math equivalence, which falls back to string
+    /// equality, so a task file written before kinds existed scores as it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<TaskKind>,
+    /// The tests of a code task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<CodeTests>,
+}
+
+/// The verifier of a task (spec section 6: rewards are outcome only, one verifier a domain).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskKind {
+    /// Symbolic equivalence of the `\boxed{}` answer ([`reward::math_equivalent`]).
+    #[default]
+    Math,
+    /// Exact match after normalisation, with token F1 reported ([`reward::qa_exact_match`]).
+    Qa,
+    /// The fenced program in the answer passes the task's tests in the sandbox.
+    Code,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,32 +69,6 @@ pub enum EvalError {
     },
     #[error("{path}: no tasks")]
     Empty { path: PathBuf },
-}
-
-/// Reads a JSONL task file (one `{"id", "question", "answer"}` per line).
-pub fn read_tasks(path: &Path) -> Result<Vec<EvalTask>, EvalError> {
-    let text = std::fs::read_to_string(path).map_err(|source| EvalError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut tasks = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let task: EvalTask = serde_json::from_str(line).map_err(|e| EvalError::BadTask {
-            path: path.to_path_buf(),
-            line: i + 1,
-            reason: e.to_string(),
-        })?;
-        tasks.push(task);
-    }
-    if tasks.is_empty() {
-        return Err(EvalError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(tasks)
 }
 
 /// An answer as compared: the `\boxed{}` content when there is one, trimmed, `\text{}` and
@@ -104,108 +113,6 @@ pub fn well_formed(trajectory: &str, boxed_answer: bool) -> bool {
     }
 }
 
-/// One task's outcome.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskResult {
-    pub id: String,
-    pub family: Option<String>,
-    pub expected: String,
-    pub answer: Option<String>,
-    pub solved: bool,
-    pub well_formed: bool,
-    pub tool_calls: usize,
-    pub generated_tokens: usize,
-    pub seconds: f64,
-    /// Why the run ended (`answer`, `max_tokens`, ...).
-    pub stop: String,
-}
-
-/// The numbers of an evaluation.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Report {
-    pub model: String,
-    pub adapter: Option<String>,
-    pub profile: String,
-    pub tasks: usize,
-    /// Share of tasks solved (one greedy or sampled run each).
-    pub pass_at_1: f64,
-    /// Share of runs that are a valid chain ending in `<answer>`.
-    pub format_rate: f64,
-    pub mean_generated_tokens: f64,
-    pub mean_tool_calls: f64,
-    /// Generated tokens per solved task (all runs' tokens over the solved count).
-    pub tokens_per_solved: Option<f64>,
-    pub wall_seconds: f64,
-    pub results: Vec<TaskResult>,
-}
-
-impl Report {
-    pub fn new(
-        model: String,
-        adapter: Option<String>,
-        profile: String,
-        results: Vec<TaskResult>,
-        wall_seconds: f64,
-    ) -> Report {
-        let n = results.len().max(1) as f64;
-        let solved = results.iter().filter(|r| r.solved).count();
-        let tokens: usize = results.iter().map(|r| r.generated_tokens).sum();
-        Report {
-            model,
-            adapter,
-            profile,
-            tasks: results.len(),
-            pass_at_1: solved as f64 / n,
-            format_rate: results.iter().filter(|r| r.well_formed).count() as f64 / n,
-            mean_generated_tokens: tokens as f64 / n,
-            mean_tool_calls: results.iter().map(|r| r.tool_calls).sum::<usize>() as f64 / n,
-            tokens_per_solved: (solved > 0).then(|| tokens as f64 / solved as f64),
-            wall_seconds,
-            results,
-        }
-    }
-
-    /// The report as markdown: the headline numbers and one row per task.
-    pub fn markdown(&self) -> String {
-        let mut out = String::new();
-        out.push_str(&format!(
-            "# Evaluation: {} on {} tasks\n\n",
-            self.profile, self.tasks
-        ));
-        out.push_str(&format!(
-            "- model: {}\n- adapter: {}\n- pass@1: {:.1}%\n- valid chains ending in <answer>: {:.1}%\n- generated tokens per task: {:.0}; tool calls per task: {:.2}\n- wall time: {:.0} s\n\n",
-            self.model,
-            self.adapter.as_deref().unwrap_or("none"),
-            100.0 * self.pass_at_1,
-            100.0 * self.format_rate,
-            self.mean_generated_tokens,
-            self.mean_tool_calls,
-            self.wall_seconds
-        ));
-        out.push_str("| task | family | expected | answer | solved | valid chain | tokens | tool calls |\n|---|---|---|---|---|---|---|---|\n");
-        for r in &self.results {
-            let answer = r
-                .answer
-                .as_deref()
-                .unwrap_or("")
-                .replace('|', "\\|")
-                .replace('\n', " ");
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                r.id,
-                r.family.as_deref().unwrap_or(""),
-                r.expected,
-                answer.chars().take(40).collect::<String>(),
-                if r.solved { "yes" } else { "no" },
-                if r.well_formed { "yes" } else { "no" },
-                r.generated_tokens,
-                r.tool_calls
-            ));
-        }
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,19 +146,31 @@ mod tests {
     }
 
     #[test]
-    fn task_files_are_read_and_bad_lines_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.jsonl");
-        std::fs::write(&path, "{\"id\":\"a\",\"question\":\"q\",\"answer\":\"1\",\"family\":\"f\"}\n\n{\"id\":\"b\"}\n").unwrap();
-        let err = read_tasks(&path).unwrap_err().to_string();
-        assert!(err.contains("t.jsonl:3"), "{err}");
-        std::fs::write(
-            &path,
-            "{\"id\":\"a\",\"question\":\"q\",\"answer\":\"1\"}\n",
+    fn task_kinds_read_in_lower_case_and_default_to_none() {
+        let task: EvalTask = serde_json::from_str(
+            r#"{"id":"c","question":"q","answer":"tests","kind":"code","tests":{"inputs":["1\n"],"outputs":["2\n"]}}"#,
         )
         .unwrap();
-        assert_eq!(read_tasks(&path).unwrap()[0].family, None);
-        std::fs::write(&path, "\n").unwrap();
-        assert!(read_tasks(&path).is_err());
+        assert_eq!(task.kind, Some(TaskKind::Code));
+        assert_eq!(
+            task.tests,
+            Some(CodeTests::Io {
+                inputs: vec!["1\n".into()],
+                outputs: vec!["2\n".into()]
+            })
+        );
+        let old: EvalTask =
+            serde_json::from_str(r#"{"id":"a","question":"q","answer":"1"}"#).unwrap();
+        assert_eq!((old.kind, &old.tests), (None, &None));
+        assert!(
+            !serde_json::to_string(&old).unwrap().contains("kind"),
+            "a task without a kind is written as before"
+        );
+        assert!(
+            serde_json::from_str::<EvalTask>(
+                r#"{"id":"a","question":"q","answer":"1","kind":"Math"}"#
+            )
+            .is_err()
+        );
     }
 }

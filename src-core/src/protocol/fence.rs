@@ -59,7 +59,8 @@ pub fn program_and_stdin(text: &str) -> Option<(&str, Option<&str>)> {
     Some((blocks[index].body, stdin))
 }
 
-fn is_python(lang: &str) -> bool {
+/// Whether a fence's info string marks a Python program (`py`, `python`, or none).
+pub fn is_python(lang: &str) -> bool {
     lang.is_empty() || lang.eq_ignore_ascii_case("py") || lang.eq_ignore_ascii_case("python")
 }
 
