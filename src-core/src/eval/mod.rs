@@ -6,6 +6,8 @@
 //! ([`reward`], shared with RL so that training and evaluation agree on what "solved" means),
 //! whether a chain is well formed, and the numbers.
 
+#[cfg(feature = "runtime")]
+mod parquet;
 mod report;
 pub mod reward;
 mod tasks;
@@ -14,7 +16,7 @@ pub use report::{Report, TaskResult};
 pub use reward::CodeTests;
 #[cfg(feature = "runtime")]
 pub use reward::{Score, score_run};
-pub use tasks::read_tasks;
+pub use tasks::{kind_of_source, read_tasks};
 
 use crate::protocol::{Block, Tag, boxed, parse_all};
 use serde::{Deserialize, Serialize};
@@ -69,6 +71,18 @@ pub enum EvalError {
     },
     #[error("{path}: no tasks")]
     Empty { path: PathBuf },
+    #[error("{path}: not a readable parquet file ({reason})")]
+    Parquet { path: PathBuf, reason: String },
+    #[error(
+        "{path}: row {row}: not a task ({reason}); a row has `prompt` (chat messages), `data_source`, `reward_model.ground_truth` and `extra_info`"
+    )]
+    BadRow {
+        path: PathBuf,
+        row: usize,
+        reason: String,
+    },
+    #[error("{path}: parquet task files need catena-core's `runtime` feature")]
+    ParquetUnsupported { path: PathBuf },
 }
 
 /// An answer as compared: the `\boxed{}` content when there is one, trimmed, `\text{}` and
