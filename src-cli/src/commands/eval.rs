@@ -1,26 +1,32 @@
 //! `catena eval`: a model (and adapter) on a task set, through the same engine, sandbox and
-//! chain runner as `catena run`; a markdown and a JSON report.
+//! chain runner as `catena run`, each run scored by the rewards RL trains on; a markdown and a
+//! JSON report with SVG plots.
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_core::agent::{Budgets, RunRequest, run_chain};
 use catena_core::config::Paths;
 use catena_core::engine::{KvCacheType, SamplingParams, Session, SessionOptions};
-use catena_core::eval::{self, Report, TaskResult};
+use catena_core::eval::{self, EvalTask, Report, TaskKind, TaskResult, plot};
 use catena_core::models::plan::Overrides;
 use catena_core::protocol::{AnswerFormat, Profile};
 use catena_core::sandbox::Limits;
 use catena_core::tools::profile_tools;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The temperature of K > 1 runs a task when none is given (what the AFM evaluations sample
+/// AIME/AMC's avg@16 with).
+const SAMPLED_TEMPERATURE: f32 = 0.6;
+
 #[derive(Args)]
 pub struct EvalArgs {
     /// Tasks: JSONL, one `{"id", "question", "answer"}` per line (`catena train synth` writes
-    /// `held-out.jsonl` in this form).
+    /// `held-out.jsonl` in this form; `kind` and `tests` pick another verifier), or a verl
+    /// parquet file (`.parquet`: prompt, data_source, reward_model, extra_info).
     #[arg(long, value_name = "FILE")]
     tasks: PathBuf,
 
@@ -39,13 +45,23 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
 
-    /// Folder for report.md and report.json.
+    /// Folder for report.md, report.json and the plots.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 
-    /// Sampling temperature (0: greedy, the default, so a report can be reproduced).
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
+    /// Runs per task (K): the report gives pass@1 as avg@K (the mean share of a task's runs
+    /// solved) and pass@K (tasks solved at least once).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    samples: u32,
+
+    /// Sampling temperature. Default: 0 (greedy, so a report can be reproduced) with one run a
+    /// task, 0.6 with --samples above 1 (which needs one above 0).
+    #[arg(long)]
+    temperature: Option<f32>,
+
+    /// Sampling seed of each task's first run; run k uses this seed + k.
+    #[arg(long, default_value_t = 1)]
+    seed: u32,
 
     /// Most tokens generated per task.
     #[arg(long, default_value_t = 1024)]
@@ -60,7 +76,22 @@ pub struct EvalArgs {
     json: bool,
 }
 
+/// The temperature of the runs: K identical greedy runs would measure nothing, so K > 1 is
+/// refused at temperature 0.
+fn temperature(samples: u32, given: Option<f32>) -> Result<f32> {
+    match given {
+        None if samples > 1 => Ok(SAMPLED_TEMPERATURE),
+        None => Ok(0.0),
+        Some(t) if samples > 1 && (t.is_nan() || t <= 0.0) => bail!(
+            "--samples {samples} needs sampling, but --temperature {t} is greedy: every run of a task would be the same. Leave --temperature out (it is then {SAMPLED_TEMPERATURE}) or give one above 0."
+        ),
+        Some(t) => Ok(t.max(0.0)),
+    }
+}
+
 pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
+    let temperature = temperature(args.samples, args.temperature)?;
+    let samples = args.samples as usize;
     let mut tasks = eval::read_tasks(&args.tasks)?;
     if let Some(limit) = args.limit {
         tasks.truncate(limit);
@@ -70,8 +101,15 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     }
     let profile = Profile::builtin(&args.profile)?;
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
-    let tools = profile_tools(&profile, || {
-        setup::sandbox(paths, Limits::default()).map(Arc::new)
+    // Code tasks' tests run in the sandbox too: one sandbox serves the tool and the scoring.
+    let scoring_sandbox = if tasks.iter().any(|t| t.kind == Some(TaskKind::Code)) {
+        Some(Arc::new(setup::sandbox(paths, Limits::default())?))
+    } else {
+        None
+    };
+    let tools = profile_tools(&profile, || match &scoring_sandbox {
+        Some(sandbox) => Ok(sandbox.clone()),
+        None => setup::sandbox(paths, Limits::default()).map(Arc::new),
     })?;
     let (engine, plan) = setup::load_planned(
         &model_path,
@@ -83,15 +121,15 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         },
         args.adapter.options(),
     )?;
-    let sampling = SamplingParams {
-        temperature: args.temperature.max(0.0),
+    let base_sampling = SamplingParams {
+        temperature,
         top_p: 0.95,
         top_k: 40,
-        seed: 1,
+        seed: args.seed,
     };
     let options = SessionOptions {
         context_size: plan.as_ref().map(|p| p.context).or(Some(4096)),
-        sampling,
+        sampling: base_sampling,
         kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
         ..SessionOptions::default()
     };
@@ -101,77 +139,79 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| model_path.display().to_string());
     let boxed = matches!(profile.answer, AnswerFormat::Boxed);
-    // One session for all tasks: the prompt's shared beginning (system message and
-    // instructions) stays in the KV cache and only each question is evaluated anew.
+    // One session for all runs: the prompt's shared beginning (system message and
+    // instructions) stays in the KV cache and only each question is evaluated anew; a task's
+    // later samples reuse its whole prompt.
     let mut session = engine.session(&options)?;
     let started = Instant::now();
-    let mut results = Vec::with_capacity(tasks.len());
+    let mut results = Vec::with_capacity(tasks.len() * samples);
     for (i, task) in tasks.iter().enumerate() {
-        let t0 = Instant::now();
-        let prompt = engine.chat_prompt(&profile.system, &profile.user_message(&task.question))?;
-        let ids = engine.tokenize_parts(&prompt);
-        let shared = session
-            .tokens()
-            .iter()
-            .zip(&ids)
-            .take_while(|(a, b)| a.id == **b)
-            .count()
-            .min(ids.len().saturating_sub(1));
-        session.truncate(shared)?;
-        session.append_tokens(&ids[shared..])?;
-        // The session's counters run across tasks: this task's share is the difference.
-        let generated_before = session.stats().generated_tokens;
-        let request = RunRequest {
-            profile: &profile,
-            model: model_name.clone(),
-            sampling,
-            prompt_tokens: ids.len(),
-            cached_tokens: shared,
-            prefill: None,
-            budgets: Budgets {
-                max_tool_calls: profile.max_tool_calls,
-                max_tokens: args.max_tokens,
-                max_time: None,
-            },
-            cancel: None,
-        };
-        let summary = run_chain(&mut session, request, &tools, &mut |_| {})
-            .with_context(|| format!("task {}", task.id))?;
-        let result = TaskResult {
-            id: task.id.clone(),
-            family: task.family.clone(),
-            expected: task.answer.clone(),
-            solved: summary
-                .answer
-                .as_deref()
-                .is_some_and(|a| eval::exact_match(a, &task.answer)),
-            well_formed: eval::well_formed(&summary.trajectory, boxed),
-            answer: summary.answer.clone(),
-            tool_calls: summary.tool_calls,
-            generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
-            seconds: t0.elapsed().as_secs_f64(),
-            stop: serde_json::to_value(summary.stop_reason)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-        };
-        if !args.json {
-            eprintln!(
-                "[{}/{}] {} {} ({} tokens, {:.1} s)",
-                i + 1,
-                tasks.len(),
-                task.id,
-                match (result.solved, result.well_formed) {
-                    (true, true) => "solved",
-                    (true, false) => "solved, chain malformed",
-                    (false, true) => "wrong",
-                    (false, false) => "wrong, chain malformed",
+        for sample in 0..samples {
+            let sampling = SamplingParams {
+                seed: args.seed.wrapping_add(sample as u32),
+                ..base_sampling
+            };
+            session.set_sampling(sampling);
+            let t0 = Instant::now();
+            let prompt =
+                engine.chat_prompt(&profile.system, &profile.user_message(&task.question))?;
+            let ids = engine.tokenize_parts(&prompt);
+            let shared = session
+                .tokens()
+                .iter()
+                .zip(&ids)
+                .take_while(|(a, b)| a.id == **b)
+                .count()
+                .min(ids.len().saturating_sub(1));
+            session.truncate(shared)?;
+            session.append_tokens(&ids[shared..])?;
+            // The session's counters run across runs: this run's share is the difference.
+            let generated_before = session.stats().generated_tokens;
+            let request = RunRequest {
+                profile: &profile,
+                model: model_name.clone(),
+                sampling,
+                prompt_tokens: ids.len(),
+                cached_tokens: shared,
+                prefill: None,
+                budgets: Budgets {
+                    max_tool_calls: profile.max_tool_calls,
+                    max_tokens: args.max_tokens,
+                    max_time: None,
                 },
-                result.generated_tokens,
-                result.seconds
+                cancel: None,
+            };
+            let summary = run_chain(&mut session, request, &tools, &mut |_| {})
+                .with_context(|| format!("task {}", task.id))?;
+            let score = eval::score_run(
+                task,
+                summary.answer.as_deref(),
+                &summary.trajectory,
+                scoring_sandbox.as_deref(),
             );
+            let result = TaskResult {
+                id: task.id.clone(),
+                family: task.family.clone(),
+                expected: task.answer.clone(),
+                solved: score.solved,
+                well_formed: eval::well_formed(&summary.trajectory, boxed),
+                answer: summary.answer.clone(),
+                tool_calls: summary.tool_calls,
+                generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
+                seconds: t0.elapsed().as_secs_f64(),
+                stop: serde_json::to_value(summary.stop_reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                sample,
+                reward: score.reward,
+                f1: score.f1,
+            };
+            if !args.json {
+                progress(i, tasks.len(), task, sample, samples, &result);
+            }
+            results.push(result);
         }
-        results.push(result);
     }
     let report = Report::new(
         model_name,
@@ -184,21 +224,103 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         started.elapsed().as_secs_f64(),
     );
     if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        std::fs::write(out.join("report.md"), report.markdown())?;
-        std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+        write_report(&report, out)?;
     }
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        eprintln!(
-            "pass@1 {:.1}%  valid chains {:.1}%  {:.0} tokens and {:.2} tool calls per task  {:.0} s",
-            100.0 * report.pass_at_1,
-            100.0 * report.format_rate,
-            report.mean_generated_tokens,
-            report.mean_tool_calls,
-            report.wall_seconds
-        );
+        eprintln!("{}", summary_line(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line on stderr per run.
+fn progress(
+    index: usize,
+    tasks: usize,
+    task: &EvalTask,
+    sample: usize,
+    samples: usize,
+    result: &TaskResult,
+) {
+    let run = if samples > 1 {
+        format!(" sample {}/{samples}", sample + 1)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "[{}/{}] {}{run} {} ({} tokens, {:.1} s)",
+        index + 1,
+        tasks,
+        task.id,
+        match (result.solved, result.well_formed) {
+            (true, true) => "solved",
+            (true, false) => "solved, chain malformed",
+            (false, true) => "wrong",
+            (false, false) => "wrong, chain malformed",
+        },
+        result.generated_tokens,
+        result.seconds
+    );
+}
+
+/// The headline numbers in one line.
+fn summary_line(report: &Report) -> String {
+    let pass = if report.samples > 1 {
+        format!(
+            "pass@1 (avg@{k}) {:.1}%  pass@{k} {:.1}%",
+            100.0 * report.pass_at_1,
+            100.0 * report.pass_at_k,
+            k = report.samples
+        )
+    } else {
+        format!("pass@1 {:.1}%", 100.0 * report.pass_at_1)
+    };
+    let f1 = report
+        .mean_f1
+        .map(|f1| format!("  mean F1 {:.1}%", 100.0 * f1))
+        .unwrap_or_default();
+    let per = if report.samples > 1 { "run" } else { "task" };
+    format!(
+        "{pass}{f1}  valid chains {:.1}%  {:.0} tokens and {:.2} tool calls per {per}  {:.0} s",
+        100.0 * report.format_rate,
+        report.mean_generated_tokens,
+        report.mean_tool_calls,
+        report.wall_seconds
+    )
+}
+
+/// report.md (with the plots linked), report.json and the plots in `out`. A plot that cannot
+/// be drawn is a warning: the numbers are written already.
+fn write_report(report: &Report, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut markdown = report.markdown();
+    markdown.push_str(&format!(
+        "\n## Plots\n\n![Pass rate by task family]({})\n\n![Generated tokens per run, solved and unsolved]({})\n",
+        plot::FAMILY_PLOT,
+        plot::TOKENS_PLOT
+    ));
+    std::fs::write(out.join("report.md"), markdown)?;
+    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(report)?)?;
+    if let Err(e) = plot::write_plots(report, out) {
+        eprintln!("warning: {e}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temperature_follows_the_sample_count() {
+        assert_eq!(temperature(1, None).unwrap(), 0.0);
+        assert_eq!(temperature(1, Some(0.8)).unwrap(), 0.8);
+        assert_eq!(temperature(1, Some(-1.0)).unwrap(), 0.0);
+        assert_eq!(temperature(4, None).unwrap(), SAMPLED_TEMPERATURE);
+        assert_eq!(temperature(4, Some(1.0)).unwrap(), 1.0);
+        let refused = temperature(4, Some(0.0)).unwrap_err().to_string();
+        assert!(refused.contains("--samples 4"), "{refused}");
+        assert!(temperature(2, Some(f32::NAN)).is_err());
+    }
 }

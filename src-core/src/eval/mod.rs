@@ -8,11 +8,13 @@
 
 #[cfg(feature = "runtime")]
 mod parquet;
+#[cfg(feature = "runtime")]
+pub mod plot;
 mod report;
 pub mod reward;
 mod tasks;
 
-pub use report::{Report, TaskResult};
+pub use report::{FamilyStats, Report, TaskResult};
 pub use reward::CodeTests;
 #[cfg(feature = "runtime")]
 pub use reward::{Score, score_run};
@@ -83,6 +85,8 @@ pub enum EvalError {
     },
     #[error("{path}: parquet task files need catena-core's `runtime` feature")]
     ParquetUnsupported { path: PathBuf },
+    #[error("drawing {path}: {reason}")]
+    Plot { path: PathBuf, reason: String },
 }
 
 /// An answer as compared: the `\boxed{}` content when there is one, trimmed, `\text{}` and
