@@ -8,6 +8,7 @@
 
 use crate::{Result, TrainError};
 use candle_core::{Device, Tensor};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -44,20 +45,73 @@ pub struct Progress {
     pub evals: Vec<EvalRecord>,
 }
 
+/// What a run's progress record must say for checkpoints: the step it reached and the
+/// fingerprint of the settings and data it belongs to.
+pub trait StepCount {
+    fn step(&self) -> usize;
+    fn fingerprint(&self) -> &str;
+}
+
+impl StepCount for Progress {
+    fn step(&self) -> usize {
+        self.step
+    }
+    fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+}
+
+/// Resumes from the latest checkpoint under `out`, if any: refuses one whose fingerprint is
+/// not `fingerprint` (another run's: `what` names what may differ), loads the factors and the
+/// optimizer's moments, and returns the saved progress and where it came from.
+pub fn resume<P: DeserializeOwned + StepCount>(
+    out: &Path,
+    device: &Device,
+    fingerprint: &str,
+    what: &str,
+    lora: &crate::lora::LoraParams,
+    adam: &mut crate::optim::AdamW,
+) -> Result<Option<(P, PathBuf)>> {
+    let Some(Restored {
+        progress,
+        tensors,
+        path,
+    }) = load_latest::<P>(out, device)?
+    else {
+        return Ok(None);
+    };
+    if progress.fingerprint() != fingerprint {
+        return Err(TrainError::BadCheckpoint {
+            path,
+            reason: format!(
+                "it belongs to a run with other {what}; use another --out, or delete {} to start over",
+                out.display()
+            ),
+        });
+    }
+    lora.load(&tensors)
+        .map_err(|reason| TrainError::BadCheckpoint {
+            path: path.clone(),
+            reason,
+        })?;
+    adam.restore(progress.step(), &tensors);
+    Ok(Some((progress, path)))
+}
+
 pub fn checkpoints_dir(out: &Path) -> PathBuf {
     out.join("checkpoints")
 }
 
 /// Writes a checkpoint and makes it the latest; older ones beyond the newest `keep` are removed.
-pub fn save(
+pub fn save<P: Serialize + StepCount>(
     out: &Path,
-    progress: &Progress,
+    progress: &P,
     tensors: &[(String, Tensor)],
     keep: usize,
 ) -> Result<PathBuf> {
     let dir = checkpoints_dir(out);
     std::fs::create_dir_all(&dir).map_err(TrainError::io(&dir))?;
-    let name = format!("step-{:06}", progress.step);
+    let name = format!("step-{:06}", progress.step());
     let tmp = dir.join(format!(".{name}.tmp"));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(TrainError::io(&tmp))?;
@@ -106,15 +160,18 @@ fn prune(dir: &Path, keep: usize) -> Result<()> {
 
 /// A checkpoint read back.
 #[derive(Debug)]
-pub struct Restored {
-    pub progress: Progress,
+pub struct Restored<P = Progress> {
+    pub progress: P,
     /// The factors and the optimizer's moments, by name.
     pub tensors: HashMap<String, Tensor>,
     pub path: PathBuf,
 }
 
 /// The latest checkpoint under `out`, if there is one.
-pub fn load_latest(out: &Path, device: &Device) -> Result<Option<Restored>> {
+pub fn load_latest<P: DeserializeOwned>(
+    out: &Path,
+    device: &Device,
+) -> Result<Option<Restored<P>>> {
     let dir = checkpoints_dir(out);
     let latest = dir.join("latest");
     let name = match std::fs::read_to_string(&latest) {
@@ -128,7 +185,7 @@ pub fn load_latest(out: &Path, device: &Device) -> Result<Option<Restored>> {
         reason,
     };
     let json = std::fs::read(path.join("progress.json")).map_err(|e| bad(e.to_string()))?;
-    let progress: Progress =
+    let progress: P =
         serde_json::from_slice(&json).map_err(|e| bad(format!("progress.json: {e}")))?;
     let tensors = candle_core::safetensors::load(path.join("state.safetensors"), device)
         .map_err(|e| bad(format!("state.safetensors: {e}")))?;
@@ -147,7 +204,7 @@ mod tests {
     fn the_latest_checkpoint_round_trips_and_old_ones_are_pruned() -> Result<()> {
         let out = tempfile::tempdir().unwrap();
         let dev = Device::Cpu;
-        assert!(load_latest(out.path(), &dev)?.is_none());
+        assert!(load_latest::<Progress>(out.path(), &dev)?.is_none());
         let t = Tensor::new(&[1.5f32, -2.0], &dev)?;
         for step in 1..=4 {
             let progress = Progress {
@@ -167,7 +224,7 @@ mod tests {
             progress,
             tensors,
             path,
-        } = load_latest(out.path(), &dev)?.expect("a checkpoint");
+        } = load_latest::<Progress>(out.path(), &dev)?.expect("a checkpoint");
         assert_eq!(progress.step, 4);
         assert!(path.ends_with("step-000004"));
         assert_eq!(tensors["w"].to_vec1::<f32>()?, vec![6.0, -8.0]);
@@ -180,7 +237,9 @@ mod tests {
         assert_eq!(left.len(), 2);
         // A damaged checkpoint is an error that names it, not a panic or a silent restart.
         std::fs::write(path.join("progress.json"), b"{").unwrap();
-        let err = load_latest(out.path(), &dev).unwrap_err().to_string();
+        let err = load_latest::<Progress>(out.path(), &dev)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("progress.json"), "{err}");
         Ok(())
     }

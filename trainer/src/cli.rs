@@ -1,4 +1,4 @@
-//! The `train sft` command line, shared by `catena train sft` and the desktop app's
+//! The `train sft` command line (and what `train rl`'s shares with it), shared by `catena train sft` and the desktop app's
 //! `catena-desktop train sft` (which the app's training page starts as a child process): the
 //! flags, the progress bar or JSON lines, Ctrl-C, and `stop` on stdin.
 
@@ -103,7 +103,33 @@ pub struct SftArgs {
     json: bool,
 }
 
-fn device(choice: Option<&str>) -> Result<crate::Device> {
+/// The flag a run polls between steps: set by the first Ctrl-C (finish the step, checkpoint,
+/// exit; a second one exits at once and the last checkpoint still resumes) and, with `--json`,
+/// by `stop` on stdin (how the app's training page stops a run it started).
+pub(crate) fn stop_flag(json: bool) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+    if json {
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                match line {
+                    Ok(line) if line.trim() == "stop" => flag.store(true, Ordering::SeqCst),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+    }
+    stop
+}
+
+pub(crate) fn device(choice: Option<&str>) -> Result<crate::Device> {
     match choice {
         None => Ok(crate::Device::cuda_if_available(0).unwrap_or(crate::Device::Cpu)),
         Some("cpu") => Ok(crate::Device::Cpu),
@@ -162,34 +188,18 @@ pub fn run_sft(
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("creating {}", options.out.display()))?;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    // First Ctrl-C: finish the step, checkpoint, exit; a second one exits at once (the last
-    // checkpoint still resumes).
-    let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
-    if args.json {
-        // A parent process (the app's training page) stops the run by writing `stop`: the step
-        // in progress finishes and is checkpointed.
-        let flag = stop.clone();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                match line {
-                    Ok(line) if line.trim() == "stop" => flag.store(true, Ordering::SeqCst),
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
-        });
-    }
+    let stop = stop_flag(args.json);
     let mut reporter = Reporter::new(args.json);
     let result = sft::train(&options, &device, &mut |e| reporter.event(e), &stop);
     reporter.finish();
+    exit_code(result.map(drop), &stop)
+}
+
+/// How a run ends: success; 130 after a requested stop (the checkpoint resumes it); or the
+/// error.
+pub(crate) fn exit_code(result: crate::Result<()>, stop: &AtomicBool) -> Result<ExitCode> {
     match result {
-        Ok(_) => Ok(ExitCode::SUCCESS),
+        Ok(()) => Ok(ExitCode::SUCCESS),
         Err(crate::TrainError::Stopped(why)) if stop.load(Ordering::SeqCst) => {
             eprintln!("{why}");
             Ok(ExitCode::from(130))

@@ -5,9 +5,10 @@
 //!   `blk.N.<tensor>.weight.lora_a` `(r, in)` and `.lora_b` `(out, r)`. llama.cpp scales by
 //!   `alpha / r`, so an rsLoRA adapter is written with the alpha that gives the same scale.
 //! - `peft/`: `adapter_model.safetensors` + `adapter_config.json` in PEFT's layout, for the
-//!   Python ecosystem (transformers + peft, vLLM, TRL).
+//!   Python ecosystem (transformers + peft, vLLM, TRL); read back by [`read_peft`] to continue
+//!   training (RL from an SFT adapter).
 
-use crate::lora::{LoraParams, Target};
+use crate::lora::{LoraConfig, LoraParams, Target, tensor_name};
 use crate::{Result, TrainError};
 use candle_core::Tensor;
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
@@ -129,11 +130,93 @@ pub fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> R
     std::fs::write(&path, json).map_err(TrainError::io(&path))
 }
 
+/// Reads a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`, as
+/// [`write_peft`] writes it) back: its shape, and its factors under the trainer's names, ready
+/// for [`LoraParams::load`]. This is how RL starts from an SFT adapter.
+pub fn read_peft(
+    dir: &Path,
+    device: &candle_core::Device,
+) -> Result<(LoraConfig, HashMap<String, Tensor>)> {
+    let bad = |reason: String| TrainError::BadCheckpoint {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    let config_path = dir.join("adapter_config.json");
+    let text = std::fs::read(&config_path).map_err(|e| {
+        bad(format!(
+            "adapter_config.json: {e} (pass a PEFT adapter folder)"
+        ))
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| bad(format!("adapter_config.json: {e}")))?;
+    let rank = json["r"]
+        .as_u64()
+        .filter(|&r| r > 0)
+        .ok_or_else(|| bad("adapter_config.json: no rank `r`".into()))? as usize;
+    let alpha = json["lora_alpha"]
+        .as_f64()
+        .ok_or_else(|| bad("adapter_config.json: no `lora_alpha`".into()))? as f32;
+    let mut targets = Vec::new();
+    for name in json["target_modules"].as_array().into_iter().flatten() {
+        let name = name.as_str().unwrap_or_default();
+        let target = Target::parse(name).ok_or_else(|| {
+            bad(format!(
+                "adapter_config.json: unknown target module `{name}`"
+            ))
+        })?;
+        targets.push(target);
+    }
+    if targets.is_empty() {
+        return Err(bad("adapter_config.json: no `target_modules`".into()));
+    }
+    let config = LoraConfig {
+        rank,
+        alpha,
+        dropout: 0.0,
+        rslora: json["use_rslora"].as_bool().unwrap_or(false),
+        targets,
+    };
+    let weights = candle_core::safetensors::load(dir.join("adapter_model.safetensors"), device)
+        .map_err(|e| bad(format!("adapter_model.safetensors: {e}")))?;
+    let mut tensors = HashMap::new();
+    for (key, value) in weights {
+        // base_model.model.model.layers.{block}.{module}.{lora_A|lora_B}.weight
+        let parsed = key
+            .strip_prefix("base_model.model.model.layers.")
+            .and_then(|rest| rest.strip_suffix(".weight"))
+            .and_then(|rest| {
+                let (block, rest) = rest.split_once('.')?;
+                let (module, factor) = rest.rsplit_once('.')?;
+                let target = Target::ALL.into_iter().find(|t| t.peft() == module)?;
+                let factor = match factor {
+                    "lora_A" => "lora_a",
+                    "lora_B" => "lora_b",
+                    _ => return None,
+                };
+                Some(tensor_name(block.parse().ok()?, target, factor))
+            });
+        match parsed {
+            Some(name) => {
+                tensors.insert(name, value.to_dtype(candle_core::DType::F32)?);
+            }
+            None => return Err(bad(format!("unexpected tensor `{key}`"))),
+        }
+    }
+    Ok((config, tensors))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lora::LoraConfig;
     use candle_core::Device;
+
+    fn tiny_shape(_block: usize, t: Target) -> (usize, usize) {
+        if t == Target::Down {
+            (32, 64)
+        } else {
+            (32, 32)
+        }
+    }
 
     #[test]
     fn both_exports_hold_every_factor_in_peft_orientation() -> Result<()> {
@@ -145,19 +228,7 @@ mod tests {
             targets: vec![Target::Q, Target::Down],
             ..LoraConfig::default()
         };
-        let params = LoraParams::init(
-            &config,
-            2,
-            |_, t| {
-                if t == Target::Down {
-                    (32, 64)
-                } else {
-                    (32, 32)
-                }
-            },
-            1,
-            &dev,
-        )?;
+        let params = LoraParams::init(&config, 2, tiny_shape, 1, &dev)?;
         let out = tempfile::tempdir().unwrap();
         let exported = export(&params, "qwen2", Some("tiny"), out.path())?;
 
@@ -189,6 +260,18 @@ mod tests {
             serde_json::json!(["q_proj", "down_proj"])
         );
         assert_eq!(cfg["use_rslora"], true);
+        // And back: the same shape and the same values under the trainer's names.
+        let (read_config, tensors) = read_peft(&exported.peft_dir, &dev)?;
+        assert_eq!(read_config, config);
+        let reloaded = LoraParams::init(&read_config, 2, tiny_shape, 9, &dev)?;
+        reloaded.load(&tensors).unwrap();
+        for ((name, a), (_, b)) in params.named().into_iter().zip(reloaded.named()) {
+            let diff = (a.as_tensor() - b.as_tensor())?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f32>()?;
+            assert_eq!(diff, 0.0, "{name}");
+        }
         Ok(())
     }
 }

@@ -63,6 +63,28 @@ pub struct SequenceLoss {
     pub grads: Option<HashMap<String, Tensor>>,
 }
 
+/// How [`Qwen2Lora::token_objective`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectivePass {
+    /// Dropout key for a training pass; `None` turns dropout off.
+    pub dropout_key: Option<u64>,
+    /// Compute the factors' gradients of the objective.
+    pub with_grads: bool,
+    /// Also compute the entropy of the next-token distribution at each trained position.
+    pub entropy: bool,
+}
+
+/// The result of [`Qwen2Lora::token_objective`].
+pub struct TokenObjective {
+    /// `sum_t w_t · log p_t`.
+    pub value: f64,
+    /// `log p_t` of each trained token under the current factors, in order.
+    pub logprobs: Vec<f32>,
+    /// The entropy (nats) at each trained position, when asked.
+    pub entropies: Vec<f32>,
+    pub grads: Option<HashMap<String, Tensor>>,
+}
+
 impl Qwen2Lora {
     /// Builds the training module over `base`, with fresh factors from `seed`.
     pub fn new(base: &BaseModel, lora: &LoraConfig, seed: u64) -> Result<Qwen2Lora> {
@@ -249,6 +271,32 @@ impl Qwen2Lora {
         dropout_key: Option<u64>,
         with_grads: bool,
     ) -> Result<SequenceLoss> {
+        let pass = ObjectivePass {
+            dropout_key,
+            with_grads,
+            entropy: false,
+        };
+        let r = self.token_objective(tokens, trained, pass, &mut |lp| vec![-1.0; lp.len()])?;
+        Ok(SequenceLoss {
+            nll_sum: r.value,
+            tokens: r.logprobs.len(),
+            grads: r.grads,
+        })
+    }
+
+    /// The general objective `sum_t w_t · log p(token_t)` over the trained tokens of one
+    /// sequence, where the weights come from `weights`, called once per chunk of trained
+    /// tokens with their log-probabilities under the current factors (in order). The weights
+    /// are constants of the gradient: SFT passes `-1` everywhere (the summed NLL); the RL
+    /// update passes the derivative of its clipped, importance-weighted loss with respect to
+    /// each token's log-probability, which needs the log-probability first.
+    pub fn token_objective(
+        &self,
+        tokens: &[u32],
+        trained: &[bool],
+        pass: ObjectivePass,
+        weights: &mut dyn FnMut(&[f32]) -> Vec<f32>,
+    ) -> Result<TokenObjective> {
         if tokens.len() != trained.len() || tokens.len() < 2 {
             return Err(TrainError::Config(format!(
                 "a sequence needs at least 2 tokens and one mask entry each ({} tokens, {} mask)",
@@ -256,6 +304,7 @@ impl Qwen2Lora {
                 trained.len()
             )));
         }
+        let with_grads = pass.with_grads;
         let inputs = &tokens[..tokens.len() - 1];
         let positions: Vec<u32> = (1..tokens.len())
             .filter(|&i| trained[i])
@@ -265,16 +314,20 @@ impl Qwen2Lora {
             .filter(|&i| trained[i])
             .map(|i| tokens[i])
             .collect();
+        let mut result = TokenObjective {
+            value: 0.0,
+            logprobs: Vec::with_capacity(positions.len()),
+            entropies: Vec::new(),
+            grads: None,
+        };
         if positions.is_empty() {
-            return Ok(SequenceLoss {
-                nll_sum: 0.0,
-                tokens: 0,
-                grads: with_grads.then(HashMap::new),
-            });
+            result.grads = with_grads.then(HashMap::new);
+            return Ok(result);
         }
+        let want_entropy = pass.entropy;
         let pass = Pass {
             track: false,
-            dropout_key,
+            dropout_key: pass.dropout_key,
         };
         let rope = self.rope(inputs.len())?;
         // Forward, keeping each block's input only.
@@ -285,11 +338,10 @@ impl Qwen2Lora {
             inputs_of.push(x);
             x = next;
         }
-        // The loss, a chunk of trained positions at a time; its gradient w.r.t. the last
+        // The objective, a chunk of trained positions at a time; its gradient w.r.t. the last
         // block's output is gathered chunk by chunk.
         let last = Var::from_tensor(&x)?;
         let normed = ops::rms_norm(last.as_tensor(), &self.final_norm, self.config.rms_eps)?;
-        let mut nll_sum = 0.0f64;
         let mut grad_out: Option<Tensor> = None;
         for (chunk_pos, chunk_labels) in positions.chunks(HEAD_CHUNK).zip(labels.chunks(HEAD_CHUNK))
         {
@@ -301,10 +353,31 @@ impl Qwen2Lora {
             };
             let logp = ops::log_softmax_last(&self.head.forward(&rows)?)?;
             let label_idx = Tensor::new(chunk_labels, &self.device)?.unsqueeze(1)?;
-            let nll = logp.gather(&label_idx, D::Minus1)?.neg()?.sum_all()?;
-            nll_sum += f64::from(nll.to_dtype(DType::F32)?.to_scalar::<f32>()?);
+            let picked = logp.gather(&label_idx, D::Minus1)?.squeeze(1)?;
+            let values = picked.detach().to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            if want_entropy {
+                let p_logp = (logp.detach().exp()? * logp.detach())?;
+                let h = p_logp.sum(D::Minus1)?.neg()?.to_dtype(DType::F32)?;
+                result.entropies.extend(h.to_vec1::<f32>()?);
+            }
+            let w = weights(&values);
+            if w.len() != values.len() {
+                return Err(TrainError::Config(format!(
+                    "{} weights for {} tokens (internal error)",
+                    w.len(),
+                    values.len()
+                )));
+            }
+            result.value += w
+                .iter()
+                .zip(&values)
+                .map(|(w, v)| f64::from(*w) * f64::from(*v))
+                .sum::<f64>();
+            result.logprobs.extend_from_slice(&values);
             if with_grads {
-                let grads = nll.backward()?;
+                let w = Tensor::new(w.as_slice(), &self.device)?.to_dtype(picked.dtype())?;
+                let objective = (picked * w)?.sum_all()?;
+                let grads = objective.backward()?;
                 if let Some(g) = grads.get(last.as_tensor()) {
                     grad_out = Some(match grad_out {
                         Some(acc) => (acc + g)?,
@@ -313,13 +386,8 @@ impl Qwen2Lora {
                 }
             }
         }
-        let tokens_trained = positions.len();
         if !with_grads {
-            return Ok(SequenceLoss {
-                nll_sum,
-                tokens: tokens_trained,
-                grads: None,
-            });
+            return Ok(result);
         }
         // Backward, one recomputed block at a time.
         let track = Pass {
@@ -353,11 +421,8 @@ impl Qwen2Lora {
                 })?;
             }
         }
-        Ok(SequenceLoss {
-            nll_sum,
-            tokens: tokens_trained,
-            grads: Some(grads),
-        })
+        result.grads = Some(grads);
+        Ok(result)
     }
 }
 

@@ -297,29 +297,14 @@ pub fn train(
         history: Vec::new(),
         evals: Vec::new(),
     };
-    if let Some(checkpoint::Restored {
-        progress: saved,
-        tensors,
-        path,
-    }) = checkpoint::load_latest(&options.out, device)?
-    {
-        if saved.fingerprint != fingerprint {
-            return Err(TrainError::BadCheckpoint {
-                path,
-                reason: format!(
-                    "it belongs to a run with other settings or data; use another --out, or delete {} to start over",
-                    options.out.display()
-                ),
-            });
-        }
-        model
-            .lora
-            .load(&tensors)
-            .map_err(|reason| TrainError::BadCheckpoint {
-                path: path.clone(),
-                reason,
-            })?;
-        adam.restore(saved.step, &tensors);
+    if let Some((saved, path)) = checkpoint::resume::<Progress>(
+        &options.out,
+        device,
+        &fingerprint,
+        "settings or data",
+        &model.lora,
+        &mut adam,
+    )? {
         progress = saved;
         on_event(&Event::Resumed {
             step: progress.step,
