@@ -13,8 +13,10 @@
 //! - [`sft`]: the training loop and evaluation; [`checkpoint`]: checkpoints that survive a
 //!   SIGKILL; [`plot`]: the loss curve.
 //! - [`export`]: the GGUF adapter llama.cpp loads, and PEFT safetensors.
+//! - [`rl`]: agentic RL (DAPO): rollouts through the runtime and sandbox, rewards, the
+//!   clipped, importance-weighted update.
 //! - [`synth`]: a verifiable task family whose trajectories carry real sandbox observations.
-//! - [`cli`]: the `train sft` command line shared by `catena` and `catena-desktop`.
+//! - [`cli`]: the `train sft` and `train rl` command lines shared by `catena` and `catena-desktop`.
 
 pub mod base;
 pub mod checkpoint;
@@ -27,6 +29,7 @@ mod ops;
 pub mod optim;
 pub mod plot;
 pub mod qlinear;
+pub mod rl;
 pub mod sft;
 pub mod synth;
 

@@ -1,11 +1,17 @@
-//! `catena train sft` (LoRA fine-tuning, see `catena_trainer::cli`) and `catena train synth`
+//! `catena train sft` (LoRA fine-tuning, see `catena_trainer::cli`), `catena train rl` (agentic
+//! RL, see `catena_trainer::rl`) and `catena train synth`
 //! (the synthetic verifiable tasks anyone can reproduce a learning run with).
 
 use crate::setup;
 use anyhow::Result;
 use catena_core::config::Paths;
+use catena_core::protocol::Profile;
+use catena_core::sandbox::Limits;
+use catena_core::tools::profile_tools;
+use catena_trainer::rl::cli::RlEnvironment;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -17,6 +23,9 @@ pub struct TrainArgs {
 enum TrainCommand {
     /// Supervised fine-tuning of a LoRA adapter on Chain-of-Agents trajectories.
     Sft(catena_trainer::cli::SftArgs),
+    /// Agentic RL (DAPO) of a LoRA adapter: rollouts through the runtime and sandbox, verifiable
+    /// rewards.
+    Rl(catena_trainer::rl::cli::RlArgs),
     /// Write synthetic, verifiable tasks and trajectories with real sandbox observations.
     Synth(crate::commands::synth::SynthArgs),
 }
@@ -25,6 +34,20 @@ pub fn run(args: TrainArgs, paths: &Paths) -> Result<ExitCode> {
     match args.command {
         TrainCommand::Sft(args) => {
             catena_trainer::cli::run_sft(args, &|base| setup::model_path(base, paths))
+        }
+        TrainCommand::Rl(args) => {
+            let sandbox = || setup::sandbox(paths, Limits::default()).map(Arc::new);
+            catena_trainer::rl::cli::run_rl(
+                args,
+                &RlEnvironment {
+                    resolve_base: &|base| setup::model_path(base, paths),
+                    tools: &|name| {
+                        let profile = Profile::builtin(name)?;
+                        profile_tools(&profile, sandbox)
+                    },
+                    sandbox: &sandbox,
+                },
+            )
         }
         TrainCommand::Synth(args) => crate::commands::synth::run(args, paths),
     }

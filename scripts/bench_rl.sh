@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Rollout throughput and the time split of `catena train rl`, with llama.cpp's `llama-bench`
+# (built by scripts/bench.sh from the same vendored llama.cpp) as the anchor measured in the
+# same run: its text-generation speed (tg128) on the same model and threads is the most the
+# rollouts could reach, which also prefill prompts and observations, run code in the sandbox
+# and decode one sequence at a time.
+#   scripts/bench_rl.sh ADAPTER_DIR [TASKS] [STEPS]
+# ADAPTER_DIR: a `catena train sft` output (RL from an adapter that solves some tasks, so groups
+# have signal and there is an update to time); TASKS: default a fresh synthetic set.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+adapter="$(realpath "${1:?usage: scripts/bench_rl.sh ADAPTER_DIR [TASKS] [STEPS]}")"
+tasks="${2:-}"
+steps="${3:-2}"
+target="${CARGO_TARGET_DIR:-$root/target}"
+catena="${CATENA_BIN:-$target/release/catena}"
+bench_bin="$target/llama-bench-anchor/build/bin/llama-bench"
+threads="$(nproc)"
+[ -x "$catena" ] || (cd "$root" && cargo build --release --locked -p catena-cli)
+[ -x "$bench_bin" ] || (cd "$root" && scripts/bench.sh --rounds 1 >/dev/null)
+model="$("$catena" assets fetch model | sed -n 's/^[^:]*: //p')"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+if [ -z "$tasks" ]; then
+  "$catena" train synth --out "$work/tasks" --train 0 --held-out 50 --seed 99 >/dev/null
+  tasks="$work/tasks/held-out.jsonl"
+fi
+
+"$bench_bin" -m "$model" -p 0 -n 128 -t "$threads" -r 3 -o json > "$work/llama-bench.json"
+"$catena" train rl --json --adapter "$adapter" --tasks "$tasks" --out "$work/rl" --group 4 \
+  --batch-prompts 2 --steps "$steps" --max-tokens 384 --seed 3 > "$work/rl.jsonl"
+
+python3 - "$work/llama-bench.json" "$work/rl.jsonl" <<'PY'
+import json, sys
+anchor = json.load(open(sys.argv[1]))[0]["avg_ts"]
+steps = [e for e in map(json.loads, open(sys.argv[2])) if e.get("event") == "step"]
+tot = lambda k: sum(s[k] for s in steps)
+rollouts, tokens, roll_s = tot("rollouts"), tot("generated_tokens"), tot("rollout_seconds")
+parts = {k: tot(f"{k}_seconds") for k in ("reload", "rollout", "scoring", "update")}
+wall = sum(parts.values())
+tok_s = tokens / roll_s
+print(f"steps {len(steps)}, rollouts {rollouts}, generated tokens {tokens}, trained tokens {tot('trained_tokens')}")
+print(f"rollout throughput: {60 * rollouts / roll_s:.1f} trajectories/min, {tok_s:.1f} generated tokens/s")
+print(f"llama-bench tg128 (same model, same threads): {anchor:.1f} tokens/s")
+print(f"ratio rollout tokens/s / llama-bench tg128: {tok_s / anchor:.2f}x")
+print("time split: " + ", ".join(f"{k} {100 * v / wall:.1f}% ({v:.0f} s)" for k, v in parts.items()))
+PY

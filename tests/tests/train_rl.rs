@@ -1,0 +1,304 @@
+//! Agentic RL against the real default model, llama.cpp and the sandbox: rollouts are exactly
+//! the tokens the engine evaluated, with sampling log-probabilities the trainer reproduces; a
+//! DAPO update moves the rewarded rollout up and the other down; `catena train rl` runs,
+//! checkpoints, resumes and refuses what it cannot use.
+
+mod common;
+
+use catena_core::engine::SessionOptions;
+use catena_core::engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_core::eval::EvalTask;
+use catena_core::protocol::Profile;
+use catena_core::sandbox::Limits;
+use catena_core::tools::profile_tools;
+use catena_trainer::base::BaseModel;
+use catena_trainer::lora::{LoraConfig, Target};
+use catena_trainer::model::{ObjectivePass, Qwen2Lora};
+use catena_trainer::optim::{AdamW, AdamWConfig};
+use catena_trainer::rl::rollout::{RolloutSetup, sample_group};
+use catena_trainer::rl::{RlOptions, Scored, update};
+use catena_trainer::{Device, export};
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Arc;
+
+/// The trainer's log-probabilities of a rollout's sampled tokens.
+fn trainer_logprobs(model: &Qwen2Lora, s: &Scored) -> Vec<f32> {
+    model
+        .token_objective(
+            &s.rollout.tokens,
+            &s.rollout.trained,
+            ObjectivePass {
+                dropout_key: None,
+                with_grads: false,
+                entropy: false,
+            },
+            &mut |lp| vec![0.0; lp.len()],
+        )
+        .expect("log-probs")
+        .logprobs
+}
+
+fn logprob_sum(model: &Qwen2Lora, s: &Scored) -> f64 {
+    trainer_logprobs(model, s)
+        .iter()
+        .map(|&l| f64::from(l))
+        .sum()
+}
+
+#[test]
+fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
+    let model_path = common::default_model();
+    let base = BaseModel::load(&model_path, &Device::Cpu).expect("the base model");
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        targets: vec![Target::Q, Target::V, Target::Down],
+        ..LoraConfig::default()
+    };
+    let model = Qwen2Lora::new(&base, &lora, 5).expect("the training module");
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("adapter.gguf");
+    export::write_gguf(&model.lora, "qwen2", &adapter).unwrap();
+    let engine = LlamaEngine::load(
+        &model_path,
+        &LoadOptions {
+            gpu_layers: Some(0),
+            adapter: Some(AdapterOptions {
+                path: adapter,
+                scale: 1.0,
+            }),
+        },
+    )
+    .expect("the engine with the adapter");
+    let profile = Profile::builtin("math").unwrap();
+    let tools = profile_tools(&profile, || {
+        Ok::<_, std::convert::Infallible>(Arc::new(common::python_sandbox(Limits::default())))
+    })
+    .unwrap();
+    let setup = RolloutSetup {
+        engine: &engine,
+        profile: &profile,
+        tools: &tools,
+        temperature: 1.0,
+        max_tokens: 40,
+        model_name: "test".into(),
+    };
+    let mut session = engine
+        .session(&SessionOptions {
+            context_size: Some(2048u32),
+            ..SessionOptions::default()
+        })
+        .unwrap();
+    let task: EvalTask = serde_json::from_value(
+        serde_json::json!({"id": "t", "question": "What is 17 * 23?", "answer": "391"}),
+    )
+    .unwrap();
+    let (group, _) = sample_group(&setup, &mut session, &task, 4, 11).expect("rollouts");
+    drop(session);
+    let prompt = engine.tokenize_parts(
+        &engine
+            .chat_prompt(&profile.system, &profile.user_message(&task.question))
+            .unwrap(),
+    );
+    for r in &group {
+        // The context starts with the prompt, untrained; every trained token was sampled.
+        assert!(r.tokens.len() > prompt.len());
+        assert!(
+            r.tokens[..prompt.len()]
+                .iter()
+                .zip(&prompt)
+                .all(|(a, &b)| *a == b as u32)
+        );
+        assert!(r.trained[..prompt.len()].iter().all(|t| !t));
+        assert_eq!(
+            r.trained.iter().filter(|&&t| t).count(),
+            r.rollout_logprobs.len()
+        );
+        assert!(r.response_tokens() > 0 && r.response_tokens() <= 40);
+    }
+    // Two different rollouts get opposite rewards.
+    let a = group[0].clone();
+    let b = group[1..]
+        .iter()
+        .find(|r| r.tokens != a.tokens)
+        .expect("four samples at temperature 1 are not all the same")
+        .clone();
+    let kept = vec![
+        Scored {
+            rollout: a,
+            advantage: 1.0,
+        },
+        Scored {
+            rollout: b,
+            advantage: -1.0,
+        },
+    ];
+    // The trainer computes the rollout engine's sampling log-probabilities.
+    for s in &kept {
+        let lps = trainer_logprobs(&model, s);
+        let gap: f32 = lps
+            .iter()
+            .zip(&s.rollout.rollout_logprobs)
+            .map(|(x, y)| (x - y).abs())
+            .sum::<f32>()
+            / lps.len() as f32;
+        assert!(
+            gap < 0.1,
+            "mean |log p| gap {gap} between trainer and llama.cpp"
+        );
+    }
+    let before: Vec<f64> = kept.iter().map(|s| logprob_sum(&model, s)).collect();
+    let mut options = RlOptions::new(model_path.clone(), "unused".into(), dir.path().into());
+    options.adam = AdamWConfig {
+        lr: 2e-3,
+        ..AdamWConfig::default()
+    };
+    let mut adam = AdamW::new(options.adam);
+    let stats = update(&options, &model, &mut adam, &kept, 0).expect("the update");
+    // On policy, one update: every ratio is 1, nothing is clipped, the weights are ~1.
+    assert_eq!(stats.clip_fraction, 0.0);
+    assert!(stats.entropy > 0.0 && stats.grad_norm > 0.0);
+    let after: Vec<f64> = kept.iter().map(|s| logprob_sum(&model, s)).collect();
+    assert!(
+        after[0] > before[0],
+        "rewarded rollout: {} -> {}",
+        before[0],
+        after[0]
+    );
+    assert!(
+        after[1] < before[1],
+        "penalised rollout: {} -> {}",
+        before[1],
+        after[1]
+    );
+}
+
+fn tasks_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let lines: Vec<String> = [
+        ("a", "What is 6 * 7?", "42"),
+        ("b", "What is 9 + 10?", "19"),
+    ]
+    .iter()
+    .map(|(id, q, a)| serde_json::json!({"id": id, "question": q, "answer": a}).to_string())
+    .collect();
+    let path = dir.join("tasks.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// A small run: `settings` are `[steps, group, seed]`.
+fn rl_command(tasks: &std::path::Path, out: &std::path::Path, settings: [&str; 3]) -> Command {
+    let [steps, group, seed] = settings;
+    let mut cmd = Command::new(common::catena_bin());
+    cmd.args(["train", "rl", "--json", "--device", "cpu"])
+        .args([
+            "--group",
+            group,
+            "--batch-prompts",
+            "1",
+            "--max-draw-factor",
+            "1",
+        ])
+        .args(["--max-tokens", "24", "--rank", "4", "--targets", "q,v"])
+        .args(["--steps", steps, "--seed", seed])
+        .arg("--base")
+        .arg(common::default_model())
+        .arg("--tasks")
+        .arg(tasks)
+        .arg("--out")
+        .arg(out);
+    cmd
+}
+
+#[test]
+fn train_rl_runs_checkpoints_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tasks_file(dir.path());
+    let out = dir.path().join("rl");
+    let first = rl_command(&tasks, &out, ["2", "2", "4"])
+        .output()
+        .expect("catena runs");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let events = common::json_lines(&first);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "group").count(), 2);
+    let steps: Vec<&Value> = events.iter().filter(|e| e["event"] == "step").collect();
+    assert_eq!(steps.len(), 2);
+    for s in &steps {
+        assert_eq!(s["rollouts"], 2);
+        assert!(s["generated_tokens"].as_u64().unwrap() > 0);
+        assert!(s["rollout_seconds"].as_f64().unwrap() > 0.0);
+        assert_eq!(s["groups_sampled"], 1);
+    }
+    for file in [
+        "adapter.gguf",
+        "peft/adapter_model.safetensors",
+        "curves.svg",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
+    assert_eq!(latest.trim(), "step-000002");
+
+    // Asked for one more step, the run resumes at step 2 and draws the next prompt.
+    let second = rl_command(&tasks, &out, ["3", "2", "4"])
+        .output()
+        .expect("catena runs");
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let events = common::json_lines(&second);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "resumed" && e["step"] == 2),
+        "{events:?}"
+    );
+    let steps: Vec<&Value> = events.iter().filter(|e| e["event"] == "step").collect();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0]["step"], 3);
+
+    // Another seed is another run: refused, nothing overwritten.
+    let refused = rl_command(&tasks, &out, ["4", "2", "5"]).output().unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("other settings"), "{err}");
+}
+
+#[test]
+fn train_rl_refuses_what_it_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tasks_file(dir.path());
+    let out = dir.path().join("rl");
+    // Not an adapter folder.
+    let mut cmd = rl_command(&tasks, &out, ["1", "2", "4"]);
+    cmd.arg("--adapter").arg(dir.path());
+    let o = cmd.output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not a PEFT adapter folder"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // A group of one has no advantage to compute.
+    let o = rl_command(&tasks, &out, ["1", "1", "4"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--group"));
+    // A task file that is not one.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"question\": 3}\n").unwrap();
+    let o = rl_command(&bad, &out, ["1", "2", "4"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bad.jsonl"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

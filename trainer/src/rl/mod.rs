@@ -1,0 +1,676 @@
+//! Agentic RL (DAPO, protocol section 6): sample groups of trajectories through the real
+//! runtime with the adapter being trained, score them with verifiable rewards, and update the
+//! adapter on the tokens the model sampled.
+//!
+//! One step:
+//! 1. the current factors are written as a llama.cpp adapter and the rollout engine is loaded
+//!    with it (see [`reload_engine`] for why a load and not a swap);
+//! 2. prompts are drawn in a seeded order and `group` trajectories sampled for each; groups
+//!    whose rewards are all equal carry no signal and are dropped, and more prompts are drawn
+//!    until `batch_prompts` groups are kept (dynamic sampling), or a cap on draws is reached;
+//! 3. the kept trajectories' sampled tokens get the DAPO loss ([`loss`]); one optimizer step
+//!    per mini-batch (one by default, as the protocol says).
+//!
+//! Checkpoints and resume work as in SFT: the factors, the optimizer's moments and the record
+//! of every step, written atomically; a resumed run continues with the same task order.
+
+pub mod cli;
+pub mod loss;
+pub mod rollout;
+
+use crate::base::BaseModel;
+use crate::checkpoint::{self, StepCount};
+use crate::lora::LoraConfig;
+use crate::model::{ObjectivePass, Qwen2Lora};
+use crate::optim::{AdamW, AdamWConfig, clip_grad_norm};
+use crate::{Result, TrainError, export, plot};
+use candle_core::{Device, Tensor};
+use catena_core::engine::SessionOptions;
+use catena_core::engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_core::eval::{self, EvalTask};
+use catena_core::protocol::Profile;
+use catena_core::sandbox::Sandbox;
+use catena_core::tools::ToolBox;
+use loss::{BatchObjective, DapoConfig, group_advantages};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use rollout::{Rollout, RolloutSetup, sample_group};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Everything `catena train rl` takes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RlOptions {
+    pub base: PathBuf,
+    pub tasks: PathBuf,
+    pub out: PathBuf,
+    /// A PEFT adapter folder to start from (an SFT run's `peft/`); a fresh adapter otherwise.
+    pub init_adapter: Option<PathBuf>,
+    /// The fresh adapter's shape when there is no `init_adapter`.
+    pub lora: LoraConfig,
+    pub profile: String,
+    pub adam: AdamWConfig,
+    pub dapo: DapoConfig,
+    /// Rollouts per prompt.
+    pub group: usize,
+    /// Groups with a learning signal per step.
+    pub batch_prompts: usize,
+    /// At most this many times `batch_prompts` prompts are drawn in one step.
+    pub max_draw_factor: usize,
+    pub steps: usize,
+    /// Optimizer steps per batch (the batch split into this many mini-batches).
+    pub updates_per_batch: usize,
+    pub temperature: f32,
+    /// Generated tokens per rollout.
+    pub max_tokens: usize,
+    /// Add the overlong penalty of protocol section 6 to the reward.
+    pub overlong_shaping: bool,
+    pub grad_clip: f64,
+    pub gpu_layers: Option<u32>,
+    pub checkpoint_every: usize,
+    pub keep_checkpoints: usize,
+    pub seed: u64,
+}
+
+impl RlOptions {
+    pub fn new(base: PathBuf, tasks: PathBuf, out: PathBuf) -> RlOptions {
+        RlOptions {
+            base,
+            tasks,
+            out,
+            init_adapter: None,
+            lora: LoraConfig::default(),
+            profile: "math".into(),
+            adam: AdamWConfig {
+                lr: 2e-5,
+                ..AdamWConfig::default()
+            },
+            dapo: DapoConfig::default(),
+            group: 8,
+            batch_prompts: 4,
+            max_draw_factor: 3,
+            steps: 20,
+            updates_per_batch: 1,
+            temperature: 1.0,
+            max_tokens: 512,
+            overlong_shaping: false,
+            grad_clip: 1.0,
+            gpu_layers: None,
+            checkpoint_every: 1,
+            keep_checkpoints: 2,
+            seed: 42,
+        }
+    }
+}
+
+/// One RL step, as the curves and a resumed run see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RlStepRecord {
+    pub step: usize,
+    /// Mean reward of every rollout sampled in the step (kept and dropped groups).
+    pub reward_mean: f64,
+    /// Share of the rollouts sampled that solved their task.
+    pub solved_share: f64,
+    /// Mean generated tokens per rollout.
+    pub response_length: f64,
+    /// Share of trained tokens whose clipped term stopped the gradient.
+    pub clip_fraction: f64,
+    /// Share of trained tokens whose importance weight hit its cap.
+    pub capped_fraction: f64,
+    /// Mean entropy (nats) of the policy at the trained tokens.
+    pub entropy: f64,
+    /// Mean |log p_trainer - log p_rollout| at the trained tokens before the update.
+    pub logprob_gap: f64,
+    pub groups_sampled: usize,
+    pub groups_dropped: usize,
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub rollouts: usize,
+    pub trained_tokens: usize,
+    pub generated_tokens: usize,
+    pub reload_seconds: f64,
+    pub rollout_seconds: f64,
+    pub scoring_seconds: f64,
+    pub update_seconds: f64,
+}
+
+impl RlStepRecord {
+    pub fn dropped_share(&self) -> f64 {
+        self.groups_dropped as f64 / self.groups_sampled.max(1) as f64
+    }
+}
+
+/// Everything but the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RlProgress {
+    pub step: usize,
+    pub fingerprint: String,
+    /// Prompts drawn so far (the position in the seeded task order).
+    pub drawn: usize,
+    pub history: Vec<RlStepRecord>,
+}
+
+impl StepCount for RlProgress {
+    fn step(&self) -> usize {
+        self.step
+    }
+    fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+}
+
+/// What the loop reports as it goes.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RlEvent {
+    Prepared {
+        tasks: usize,
+        steps: usize,
+        group: usize,
+        batch_prompts: usize,
+        trainable_parameters: usize,
+        init_adapter: Option<PathBuf>,
+    },
+    Resumed {
+        step: usize,
+        checkpoint: PathBuf,
+    },
+    /// A group was sampled and scored.
+    Group {
+        step: usize,
+        task: String,
+        rewards: Vec<f64>,
+        kept: bool,
+    },
+    Step {
+        #[serde(flatten)]
+        record: RlStepRecord,
+        total_steps: usize,
+        elapsed_seconds: f64,
+        eta_seconds: f64,
+    },
+    Checkpoint {
+        step: usize,
+        path: PathBuf,
+    },
+    Finished {
+        steps: usize,
+        adapter: PathBuf,
+        peft: PathBuf,
+        curves: PathBuf,
+    },
+    Stopped {
+        step: usize,
+        checkpoint: PathBuf,
+    },
+}
+
+/// A scored rollout of a kept group.
+#[derive(Debug, Clone)]
+pub struct Scored {
+    pub rollout: Rollout,
+    pub advantage: f64,
+}
+
+/// The task order: a fresh seeded shuffle for every pass over the tasks.
+fn task_at(drawn: usize, tasks: usize, seed: u64) -> usize {
+    let pass = drawn / tasks;
+    let mut order: Vec<usize> = (0..tasks).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(
+        seed ^ (pass as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    ));
+    order[drawn % tasks]
+}
+
+fn fingerprint(options: &RlOptions, tasks: &[EvalTask]) -> Result<String> {
+    let mut h = Sha256::new();
+    let mut settings = options.clone();
+    settings.out = PathBuf::new();
+    settings.steps = 0;
+    settings.checkpoint_every = 0;
+    settings.keep_checkpoints = 0;
+    settings.gpu_layers = None;
+    h.update(serde_json::to_vec(&settings).unwrap_or_default());
+    h.update(serde_json::to_vec(tasks).unwrap_or_default());
+    if let Some(dir) = &options.init_adapter {
+        let path = dir.join("adapter_model.safetensors");
+        h.update(std::fs::read(&path).map_err(TrainError::io(&path))?);
+    }
+    Ok(hex::encode(&h.finalize()[..12]))
+}
+
+/// Loads the rollout engine with the current factors.
+///
+/// The adapter is loaded with the model rather than swapped into a long-lived one: llama.cpp
+/// frees an adapter together with its model, while the `llama-cpp-2` wrapper never frees one
+/// and keeps the raw model and context pointers the free and set calls need private. A load per
+/// step (the weights are memory-mapped, so it is a fraction of a second on the CPU) keeps one
+/// adapter alive at a time with no `unsafe`; its time is recorded as `reload_seconds`.
+fn reload_engine(
+    options: &RlOptions,
+    model: &Qwen2Lora,
+    architecture: &str,
+) -> Result<LlamaEngine> {
+    let path = options.out.join("rollout-adapter.gguf");
+    export::write_gguf(&model.lora, architecture, &path)?;
+    Ok(LlamaEngine::load(
+        &options.base,
+        &LoadOptions {
+            gpu_layers: options.gpu_layers,
+            adapter: Some(AdapterOptions { path, scale: 1.0 }),
+        },
+    )?)
+}
+
+/// Runs (or resumes) an RL run to the end and exports the adapter. `tools` are the profile's
+/// tools (the code tool's sandbox); `scoring` is the sandbox code tasks' tests run in.
+pub fn train(
+    options: &RlOptions,
+    tools: &ToolBox,
+    scoring: Option<&Sandbox>,
+    device: &Device,
+    on_event: &mut dyn FnMut(&RlEvent),
+    stop: &AtomicBool,
+) -> Result<RlProgress> {
+    if options.group < 2 || options.batch_prompts == 0 || options.steps == 0 {
+        return Err(TrainError::Config(
+            "a group needs at least 2 rollouts, a batch at least 1 prompt, a run at least 1 step"
+                .into(),
+        ));
+    }
+    let profile = Profile::builtin(&options.profile)
+        .map_err(|e| TrainError::Config(format!("profile {}: {e}", options.profile)))?;
+    let tasks = eval::read_tasks(&options.tasks).map_err(|e| TrainError::BadData {
+        path: options.tasks.clone(),
+        reason: e.to_string(),
+    })?;
+    let base = BaseModel::load(&options.base, device)?;
+    let (lora_config, init) = match &options.init_adapter {
+        Some(dir) => {
+            let (config, tensors) = export::read_peft(dir, device)?;
+            (config, Some(tensors))
+        }
+        None => (options.lora.clone(), None),
+    };
+    let model = Qwen2Lora::new(&base, &lora_config, options.seed)?;
+    if let (Some(tensors), Some(dir)) = (&init, &options.init_adapter) {
+        model
+            .lora
+            .load(tensors)
+            .map_err(|reason| TrainError::BadCheckpoint {
+                path: dir.clone(),
+                reason: format!("{reason} (is it an adapter for this base model?)"),
+            })?;
+    }
+    on_event(&RlEvent::Prepared {
+        tasks: tasks.len(),
+        steps: options.steps,
+        group: options.group,
+        batch_prompts: options.batch_prompts,
+        trainable_parameters: model.lora.parameter_count(),
+        init_adapter: options.init_adapter.clone(),
+    });
+    std::fs::create_dir_all(&options.out).map_err(TrainError::io(&options.out))?;
+    let fingerprint = fingerprint(options, &tasks)?;
+    let mut adam = AdamW::new(options.adam);
+    let mut progress = RlProgress {
+        step: 0,
+        fingerprint: fingerprint.clone(),
+        drawn: 0,
+        history: Vec::new(),
+    };
+    if let Some((saved, path)) = checkpoint::resume::<RlProgress>(
+        &options.out,
+        device,
+        &fingerprint,
+        "settings, tasks or starting adapter",
+        &model.lora,
+        &mut adam,
+    )? {
+        progress = saved;
+        on_event(&RlEvent::Resumed {
+            step: progress.step,
+            checkpoint: path,
+        });
+    }
+    let architecture = "qwen2";
+    let started = Instant::now();
+    let done_at_start = progress.step;
+    while progress.step < options.steps {
+        let record = run_step(
+            options,
+            &profile,
+            tools,
+            scoring,
+            &tasks,
+            &model,
+            &mut adam,
+            &mut progress,
+            architecture,
+            on_event,
+        )?;
+        progress.step += 1;
+        progress.history.push(record.clone());
+        let elapsed = started.elapsed().as_secs_f64();
+        let per_step = elapsed / (progress.step - done_at_start) as f64;
+        on_event(&RlEvent::Step {
+            record,
+            total_steps: options.steps,
+            elapsed_seconds: elapsed,
+            eta_seconds: per_step * (options.steps - progress.step) as f64,
+        });
+        plot::rl_curves(&progress.history, &options.out.join("curves.svg"))?;
+        let last = progress.step == options.steps;
+        let stopping = stop.load(Ordering::SeqCst);
+        if (options.checkpoint_every > 0 && progress.step.is_multiple_of(options.checkpoint_every))
+            || last
+            || stopping
+        {
+            let mut tensors: Vec<(String, Tensor)> = model
+                .lora
+                .named()
+                .into_iter()
+                .map(|(n, v)| (n, v.as_tensor().clone()))
+                .collect();
+            tensors.extend(adam.state());
+            let path =
+                checkpoint::save(&options.out, &progress, &tensors, options.keep_checkpoints)?;
+            on_event(&RlEvent::Checkpoint {
+                step: progress.step,
+                path: path.clone(),
+            });
+            if stopping && !last {
+                on_event(&RlEvent::Stopped {
+                    step: progress.step,
+                    checkpoint: path,
+                });
+                return Err(TrainError::Stopped(format!(
+                    "stopped at step {} of {}; run the same command again to resume",
+                    progress.step, options.steps
+                )));
+            }
+        }
+    }
+    let exported = export::export(
+        &model.lora,
+        architecture,
+        base.name.as_deref(),
+        &options.out,
+    )?;
+    let curves = options.out.join("curves.svg");
+    plot::rl_curves(&progress.history, &curves)?;
+    let _ = std::fs::remove_file(options.out.join("rollout-adapter.gguf"));
+    on_event(&RlEvent::Finished {
+        steps: progress.step,
+        adapter: exported.gguf,
+        peft: exported.peft_dir,
+        curves,
+    });
+    Ok(progress)
+}
+
+/// Sampling, scoring and the update of one step.
+#[allow(clippy::too_many_arguments)]
+fn run_step(
+    options: &RlOptions,
+    profile: &Profile,
+    tools: &ToolBox,
+    scoring: Option<&Sandbox>,
+    tasks: &[EvalTask],
+    model: &Qwen2Lora,
+    adam: &mut AdamW,
+    progress: &mut RlProgress,
+    architecture: &str,
+    on_event: &mut dyn FnMut(&RlEvent),
+) -> Result<RlStepRecord> {
+    let step = progress.step;
+    let t_reload = Instant::now();
+    let engine = reload_engine(options, model, architecture)?;
+    let reload_seconds = t_reload.elapsed().as_secs_f64();
+    let setup = RolloutSetup {
+        engine: &engine,
+        profile,
+        tools,
+        temperature: options.temperature,
+        max_tokens: options.max_tokens,
+        model_name: engine.info().name.clone().unwrap_or_default(),
+    };
+    let mut session = engine.session(&SessionOptions {
+        context_size: Some(u32::try_from(options.max_tokens + 3072).unwrap_or(u32::MAX)),
+        ..SessionOptions::default()
+    })?;
+    let (mut rollout_seconds, mut scoring_seconds) = (0.0, 0.0);
+    let (mut rewards_all, mut solved_all, mut lengths_all) = (Vec::new(), 0usize, Vec::new());
+    let (mut sampled, mut dropped) = (0usize, 0usize);
+    let mut kept: Vec<Scored> = Vec::new();
+    let max_draws = options.batch_prompts * options.max_draw_factor.max(1);
+    while kept.len() < options.batch_prompts * options.group && sampled < max_draws {
+        let task = &tasks[task_at(progress.drawn, tasks.len(), options.seed)];
+        let seed = (options.seed as u32)
+            .wrapping_add((progress.drawn as u32).wrapping_mul(7919))
+            .wrapping_mul(31);
+        progress.drawn += 1;
+        sampled += 1;
+        let (group, took) = sample_group(&setup, &mut session, task, options.group, seed)?;
+        rollout_seconds += took.as_secs_f64();
+        let t_score = Instant::now();
+        let mut rewards = Vec::with_capacity(group.len());
+        for r in &group {
+            let score = eval::score_run(task, r.answer.as_deref(), &r.trajectory, scoring);
+            solved_all += usize::from(score.solved);
+            let mut reward = score.reward;
+            if options.overlong_shaping {
+                reward += eval::reward::overlong_penalty(r.response_tokens(), options.max_tokens);
+            }
+            rewards.push(reward);
+            lengths_all.push(r.response_tokens());
+        }
+        scoring_seconds += t_score.elapsed().as_secs_f64();
+        rewards_all.extend_from_slice(&rewards);
+        let advantages = group_advantages(&rewards);
+        on_event(&RlEvent::Group {
+            step: step + 1,
+            task: task.id.clone(),
+            rewards: rewards.clone(),
+            kept: advantages.is_some(),
+        });
+        match advantages {
+            Some(adv) => kept.extend(
+                group
+                    .into_iter()
+                    .zip(adv)
+                    .map(|(rollout, advantage)| Scored { rollout, advantage }),
+            ),
+            None => dropped += 1,
+        }
+    }
+    drop(session);
+    drop(engine);
+
+    let t_update = Instant::now();
+    let update = if kept.is_empty() {
+        // Every group drawn was uniform: no signal this step, and no update.
+        UpdateStats::default()
+    } else {
+        update(options, model, adam, &kept, step)?
+    };
+    let update_seconds = t_update.elapsed().as_secs_f64();
+    let n = rewards_all.len().max(1) as f64;
+    Ok(RlStepRecord {
+        step: step + 1,
+        reward_mean: rewards_all.iter().sum::<f64>() / n,
+        solved_share: solved_all as f64 / n,
+        response_length: lengths_all.iter().sum::<usize>() as f64 / n,
+        clip_fraction: update.clip_fraction,
+        capped_fraction: update.capped_fraction,
+        entropy: update.entropy,
+        logprob_gap: update.logprob_gap,
+        groups_sampled: sampled,
+        groups_dropped: dropped,
+        loss: update.loss,
+        grad_norm: update.grad_norm,
+        lr: if kept.is_empty() {
+            0.0
+        } else {
+            options.adam.lr
+        },
+        rollouts: rewards_all.len(),
+        trained_tokens: kept.iter().map(|s| s.rollout.response_tokens()).sum(),
+        generated_tokens: lengths_all.iter().sum(),
+        reload_seconds,
+        rollout_seconds,
+        scoring_seconds,
+        update_seconds,
+    })
+}
+
+/// What an update measured.
+#[derive(Debug, Default, Clone)]
+pub struct UpdateStats {
+    pub loss: f64,
+    /// The last mini-batch's gradient norm, before clipping.
+    pub grad_norm: f64,
+    pub clip_fraction: f64,
+    pub capped_fraction: f64,
+    /// Mean policy entropy at the trained tokens (before the first update).
+    pub entropy: f64,
+    /// Mean |log p_trainer - log p_rollout| (before the first update).
+    pub logprob_gap: f64,
+}
+
+/// The DAPO update of one batch, in `updates_per_batch` mini-batches.
+pub fn update(
+    options: &RlOptions,
+    model: &Qwen2Lora,
+    adam: &mut AdamW,
+    kept: &[Scored],
+    step: usize,
+) -> Result<UpdateStats> {
+    let updates = options.updates_per_batch.clamp(1, kept.len());
+    // With one update per batch the pre-update model is the current one, so its log-probs come
+    // from the same pass; with several, they are computed once before the first.
+    let old: Option<Vec<Vec<f32>>> = if updates > 1 {
+        let mut all = Vec::with_capacity(kept.len());
+        for s in kept {
+            let r = model.token_objective(
+                &s.rollout.tokens,
+                &s.rollout.trained,
+                ObjectivePass {
+                    dropout_key: None,
+                    with_grads: false,
+                    entropy: false,
+                },
+                &mut |lp| vec![0.0; lp.len()],
+            )?;
+            all.push(r.logprobs);
+        }
+        Some(all)
+    } else {
+        None
+    };
+    let per_batch = kept.len().div_ceil(updates);
+    let mut result = UpdateStats::default();
+    let (mut entropy_sum, mut gap_sum, mut first_tokens) = (0.0f64, 0.0f64, 0usize);
+    let (mut clipped_sum, mut capped_sum, mut seen) = (0.0, 0.0, 0usize);
+    for (mb, members) in kept.chunks(per_batch).enumerate() {
+        let first = mb == 0;
+        let offset = mb * per_batch;
+        let total: usize = members.iter().map(|s| s.rollout.response_tokens()).sum();
+        let mut objective = BatchObjective::new(options.dapo, total);
+        let mut grads: HashMap<String, Tensor> = HashMap::new();
+        for (j, s) in members.iter().enumerate() {
+            let rollout_lp = &s.rollout.rollout_logprobs;
+            let old_lp = old.as_ref().map(|o| &o[offset + j]);
+            let mut at = 0usize;
+            let r = model.token_objective(
+                &s.rollout.tokens,
+                &s.rollout.trained,
+                ObjectivePass {
+                    dropout_key: None,
+                    with_grads: true,
+                    entropy: first,
+                },
+                &mut |lp| {
+                    let end = (at + lp.len()).min(rollout_lp.len());
+                    let roll = &rollout_lp[at.min(end)..end];
+                    let old_chunk = old_lp.map_or(lp, |o| &o[at.min(o.len())..end.min(o.len())]);
+                    at += lp.len();
+                    if roll.len() != lp.len() || old_chunk.len() != lp.len() {
+                        // Caught after the pass by the length check below.
+                        return vec![0.0; lp.len()];
+                    }
+                    objective.weights(s.advantage, lp, old_chunk, roll)
+                },
+            )?;
+            if r.logprobs.len() != rollout_lp.len() {
+                return Err(TrainError::Stopped(format!(
+                    "step {}: a rollout has {} sampled tokens but the trainer saw {} (internal error)",
+                    step + 1,
+                    rollout_lp.len(),
+                    r.logprobs.len()
+                )));
+            }
+            if first {
+                entropy_sum += r.entropies.iter().map(|&h| f64::from(h)).sum::<f64>();
+                gap_sum += r
+                    .logprobs
+                    .iter()
+                    .zip(rollout_lp)
+                    .map(|(a, b)| f64::from((a - b).abs()))
+                    .sum::<f64>();
+                first_tokens += r.logprobs.len();
+            }
+            for (name, g) in r.grads.unwrap_or_default() {
+                let sum = match grads.remove(&name) {
+                    Some(acc) => (acc + g)?,
+                    None => g,
+                };
+                grads.insert(name, sum);
+            }
+        }
+        result.grad_norm = clip_grad_norm(&mut grads, options.grad_clip)?;
+        let named: Vec<(String, &candle_core::Var)> = model.lora.named();
+        adam.step(&named, &grads, options.adam.lr)?;
+        if !objective.loss().is_finite() {
+            return Err(TrainError::Stopped(format!(
+                "the loss became {} at step {}; lower --lr",
+                objective.loss(),
+                step + 1
+            )));
+        }
+        result.loss += objective.loss() / updates as f64;
+        clipped_sum += objective.clip_fraction() * total as f64;
+        capped_sum += objective.capped_fraction() * total as f64;
+        seen += total;
+    }
+    result.clip_fraction = clipped_sum / seen.max(1) as f64;
+    result.capped_fraction = capped_sum / seen.max(1) as f64;
+    result.entropy = entropy_sum / first_tokens.max(1) as f64;
+    result.logprob_gap = gap_sum / first_tokens.max(1) as f64;
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pass_over_the_tasks_visits_each_once_in_a_seeded_order() {
+        for pass in 0..3 {
+            let mut seen: Vec<usize> = (0..7).map(|i| task_at(pass * 7 + i, 7, 5)).collect();
+            seen.sort();
+            assert_eq!(seen, (0..7).collect::<Vec<_>>());
+        }
+        let a: Vec<usize> = (0..14).map(|i| task_at(i, 7, 5)).collect();
+        let b: Vec<usize> = (0..14).map(|i| task_at(i, 7, 5)).collect();
+        let c: Vec<usize> = (0..14).map(|i| task_at(i, 7, 6)).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}

@@ -1,0 +1,200 @@
+//! Rollouts: groups of trajectories sampled through the real runtime (llama.cpp with the
+//! current adapter, the chain runner, the WASI sandbox), kept as the exact token ids the engine
+//! evaluated and the log-probability each sampled token had when it was drawn.
+
+use crate::{Result, TrainError};
+use catena_core::agent::{Budgets, RunRequest, run_chain};
+use catena_core::engine::llama::{LlamaEngine, LlamaSession};
+use catena_core::engine::{SamplingParams, Session, TokenRecord};
+use catena_core::eval::EvalTask;
+use catena_core::protocol::Profile;
+use catena_core::tools::ToolBox;
+use std::time::{Duration, Instant};
+
+/// One sampled trajectory, ready to score and to train on.
+#[derive(Debug, Clone)]
+pub struct Rollout {
+    /// The whole context: prompt, generated tokens, observations.
+    pub tokens: Vec<u32>,
+    /// `trained[i]`: token `i` was sampled by the model (prompt, observation and re-tokenised
+    /// stop-string tokens are masked).
+    pub trained: Vec<bool>,
+    /// The sampling log-probability of each trained token, in order.
+    pub rollout_logprobs: Vec<f32>,
+    pub answer: Option<String>,
+    pub trajectory: String,
+    pub tool_calls: usize,
+    /// Why the chain ended (`answer`, `max_tokens`, ...).
+    pub stop: String,
+}
+
+impl Rollout {
+    /// Tokens the model generated (the response length the curves and shaping use).
+    pub fn response_tokens(&self) -> usize {
+        self.rollout_logprobs.len()
+    }
+}
+
+/// The training view of a finished context: ids as the trainer takes them, the mask of
+/// sampled tokens, and their sampling log-probabilities.
+pub fn training_view(records: &[TokenRecord]) -> Result<(Vec<u32>, Vec<bool>, Vec<f32>)> {
+    let mut tokens = Vec::with_capacity(records.len());
+    let mut trained = Vec::with_capacity(records.len());
+    let mut logprobs = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let id = u32::try_from(r.id).map_err(|_| {
+            TrainError::Stopped(format!(
+                "token {i} of a rollout has the invalid id {}",
+                r.id
+            ))
+        })?;
+        tokens.push(id);
+        // The first token is never predicted; a sampled one always is.
+        match r.logprob {
+            Some(lp) if i > 0 && lp.is_finite() => {
+                trained.push(true);
+                logprobs.push(lp);
+            }
+            _ => trained.push(false),
+        }
+    }
+    Ok((tokens, trained, logprobs))
+}
+
+/// What every rollout of a run shares.
+pub struct RolloutSetup<'a> {
+    pub engine: &'a LlamaEngine,
+    pub profile: &'a Profile,
+    pub tools: &'a ToolBox,
+    pub temperature: f32,
+    pub max_tokens: usize,
+    pub model_name: String,
+}
+
+/// Samples `group` trajectories for `task`, the prompt evaluated once and kept in the KV cache
+/// between them. Sample `g` is seeded with `seed + g`.
+pub fn sample_group(
+    setup: &RolloutSetup<'_>,
+    session: &mut LlamaSession<'_>,
+    task: &EvalTask,
+    group: usize,
+    seed: u32,
+) -> Result<(Vec<Rollout>, Duration)> {
+    let started = Instant::now();
+    let engine = setup.engine;
+    let prompt = engine.chat_prompt(
+        &setup.profile.system,
+        &setup.profile.user_message(&task.question),
+    )?;
+    let ids = engine.tokenize_parts(&prompt);
+    if ids.len() < 2 {
+        return Err(TrainError::Config(format!(
+            "task {}: the prompt is empty",
+            task.id
+        )));
+    }
+    let mut rollouts = Vec::with_capacity(group);
+    for g in 0..group {
+        // Keep the prompt's KV cache (from the previous sample or task) and re-evaluate its
+        // last token, so there are logits to sample the first token from.
+        let shared = session
+            .tokens()
+            .iter()
+            .zip(&ids)
+            .take_while(|(a, b)| a.id == **b)
+            .count()
+            .min(ids.len() - 1);
+        session.truncate(shared)?;
+        session.append_tokens(&ids[shared..])?;
+        let sampling = SamplingParams {
+            temperature: setup.temperature,
+            // No truncation: the sampled distribution is the model's own, the one the trainer
+            // computes log-probabilities under.
+            top_p: 1.0,
+            top_k: 0,
+            seed: seed.wrapping_add(g as u32),
+        };
+        session.set_sampling(sampling);
+        let request = RunRequest {
+            profile: setup.profile,
+            model: setup.model_name.clone(),
+            sampling,
+            prompt_tokens: ids.len(),
+            cached_tokens: shared,
+            prefill: None,
+            budgets: Budgets {
+                max_tool_calls: setup.profile.max_tool_calls,
+                max_tokens: setup.max_tokens,
+                max_time: None,
+            },
+            cancel: None,
+        };
+        let summary = run_chain(session, request, setup.tools, &mut |_| {}).map_err(|e| {
+            TrainError::Stopped(format!("task {}: sampling a rollout: {e}", task.id))
+        })?;
+        let (tokens, trained, rollout_logprobs) = training_view(session.tokens())?;
+        rollouts.push(Rollout {
+            tokens,
+            trained,
+            rollout_logprobs,
+            answer: summary.answer,
+            trajectory: summary.trajectory,
+            tool_calls: summary.tool_calls,
+            stop: serde_json::to_value(summary.stop_reason)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+        });
+    }
+    Ok((rollouts, started.elapsed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sampled_tokens_are_trained() {
+        let records = [
+            TokenRecord {
+                id: 5,
+                logprob: None,
+            },
+            TokenRecord {
+                id: 6,
+                logprob: None,
+            },
+            TokenRecord {
+                id: 7,
+                logprob: Some(-0.5),
+            },
+            // An observation token appended by the runner.
+            TokenRecord {
+                id: 8,
+                logprob: None,
+            },
+            TokenRecord {
+                id: 9,
+                logprob: Some(-1.25),
+            },
+            // A log-probability that is not a number is not trained on.
+            TokenRecord {
+                id: 10,
+                logprob: Some(f32::NAN),
+            },
+        ];
+        let (tokens, trained, lps) = training_view(&records).unwrap();
+        assert_eq!(tokens, vec![5, 6, 7, 8, 9, 10]);
+        assert_eq!(trained, vec![false, false, true, false, true, false]);
+        assert_eq!(lps, vec![-0.5, -1.25]);
+    }
+
+    #[test]
+    fn a_negative_id_is_an_error() {
+        let records = [TokenRecord {
+            id: -1,
+            logprob: None,
+        }];
+        assert!(training_view(&records).is_err());
+    }
+}
