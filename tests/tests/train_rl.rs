@@ -13,7 +13,7 @@ use catena_core::sandbox::Limits;
 use catena_core::tools::profile_tools;
 use catena_trainer::base::BaseModel;
 use catena_trainer::lora::{LoraConfig, Target};
-use catena_trainer::model::{ObjectivePass, Qwen2Lora};
+use catena_trainer::model::Qwen2Lora;
 use catena_trainer::optim::{AdamW, AdamWConfig};
 use catena_trainer::rl::rollout::{RolloutSetup, sample_group};
 use catena_trainer::rl::{RlOptions, Scored, update};
@@ -25,18 +25,8 @@ use std::sync::Arc;
 /// The trainer's log-probabilities of a rollout's sampled tokens.
 fn trainer_logprobs(model: &Qwen2Lora, s: &Scored) -> Vec<f32> {
     model
-        .token_objective(
-            &s.rollout.tokens,
-            &s.rollout.trained,
-            ObjectivePass {
-                dropout_key: None,
-                with_grads: false,
-                entropy: false,
-            },
-            &mut |lp| vec![0.0; lp.len()],
-        )
+        .token_logprobs(&s.rollout.tokens, &s.rollout.trained)
         .expect("log-probs")
-        .logprobs
 }
 
 fn logprob_sum(model: &Qwen2Lora, s: &Scored) -> f64 {

@@ -61,6 +61,24 @@ impl StepCount for Progress {
     }
 }
 
+/// Checkpoints a run's training state: the factors, the optimizer's moments and `progress`
+/// (what [`resume`] reads back).
+pub fn save_state<P: Serialize + StepCount>(
+    out: &Path,
+    progress: &P,
+    lora: &crate::lora::LoraParams,
+    adam: &crate::optim::AdamW,
+    keep: usize,
+) -> Result<PathBuf> {
+    let mut tensors: Vec<(String, Tensor)> = lora
+        .named()
+        .into_iter()
+        .map(|(n, v)| (n, v.as_tensor().clone()))
+        .collect();
+    tensors.extend(adam.state());
+    save(out, progress, &tensors, keep)
+}
+
 /// Resumes from the latest checkpoint under `out`, if any: refuses one whose fingerprint is
 /// not `fingerprint` (another run's: `what` names what may differ), loads the factors and the
 /// optimizer's moments, and returns the saved progress and where it came from.

@@ -284,6 +284,18 @@ impl Qwen2Lora {
         })
     }
 
+    /// The log-probability of each trained token under the current factors, without a graph
+    /// (RL's pre-update log-probabilities, comparisons with the rollout engine).
+    pub fn token_logprobs(&self, tokens: &[u32], trained: &[bool]) -> Result<Vec<f32>> {
+        let pass = ObjectivePass {
+            dropout_key: None,
+            with_grads: false,
+            entropy: false,
+        };
+        let r = self.token_objective(tokens, trained, pass, &mut |lp| vec![0.0; lp.len()])?;
+        Ok(r.logprobs)
+    }
+
     /// The general objective `sum_t w_t · log p(token_t)` over the trained tokens of one
     /// sequence, where the weights come from `weights`, called once per chunk of trained
     /// tokens with their log-probabilities under the current factors (in order). The weights

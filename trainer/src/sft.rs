@@ -391,7 +391,13 @@ pub fn train(
             || last
             || stopping
         {
-            let path = save_checkpoint(options, &model, &adam, &progress)?;
+            let path = checkpoint::save_state(
+                &options.out,
+                &progress,
+                &model.lora,
+                &adam,
+                options.keep_checkpoints,
+            )?;
             on_event(&Event::Checkpoint {
                 step: progress.step,
                 path: path.clone(),
@@ -419,22 +425,6 @@ pub fn train(
         final_eval_loss: progress.evals.last().map(|e| e.loss),
     });
     Ok(progress)
-}
-
-fn save_checkpoint(
-    options: &SftOptions,
-    model: &Qwen2Lora,
-    adam: &AdamW,
-    progress: &Progress,
-) -> Result<PathBuf> {
-    let mut tensors: Vec<(String, Tensor)> = model
-        .lora
-        .named()
-        .into_iter()
-        .map(|(n, v)| (n, v.as_tensor().clone()))
-        .collect();
-    tensors.extend(adam.state());
-    checkpoint::save(&options.out, progress, &tensors, options.keep_checkpoints)
 }
 
 #[cfg(test)]

@@ -156,15 +156,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             let prompt =
                 engine.chat_prompt(&profile.system, &profile.user_message(&task.question))?;
             let ids = engine.tokenize_parts(&prompt);
-            let shared = session
-                .tokens()
-                .iter()
-                .zip(&ids)
-                .take_while(|(a, b)| a.id == **b)
-                .count()
-                .min(ids.len().saturating_sub(1));
-            session.truncate(shared)?;
-            session.append_tokens(&ids[shared..])?;
+            let shared = session.start_prompt(&ids)?;
             // The session's counters run across runs: this run's share is the difference.
             let generated_before = session.stats().generated_tokens;
             let request = RunRequest {

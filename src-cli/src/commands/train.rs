@@ -6,7 +6,7 @@ use crate::setup;
 use anyhow::Result;
 use catena_core::config::Paths;
 use catena_core::protocol::Profile;
-use catena_core::sandbox::Limits;
+use catena_core::sandbox::{Limits, Sandbox};
 use catena_core::tools::profile_tools;
 use catena_trainer::rl::cli::RlEnvironment;
 use clap::{Args, Subcommand};
@@ -36,7 +36,16 @@ pub fn run(args: TrainArgs, paths: &Paths) -> Result<ExitCode> {
             catena_trainer::cli::run_sft(args, &|base| setup::model_path(base, paths))
         }
         TrainCommand::Rl(args) => {
-            let sandbox = || setup::sandbox(paths, Limits::default()).map(Arc::new);
+            // One sandbox for the code tool and for scoring code tasks: each instance holds the
+            // compiled CPython module.
+            let shared = std::cell::OnceCell::new();
+            let sandbox = || -> Result<Arc<Sandbox>> {
+                if let Some(sandbox) = shared.get() {
+                    return Ok(Arc::clone(sandbox));
+                }
+                let sandbox = Arc::new(setup::sandbox(paths, Limits::default())?);
+                Ok(Arc::clone(shared.get_or_init(|| sandbox)))
+            };
             catena_trainer::rl::cli::run_rl(
                 args,
                 &RlEnvironment {

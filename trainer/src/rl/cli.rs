@@ -212,7 +212,6 @@ pub fn run_rl(args: RlArgs, env: &RlEnvironment<'_>) -> Result<ExitCode> {
     } else {
         None
     };
-    drop(tasks);
     let device = device(args.device.as_deref())?;
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("creating {}", options.out.display()))?;
@@ -220,6 +219,7 @@ pub fn run_rl(args: RlArgs, env: &RlEnvironment<'_>) -> Result<ExitCode> {
     let mut reporter = Reporter::new(args.json);
     let result = super::train(
         &options,
+        &tasks,
         &tools,
         sandbox.as_deref(),
         &device,

@@ -268,10 +268,12 @@ fn reload_engine(
     )?)
 }
 
-/// Runs (or resumes) an RL run to the end and exports the adapter. `tools` are the profile's
-/// tools (the code tool's sandbox); `scoring` is the sandbox code tasks' tests run in.
+/// Runs (or resumes) an RL run to the end and exports the adapter. `tasks` are the prompts (as
+/// read from `options.tasks`); `tools` are the profile's tools (the code tool's sandbox);
+/// `scoring` is the sandbox code tasks' tests run in.
 pub fn train(
     options: &RlOptions,
+    tasks: &[EvalTask],
     tools: &ToolBox,
     scoring: Option<&Sandbox>,
     device: &Device,
@@ -286,10 +288,12 @@ pub fn train(
     }
     let profile = Profile::builtin(&options.profile)
         .map_err(|e| TrainError::Config(format!("profile {}: {e}", options.profile)))?;
-    let tasks = eval::read_tasks(&options.tasks).map_err(|e| TrainError::BadData {
-        path: options.tasks.clone(),
-        reason: e.to_string(),
-    })?;
+    if tasks.is_empty() {
+        return Err(TrainError::BadData {
+            path: options.tasks.clone(),
+            reason: "no tasks".into(),
+        });
+    }
     let base = BaseModel::load(&options.base, device)?;
     let (lora_config, init) = match &options.init_adapter {
         Some(dir) => {
@@ -317,7 +321,7 @@ pub fn train(
         init_adapter: options.init_adapter.clone(),
     });
     std::fs::create_dir_all(&options.out).map_err(TrainError::io(&options.out))?;
-    let fingerprint = fingerprint(options, &tasks)?;
+    let fingerprint = fingerprint(options, tasks)?;
     let mut adam = AdamW::new(options.adam);
     let mut progress = RlProgress {
         step: 0,
@@ -348,7 +352,7 @@ pub fn train(
             &profile,
             tools,
             scoring,
-            &tasks,
+            tasks,
             &model,
             &mut adam,
             &mut progress,
@@ -372,15 +376,13 @@ pub fn train(
             || last
             || stopping
         {
-            let mut tensors: Vec<(String, Tensor)> = model
-                .lora
-                .named()
-                .into_iter()
-                .map(|(n, v)| (n, v.as_tensor().clone()))
-                .collect();
-            tensors.extend(adam.state());
-            let path =
-                checkpoint::save(&options.out, &progress, &tensors, options.keep_checkpoints)?;
+            let path = checkpoint::save_state(
+                &options.out,
+                &progress,
+                &model.lora,
+                &adam,
+                options.keep_checkpoints,
+            )?;
             on_event(&RlEvent::Checkpoint {
                 step: progress.step,
                 path: path.clone(),
@@ -558,17 +560,7 @@ pub fn update(
     let old: Option<Vec<Vec<f32>>> = if updates > 1 {
         let mut all = Vec::with_capacity(kept.len());
         for s in kept {
-            let r = model.token_objective(
-                &s.rollout.tokens,
-                &s.rollout.trained,
-                ObjectivePass {
-                    dropout_key: None,
-                    with_grads: false,
-                    entropy: false,
-                },
-                &mut |lp| vec![0.0; lp.len()],
-            )?;
-            all.push(r.logprobs);
+            all.push(model.token_logprobs(&s.rollout.tokens, &s.rollout.trained)?);
         }
         Some(all)
     } else {

@@ -95,17 +95,8 @@ pub fn sample_group(
     }
     let mut rollouts = Vec::with_capacity(group);
     for g in 0..group {
-        // Keep the prompt's KV cache (from the previous sample or task) and re-evaluate its
-        // last token, so there are logits to sample the first token from.
-        let shared = session
-            .tokens()
-            .iter()
-            .zip(&ids)
-            .take_while(|(a, b)| a.id == **b)
-            .count()
-            .min(ids.len() - 1);
-        session.truncate(shared)?;
-        session.append_tokens(&ids[shared..])?;
+        // The prompt's KV cache stays from the previous sample (or task).
+        let shared = session.start_prompt(&ids)?;
         let sampling = SamplingParams {
             temperature: setup.temperature,
             // No truncation: the sampled distribution is the model's own, the one the trainer

@@ -117,6 +117,23 @@ impl<'m> LlamaSession<'m> {
         Ok(())
     }
 
+    /// Replaces the context with the prompt `ids`, keeping the KV cache of the prefix it shares
+    /// with the current context (the system message and instructions a task set has in common)
+    /// and evaluating only the rest. The prompt's last token is always evaluated again, so there
+    /// are logits to sample from. Returns how many tokens came from the cache.
+    pub fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
+        let shared = self
+            .tokens
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a.id == **b)
+            .count()
+            .min(ids.len().saturating_sub(1));
+        self.truncate(shared)?;
+        self.append_tokens(&ids[shared..])?;
+        Ok(shared)
+    }
+
     /// Appends token ids directly (benchmarks, and callers that tokenised already). Ids outside
     /// the vocabulary are refused.
     pub fn append_tokens(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
