@@ -5,12 +5,17 @@
 # `catena eval` measures the same 40 held-out tasks before and after RL.
 #   scripts/rl_learning_run.sh [DIR]    (default: ./rl-learning-run; safe to run again: every
 #                                        stage resumes or is skipped when its output exists)
-# Settings through the environment: RL_STEPS (6), RL_GROUP (4), RL_PROMPTS (3), RL_LR (1e-4).
+# Settings through the environment: RL_STEPS (6), RL_GROUP (4), RL_PROMPTS (3), RL_LR (1e-4),
+# EVAL_LIMIT (40 held-out tasks), CATENA_FEATURES (cargo features of the build, e.g. `cuda`).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${1:-rl-learning-run}"
 catena="${CATENA_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/catena}"
-[ -x "$catena" ] || (cd "$root" && cargo build --release --locked -p catena-cli)
+if [ -n "${CATENA_FEATURES:-}" ]; then
+  (cd "$root" && cargo build --release --locked -p catena-cli --features "$CATENA_FEATURES")
+elif [ ! -x "$catena" ]; then
+  (cd "$root" && cargo build --release --locked -p catena-cli)
+fi
 mkdir -p "$dir"
 cd "$dir"
 
@@ -21,7 +26,7 @@ head -22 data/train.jsonl > sft-small.jsonl
 [ -f sft/adapter.gguf ] || "$catena" train sft --data sft-small.jsonl --out sft --epochs 1 \
   --batch-tokens 2200 --lr 3e-4 --warmup-ratio 0.1 --eval-fraction 0 --checkpoint-every 100
 
-eval_flags=(--tasks data/held-out.jsonl --limit 40 --max-tokens 512)
+eval_flags=(--tasks data/held-out.jsonl --limit "${EVAL_LIMIT:-40}" --max-tokens 512)
 [ -f before/report.json ] || "$catena" eval "${eval_flags[@]}" --adapter sft/adapter.gguf --out before
 "$catena" train rl --adapter sft --tasks rl-tasks/held-out.jsonl --out rl \
   --group "${RL_GROUP:-4}" --batch-prompts "${RL_PROMPTS:-3}" --steps "${RL_STEPS:-6}" \

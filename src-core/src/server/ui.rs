@@ -1,7 +1,9 @@
 //! The web UI at `/`: the files of `ui/dist`, embedded at build time (see build.rs). Paths that
 //! are not files get `index.html`, so the UI's own routes survive a reload.
 
-use axum::http::{StatusCode, Uri, header};
+#[cfg(catena_ui)]
+use axum::http::header;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 #[cfg(catena_ui)]
