@@ -253,11 +253,11 @@ impl Reporter {
             Event::Resumed { step, checkpoint } => {
                 if let Some(bar) = &self.bar {
                     bar.set_position(*step as u64);
-                    bar.println(format!(
-                        "resumed at step {step} from {}",
-                        checkpoint.display()
-                    ));
                 }
+                self.line(format!(
+                    "resumed at step {step} from {}",
+                    checkpoint.display()
+                ));
             }
             Event::Step {
                 step,
@@ -299,10 +299,12 @@ impl Reporter {
         }
     }
 
+    /// A line above the bar; on stderr as such when there is no terminal to draw a bar on
+    /// (indicatif prints nothing through a hidden bar, and a log file should keep the line).
     fn line(&self, text: String) {
         match &self.bar {
-            Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            Some(bar) if !bar.is_hidden() => bar.println(text),
+            _ => eprintln!("{text}"),
         }
     }
 
