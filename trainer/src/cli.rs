@@ -3,10 +3,10 @@
 //! flags, the progress bar or JSON lines, Ctrl-C, and `stop` on stdin.
 
 use crate::lora::{LoraConfig, Target};
+use crate::progress::{StepBar, print_json};
 use crate::sft::{self, Event, SftOptions};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -191,7 +191,7 @@ pub fn run_sft(
     let stop = stop_flag(args.json);
     let mut reporter = Reporter::new(args.json);
     let result = sft::train(&options, &device, &mut |e| reporter.event(e), &stop);
-    reporter.finish();
+    reporter.bar.abandon();
     exit_code(result.map(drop), &stop)
 }
 
@@ -211,19 +211,20 @@ pub(crate) fn exit_code(result: crate::Result<()>, stop: &AtomicBool) -> Result<
 /// Progress as a bar on stderr, or as JSON lines on stdout.
 struct Reporter {
     json: bool,
-    bar: Option<ProgressBar>,
+    bar: StepBar,
 }
 
 impl Reporter {
     fn new(json: bool) -> Reporter {
-        Reporter { json, bar: None }
+        Reporter {
+            json,
+            bar: StepBar::default(),
+        }
     }
 
     fn event(&mut self, event: &Event) {
         if self.json {
-            if let Ok(line) = serde_json::to_string(event) {
-                println!("{line}");
-            }
+            print_json(event);
             return;
         }
         match event {
@@ -243,18 +244,11 @@ impl Reporter {
                     rejected.len(),
                     weight_types.join(" ")
                 );
-                let bar = ProgressBar::new(*total_steps as u64);
-                bar.set_style(
-                    ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  ETA {eta}")
-                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-                );
-                self.bar = Some(bar);
+                self.bar.start(*total_steps);
             }
             Event::Resumed { step, checkpoint } => {
-                if let Some(bar) = &self.bar {
-                    bar.set_position(*step as u64);
-                }
-                self.line(format!(
+                self.bar.set(*step, None);
+                self.bar.line(format!(
                     "resumed at step {step} from {}",
                     checkpoint.display()
                 ));
@@ -265,16 +259,16 @@ impl Reporter {
                 tokens_per_second,
                 ..
             } => {
-                if let Some(bar) = &self.bar {
-                    bar.set_position(*step as u64);
-                    bar.set_message(format!("loss {loss:.4}  {tokens_per_second:.0} tok/s"));
-                }
+                self.bar.set(
+                    *step,
+                    Some(format!("loss {loss:.4}  {tokens_per_second:.0} tok/s")),
+                );
             }
-            Event::Eval { step, loss } => {
-                self.line(format!("step {step}: held-out loss {loss:.4}"))
-            }
+            Event::Eval { step, loss } => self
+                .bar
+                .line(format!("step {step}: held-out loss {loss:.4}")),
             Event::Checkpoint { .. } => {}
-            Event::Stopped { step, checkpoint } => self.line(format!(
+            Event::Stopped { step, checkpoint } => self.bar.line(format!(
                 "stopped after step {step}; checkpoint {}",
                 checkpoint.display()
             )),
@@ -285,9 +279,7 @@ impl Reporter {
                 final_eval_loss,
                 ..
             } => {
-                if let Some(bar) = self.bar.take() {
-                    bar.finish_and_clear();
-                }
+                self.bar.clear();
                 if let Some(loss) = final_eval_loss {
                     eprintln!("held-out loss {loss:.4}");
                 }
@@ -296,21 +288,6 @@ impl Reporter {
                 eprintln!("loss curve:          {}", loss_curve.display());
                 eprintln!("use it: catena run --adapter {} \"...\"", adapter.display());
             }
-        }
-    }
-
-    /// A line above the bar; on stderr as such when there is no terminal to draw a bar on
-    /// (indicatif prints nothing through a hidden bar, and a log file should keep the line).
-    fn line(&self, text: String) {
-        match &self.bar {
-            Some(bar) if !bar.is_hidden() => bar.println(text),
-            _ => eprintln!("{text}"),
-        }
-    }
-
-    fn finish(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            bar.abandon();
         }
     }
 }

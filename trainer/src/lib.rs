@@ -28,6 +28,7 @@ pub mod model;
 mod ops;
 pub mod optim;
 pub mod plot;
+mod progress;
 pub mod qlinear;
 pub mod rl;
 pub mod sft;

@@ -5,11 +5,11 @@ use super::loss::DapoConfig;
 use super::{RlEvent, RlOptions};
 use crate::cli::{device, exit_code, stop_flag};
 use crate::lora::{LoraConfig, Target};
+use crate::progress::{StepBar, print_json};
 use anyhow::{Context, Result, bail};
 use catena_core::sandbox::Sandbox;
 use catena_core::tools::ToolBox;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -226,26 +226,27 @@ pub fn run_rl(args: RlArgs, env: &RlEnvironment<'_>) -> Result<ExitCode> {
         &mut |e| reporter.event(e),
         &stop,
     );
-    reporter.finish();
+    reporter.bar.abandon();
     exit_code(result.map(drop), &stop)
 }
 
 /// Progress as a bar on stderr, or as JSON lines on stdout.
 struct Reporter {
     json: bool,
-    bar: Option<ProgressBar>,
+    bar: StepBar,
 }
 
 impl Reporter {
     fn new(json: bool) -> Reporter {
-        Reporter { json, bar: None }
+        Reporter {
+            json,
+            bar: StepBar::default(),
+        }
     }
 
     fn event(&mut self, event: &RlEvent) {
         if self.json {
-            if let Ok(line) = serde_json::to_string(event) {
-                println!("{line}");
-            }
+            print_json(event);
             return;
         }
         match event {
@@ -263,25 +264,18 @@ impl Reporter {
                         .as_ref()
                         .map_or("a fresh adapter".to_string(), |p| p.display().to_string())
                 );
-                let bar = ProgressBar::new(*steps as u64);
-                bar.set_style(
-                    ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  ETA {eta}")
-                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-                );
-                self.bar = Some(bar);
+                self.bar.start(*steps);
             }
             RlEvent::Resumed { step, checkpoint } => {
-                if let Some(bar) = &self.bar {
-                    bar.set_position(*step as u64);
-                }
-                self.line(format!(
+                self.bar.set(*step, None);
+                self.bar.line(format!(
                     "resumed at step {step} from {}",
                     checkpoint.display()
                 ));
             }
             RlEvent::Group { .. } => {}
             RlEvent::Step { record: r, .. } => {
-                self.line(format!(
+                self.bar.line(format!(
                     "step {}: reward {:.3}  solved {:.0}%  length {:.0}  dropped {}/{}  clip {:.3}  entropy {:.3}  loss {:+.4}  ({:.0} s rollout, {:.1} s scoring, {:.0} s update)",
                     r.step,
                     r.reward_mean,
@@ -296,13 +290,11 @@ impl Reporter {
                     r.scoring_seconds,
                     r.update_seconds
                 ));
-                if let Some(bar) = &self.bar {
-                    bar.set_position(r.step as u64);
-                    bar.set_message(format!("reward {:.3}", r.reward_mean));
-                }
+                self.bar
+                    .set(r.step, Some(format!("reward {:.3}", r.reward_mean)));
             }
             RlEvent::Checkpoint { .. } => {}
-            RlEvent::Stopped { step, checkpoint } => self.line(format!(
+            RlEvent::Stopped { step, checkpoint } => self.bar.line(format!(
                 "stopped after step {step}; checkpoint {}",
                 checkpoint.display()
             )),
@@ -312,9 +304,7 @@ impl Reporter {
                 curves,
                 ..
             } => {
-                if let Some(bar) = self.bar.take() {
-                    bar.finish_and_clear();
-                }
+                self.bar.clear();
                 eprintln!("adapter (llama.cpp): {}", adapter.display());
                 eprintln!("adapter (PEFT):      {}", peft.display());
                 eprintln!("curves:              {}", curves.display());
@@ -323,21 +313,6 @@ impl Reporter {
                     adapter.display()
                 );
             }
-        }
-    }
-
-    /// A line above the bar; on stderr as such when there is no terminal to draw a bar on
-    /// (a log file keeps every step).
-    fn line(&self, text: String) {
-        match &self.bar {
-            Some(bar) if !bar.is_hidden() => bar.println(text),
-            _ => eprintln!("{text}"),
-        }
-    }
-
-    fn finish(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            bar.abandon();
         }
     }
 }
