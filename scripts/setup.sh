@@ -10,6 +10,26 @@
 # scripts/bench_train.py measures the trainer against (several GB; never needed otherwise).
 set -euo pipefail
 
+# bindgen (through clang-sys) loads libclang at build time: a file named libclang.so,
+# libclang-*.so, libclang.so.* or libclang-*.so.* in $LIBCLANG_PATH, `llvm-config --libdir` or
+# the system's library folders, and it must carry libclang's C API. libclang-cpp (the C++
+# library, shipped on its own by some images) has a matching name but not that API, so a file
+# counts only when it defines clang_createIndex, the first function bindgen calls.
+has_libclang() {
+  local dirs=() dir file
+  [ -n "${LIBCLANG_PATH:-}" ] && dirs+=("$LIBCLANG_PATH")
+  command -v llvm-config >/dev/null 2>&1 && dirs+=("$(llvm-config --libdir)")
+  dirs+=(/usr/lib/llvm-*/lib /usr/local/llvm*/lib /usr/lib/*-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)
+  for dir in "${dirs[@]}"; do
+    for file in "$dir"/libclang.so "$dir"/libclang-*.so "$dir"/libclang.so.* "$dir"/libclang-*.so.*; do
+      [ -f "$file" ] || continue
+      case "${file##*/}" in libclang-cpp*) continue ;; esac
+      grep -q -a clang_createIndex "$file" && return 0
+    done
+  done
+  return 1
+}
+
 need=()
 tests=false
 desktop=false
@@ -25,6 +45,8 @@ if $tests; then
   command -v Xvfb >/dev/null 2>&1 || need+=(xvfb xauth)
   command -v WebKitWebDriver >/dev/null 2>&1 || need+=(webkit2gtk-driver)
   command -v xwd >/dev/null 2>&1 || need+=(x11-apps)
+  # The server tests signal the server process with kill(1).
+  [ -x /bin/kill ] || [ -x /usr/bin/kill ] || need+=(procps)
 fi
 if $desktop; then
   # Node.js builds the web UI (Vite 8 needs Node 20.19 or newer).
@@ -36,8 +58,7 @@ if $desktop; then
 fi
 command -v cc >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 || need+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
-compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null || compgen -G "/usr/lib/*/libclang*.so*" >/dev/null \
-  || need+=(libclang-dev)
+has_libclang || need+=(libclang-dev)
 command -v ccache >/dev/null 2>&1 || need+=(ccache)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)

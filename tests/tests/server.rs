@@ -85,10 +85,23 @@ fn http() -> reqwest::blocking::Client {
 }
 
 /// A Python with the official `openai` package, in a virtual environment in the cache directory.
+///
+/// Prepared once: the tests of this binary run on parallel threads, and other test processes may
+/// want the same environment, so the first caller builds it under an exclusive file lock and the
+/// others wait for it (`python3 -m venv --clear` on one path from two callers breaks both).
 fn python_with_openai() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(prepare_python_with_openai).clone()
+}
+
+fn prepare_python_with_openai() -> PathBuf {
     let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/requirements.txt");
     let pinned = std::fs::read_to_string(&requirements).unwrap();
-    let venv = common::paths().cache_dir.join("test-venv");
+    let cache = common::paths().cache_dir;
+    std::fs::create_dir_all(&cache).unwrap();
+    let lock = std::fs::File::create(cache.join("test-venv.lock")).unwrap();
+    lock.lock().expect("lock the test virtual environment");
+    let venv = cache.join("test-venv");
     let python = venv.join("bin/python");
     let marker = venv.join("catena-requirements.txt");
     if std::fs::read_to_string(&marker).ok().as_deref() != Some(pinned.as_str()) {
@@ -113,6 +126,8 @@ fn python_with_openai() -> PathBuf {
         assert!(status.success(), "cannot install the openai package");
         std::fs::write(&marker, &pinned).unwrap();
     }
+    // Dropping the file releases the lock.
+    drop(lock);
     python
 }
 
