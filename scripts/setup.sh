@@ -40,7 +40,8 @@ case "${1:-}" in
   --bench) bench=true ;;
 esac
 if $tests; then
-  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  # Playwright drives this very binary (ui/playwright.config.ts).
+  [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || need+=(chromium)
   # The desktop app's end-to-end test: an X server and WebKitGTK's WebDriver.
   command -v Xvfb >/dev/null 2>&1 || need+=(xvfb xauth)
   command -v WebKitWebDriver >/dev/null 2>&1 || need+=(webkit2gtk-driver)
