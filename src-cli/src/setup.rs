@@ -92,6 +92,63 @@ pub fn model_path(model: Option<&Path>, paths: &Paths) -> Result<std::path::Path
     }
 }
 
+/// Whether `model` (the `--model` flag) leaves the choice to the built-in default: no flag and
+/// no model chosen with `catena models default`.
+pub fn uses_builtin_default(model: Option<&Path>, paths: &Paths) -> bool {
+    model.is_none()
+        && matches!(
+            catena_core::models::installed::chosen_default(paths),
+            Ok(None)
+        )
+}
+
+/// What a user on the built-in default should know: it is a small stand-in, which AFM this
+/// machine could run instead, and where getting that AFM stands.
+pub fn stand_in_note(paths: &Paths) -> String {
+    use catena_core::models::catalog::Catalog;
+    use catena_core::models::inspect::human_bytes;
+    let mut note = String::from(
+        "The default model, Qwen2.5-Coder-0.5B-Instruct, is a small stand-in: it was never \
+         trained on the Chain-of-Agents protocol and often answers wrong.",
+    );
+    let memory = catena_core::models::hardware::probe()
+        .ok()
+        .map(|h| h.gpu_free().unwrap_or(0).max(h.ram_available));
+    let fits = match (Catalog::load(paths), memory) {
+        (Ok(catalog), Some(memory)) => {
+            catalog
+                .agent_that_fits("code", memory)
+                .map(|(entry, file)| {
+                    (
+                        entry.name.clone(),
+                        entry.id.clone(),
+                        file.quant.clone(),
+                        file.size(),
+                    )
+                })
+        }
+        _ => None,
+    };
+    match fits {
+        Some((name, id, quant, size)) => note.push_str(&format!(
+            " The agent model that fits this machine is {name} ({quant}, about {}). Its \
+             publishers release it as safetensors only and this version of Catena cannot convert \
+             those yet, so `catena models pull {id}` does not work today; a GGUF of it can be \
+             run with --model FILE.",
+            size.map(human_bytes)
+                .unwrap_or_else(|| "size unknown".into()),
+        )),
+        None => match memory {
+            Some(memory) => note.push_str(&format!(
+                " No agent model (AFM) of the catalog fits this machine's free memory ({}).",
+                human_bytes(memory)
+            )),
+            None => note.push_str(" (Which agent model fits this machine could not be told.)"),
+        },
+    }
+    note
+}
+
 /// The placement plan for a model on this machine (the user's choices kept); `None`, with a
 /// warning, when the file cannot be sized (loading then explains what is wrong with it).
 pub fn plan(path: &Path, overrides: catena_core::models::plan::Overrides) -> Option<Plan> {

@@ -21,6 +21,6 @@ pub mod service;
 #[cfg(feature = "runtime")]
 pub mod store;
 pub mod tools;
-mod util;
+pub mod util;
 #[cfg(feature = "runtime")]
 pub mod worker;

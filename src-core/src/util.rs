@@ -1,5 +1,17 @@
 //! Small helpers shared by modules.
 
+use std::time::Duration;
+
+/// A positive number of seconds as a `Duration`; `None` for zero, negatives, NaN, infinities
+/// and values too large for a `Duration` (on which `Duration::from_secs_f64` panics).
+pub fn positive_seconds(seconds: f64) -> Option<Duration> {
+    if seconds > 0.0 {
+        Duration::try_from_secs_f64(seconds).ok()
+    } else {
+        None
+    }
+}
+
 /// Serialises a `Duration` as whole milliseconds (floating point), the unit of every timing in
 /// Catena's JSON output.
 pub mod duration_ms {

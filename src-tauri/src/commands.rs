@@ -111,6 +111,11 @@ pub async fn start_training(
 }
 
 #[tauri::command]
+pub async fn training_data(backend: State<'_, Backend>) -> Reply<Value> {
+    Ok(backend.service().await?.training_data()?)
+}
+
+#[tauri::command]
 pub async fn training_runs(backend: State<'_, Backend>) -> Reply<Value> {
     Ok(backend.service().await?.training_runs())
 }
@@ -160,6 +165,13 @@ pub async fn follow_run(
     let task = tauri::async_runtime::spawn(async move {
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => {
+                    let _ = on_event.send(json!({"end": true, "error": error.message}));
+                    return;
+                }
+            };
             if on_event
                 .send(json!({"seq": event.seq, "event": event.data}))
                 .is_err()

@@ -84,6 +84,7 @@ fn run() -> anyhow::Result<ExitCode> {
             commands::downloads,
             commands::serve_model,
             commands::start_training,
+            commands::training_data,
             commands::training_runs,
             commands::training_run,
             commands::stop_training,

@@ -815,29 +815,12 @@ fn catalog_models_come_from_the_base_url_and_are_listed_under_their_id() {
 
 /// `catena serve` in `data_dir` with the real default model; the process and its address.
 fn serve_in(data_dir: &Path, base_url: &str) -> (common::Reaped, String) {
-    let mut cmd = catena_in(data_dir);
-    cmd.args([
-        "serve",
-        "--port",
-        "0",
-        "--ctx-size",
-        "2048",
-        "--sessions",
-        "1",
-    ])
-    .arg("--model")
-    .arg(common::default_model())
-    .arg("--store-dir")
-    .arg(data_dir.join("store"))
-    .env("CATENA_MODEL_BASE_URL", base_url)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
-    let mut child = cmd.spawn().expect("catena serve starts");
-    let stdout = child.stdout.take().expect("its output");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
-        .expect("the server prints its address");
-    (common::Reaped(child), common::served_address(&line))
+    let served = common::serve(catena_in(data_dir), |cmd| {
+        cmd.args(["--ctx-size", "2048", "--sessions", "1", "--store-dir"])
+            .arg(data_dir.join("store"))
+            .env("CATENA_MODEL_BASE_URL", base_url);
+    });
+    (served.process, served.base)
 }
 
 #[test]
@@ -900,7 +883,8 @@ fn the_ui_downloads_a_catalog_model_and_serves_it() {
         .unwrap_or_else(|| panic!("{id} is not listed: {rows}"));
     assert_eq!(row["installed"], true, "{row}");
 
-    // An unknown model, or a file that is not a model, is refused and the model stays.
+    // An unknown model, or any path (a model or not), is refused and the model stays: only
+    // installed models are served, and nothing of the file is read or repeated.
     let unknown = post(
         "/v1/library/models/serve",
         serde_json::json!({"id": "no-such-model"}),
@@ -908,14 +892,19 @@ fn the_ui_downloads_a_catalog_model_and_serves_it() {
     assert_eq!(unknown.status(), 400);
     let junk = dir.path().join("junk.gguf");
     std::fs::write(&junk, b"not a model at all").unwrap();
-    let broken = post(
-        "/v1/library/models/serve",
-        serde_json::json!({"id": junk.display().to_string()}),
-    );
-    assert_eq!(broken.status(), 400);
-    let message = broken.json::<serde_json::Value>().unwrap()["error"]["message"].to_string();
-    assert!(message.contains("could not be loaded"), "{message}");
+    let restarts_before = get("/health")["worker"]["restarts"].clone();
+    for path in [
+        junk.display().to_string(),
+        common::default_model().display().to_string(),
+    ] {
+        let refused = post("/v1/library/models/serve", serde_json::json!({"id": path}));
+        assert_eq!(refused.status(), 400);
+        let message = refused.json::<serde_json::Value>().unwrap()["error"]["message"].to_string();
+        assert!(message.contains("not an installed model"), "{message}");
+        assert!(!message.contains("not a model at all"), "{message}");
+    }
     let health = get("/health");
+    assert_eq!(health["worker"]["restarts"], restarts_before, "{health}");
     assert_eq!(
         health["model"], "qwen2.5-coder-0.5b-instruct-q4_k_m",
         "{health}"

@@ -6,12 +6,12 @@ mod common;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A `catena serve` process; killed when dropped.
 struct Served {
-    child: Child,
+    child: common::Reaped,
     base: String,
     model: String,
     /// Kept open: the server may print more.
@@ -20,37 +20,23 @@ struct Served {
 
 impl Served {
     fn start(store: &Path, extra: &[&str], api_key: Option<&str>) -> Served {
+        let served = common::serve(Command::new(common::catena_bin()), |cmd| {
+            cmd.args(["--ctx-size", "4096", "--sessions", "2", "--store-dir"])
+                .arg(store)
+                .args(extra)
+                .env_remove("CATENA_API_KEY");
+            if let Some(key) = api_key {
+                cmd.env("CATENA_API_KEY", key);
+            }
+        });
+        let common::Serving {
+            process,
+            base,
+            stdout,
+        } = served;
         let model = common::default_model();
-        let mut cmd = Command::new(common::catena_bin());
-        cmd.args([
-            "serve",
-            "--port",
-            "0",
-            "--ctx-size",
-            "4096",
-            "--sessions",
-            "2",
-        ])
-        .arg("--model")
-        .arg(&model)
-        .arg("--store-dir")
-        .arg(store)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .env_remove("CATENA_API_KEY");
-        if let Some(key) = api_key {
-            cmd.env("CATENA_API_KEY", key);
-        }
-        let mut child = cmd.spawn().expect("catena serve starts");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout
-            .read_line(&mut line)
-            .expect("the server prints its address");
-        let base = common::served_address(&line);
         Served {
-            child,
+            child: process,
             base,
             model: model.file_stem().unwrap().to_string_lossy().into_owned(),
             _stdout: stdout,
@@ -63,8 +49,8 @@ impl Served {
 
     fn kill9(&mut self) {
         // SIGKILL: no chance to clean up.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.child.0.kill();
+        let _ = self.child.0.wait();
     }
 }
 
@@ -539,7 +525,7 @@ fn a_worker_that_aborts_costs_only_its_run() {
     let server = Served::start(store.path(), &[], None);
     let client = http();
     let (pid, alive, restarts) = worker_state(&client, &server);
-    assert!(alive && pid > 0 && pid != server.child.id() as u64);
+    assert!(alive && pid > 0 && pid != server.child.0.id() as u64);
     assert_eq!(restarts, 0);
 
     let start = |task: &str, max_tokens: u32| {

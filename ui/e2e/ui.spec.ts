@@ -3,8 +3,7 @@
 // Screenshots of every view in both themes go to docs/screenshots/.
 
 import { expect, test, type Page } from '@playwright/test';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 const SHOTS = resolve(import.meta.dirname, '../../docs/screenshots');
@@ -100,9 +99,12 @@ test('sessions list, search, reopen, feedback and export', async ({ page }) => {
   await expect(page.getByTestId('answer')).toContainText(POW);
 });
 
-test('training from the page: a real `catena train sft` child, its loss drawn as it comes, the adapter written', async ({ page }) => {
-  const dir = mkdtempSync(join(tmpdir(), 'catena-train-'));
-  const data = join(dir, 'train.jsonl');
+test('training from the page: a real `catena train sft` child, its loss drawn as it comes, the adapter written', async ({ page, request }) => {
+  // Training reads only from the exports folder, by name; the server says where that is.
+  const { folder } = (await (await request.get(`${base()}/v1/train/data`)).json()) as { folder: string };
+  const stamp = `e2e-${Date.now()}`;
+  const name = `${stamp}.jsonl`;
+  const data = join(folder, name);
   const sample = (a: number, b: number) =>
     JSON.stringify({
       messages: [
@@ -114,25 +116,38 @@ test('training from the page: a real `catena train sft` child, its loss drawn as
       ],
     });
   writeFileSync(data, [sample(17, 23), sample(41, 7), sample(12, 12), sample(305, 3)].join('\n') + '\n');
-  await page.goto(base());
-  await go(page, 'Training');
-  const region = page.getByRole('region', { name: 'Training' });
-  await region.getByLabel('Data file').fill(data);
-  await region.getByLabel('Output folder').fill(join(dir, 'out'));
-  await region.getByLabel('LoRA rank').fill('4');
-  await region.getByLabel('Stop after steps').fill('2');
-  await region.getByRole('button', { name: 'Start training' }).click();
-  await expect(page.getByTestId('training-status')).toHaveText('finished', { timeout: 150_000 });
-  await expect(page.getByTestId('training-step')).toHaveText('2');
-  const points = await page.getByTestId('loss-line').getAttribute('points');
-  expect(points?.trim().split(' ')).toHaveLength(2);
-  await expect(page.getByTestId('training-finished')).toContainText('adapter.gguf');
-  expect(existsSync(join(dir, 'out', 'adapter.gguf'))).toBe(true);
-  expect(existsSync(join(dir, 'out', 'loss.svg'))).toBe(true);
-  // A second start while nothing runs is allowed; a missing file is refused with the reason.
-  await region.getByLabel('Data file').fill(join(dir, 'missing.jsonl'));
-  await region.getByRole('button', { name: 'Start training' }).click();
-  await expect(region.getByRole('alert')).toContainText('no data file');
+  let out: string | null = null;
+  try {
+    await page.goto(base());
+    await go(page, 'Training');
+    const region = page.getByRole('region', { name: 'Training' });
+    await expect(page.getByTestId('exports-folder')).toHaveText(folder);
+    await region.getByLabel('Data file').fill(name);
+    await region.getByLabel('Adapter name').fill(stamp);
+    await region.getByLabel('LoRA rank').fill('4');
+    await region.getByLabel('Stop after steps').fill('2');
+    await region.getByRole('button', { name: 'Start training' }).click();
+    await expect(page.getByTestId('training-status')).toHaveText('finished', { timeout: 150_000 });
+    await expect(page.getByTestId('training-step')).toHaveText('2');
+    const points = await page.getByTestId('loss-line').getAttribute('points');
+    expect(points?.trim().split(' ')).toHaveLength(2);
+    await expect(page.getByTestId('training-finished')).toContainText('adapter.gguf');
+    const runs = (await (await request.get(`${base()}/v1/train/runs`)).json()) as { data: { out: string }[] };
+    out = runs.data[0].out;
+    expect(out.endsWith(join('adapters', stamp))).toBe(true);
+    expect(existsSync(join(out, 'adapter.gguf'))).toBe(true);
+    expect(existsSync(join(out, 'loss.svg'))).toBe(true);
+    // A second start while nothing runs is allowed; a missing file or a path is refused with the reason.
+    await region.getByLabel('Data file').fill('missing.jsonl');
+    await region.getByRole('button', { name: 'Start training' }).click();
+    await expect(region.getByRole('alert')).toContainText('no training data named `missing.jsonl`');
+    await region.getByLabel('Data file').fill('/etc/passwd');
+    await region.getByRole('button', { name: 'Start training' }).click();
+    await expect(region.getByRole('alert')).toContainText('must be a plain name');
+  } finally {
+    rmSync(data, { force: true });
+    if (out) rmSync(out, { recursive: true, force: true });
+  }
 });
 
 test('models, settings and training views, in both themes', async ({ page }) => {

@@ -46,6 +46,8 @@ struct Speed {
 
 pub fn run(args: DoctorArgs, paths: &Paths) -> Result<ExitCode> {
     let hardware = hardware::probe().context("cannot ask llama.cpp for its devices")?;
+    let stand_in = setup::uses_builtin_default(args.model.as_deref(), paths)
+        .then(|| setup::stand_in_note(paths));
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
     let inspection = inspect_file(&model_path)
         .with_context(|| format!("cannot read {}", model_path.display()))?;
@@ -83,6 +85,7 @@ pub fn run(args: DoctorArgs, paths: &Paths) -> Result<ExitCode> {
                     "gpu_layers": s.gpu_layers,
                 })),
                 "problems": problems,
+                "stand_in": stand_in,
             }))?
         );
     } else {
@@ -97,6 +100,9 @@ pub fn run(args: DoctorArgs, paths: &Paths) -> Result<ExitCode> {
                 "\nSpeed (with the plan, {} GPU layers)\n  prompt      {:.1} tokens/s (128 tokens)\n  generation  {:.1} tokens/s (32 tokens)",
                 s.gpu_layers, s.prompt, s.generation
             );
+        }
+        if let Some(note) = &stand_in {
+            println!("\nAgent model\n  {note}");
         }
         if problems.is_empty() {
             println!("\nNo problems found.");

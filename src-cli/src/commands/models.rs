@@ -18,7 +18,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Args)]
 pub struct ModelsArgs {
@@ -208,12 +207,12 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
         (None, None) => bail!("name a catalog model or pass --url"),
     };
 
-    if !(args.stall_timeout.is_finite() && args.stall_timeout > 0.0) {
+    let Some(stall_timeout) = catena_core::util::positive_seconds(args.stall_timeout) else {
         bail!("--stall-timeout must be a positive number of seconds");
-    }
+    };
     let options = DownloadOptions {
         connections: args.connections.clamp(1, 32),
-        stall_timeout: Duration::from_secs_f64(args.stall_timeout),
+        stall_timeout,
         retries: args.retries,
         ..DownloadOptions::default()
     };

@@ -11,13 +11,13 @@ use catena_core::protocol::Profile;
 use catena_core::sandbox::Limits;
 use catena_core::store::{NewRun, Recorder, RunKind, Store};
 use catena_core::tools::profile_tools;
+use catena_core::util::positive_seconds;
 use clap::Args;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -111,9 +111,14 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         Some(file) => Profile::from_file(file)?,
         None => Profile::builtin(&args.profile)?,
     };
-    if !(args.code_timeout > 0.0 && args.code_timeout.is_finite()) {
+    let Some(code_timeout) = positive_seconds(args.code_timeout) else {
         bail!("--code-timeout must be a positive number of seconds");
-    }
+    };
+    let max_time = match args.max_time.map(positive_seconds) {
+        Some(None) => bail!("--max-time must be a positive number of seconds"),
+        Some(Some(limit)) => Some(limit),
+        None => None,
+    };
     let seed = args.seed.unwrap_or_else(random_seed);
     let sampling = SamplingParams {
         temperature: args.temperature.max(0.0),
@@ -121,9 +126,10 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         top_k: args.top_k,
         seed,
     };
+    let on_builtin_default = setup::uses_builtin_default(args.model.as_deref(), paths);
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
     let limits = Limits {
-        wall: Duration::from_secs_f64(args.code_timeout),
+        wall: code_timeout,
         memory_bytes: args.code_memory << 20,
         ..Limits::default()
     };
@@ -160,7 +166,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let budgets = Budgets {
         max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
         max_tokens: args.max_tokens,
-        max_time: args.max_time.map(Duration::from_secs_f64),
+        max_time,
     };
     let model_name = engine
         .info()
@@ -257,6 +263,9 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     if let Some(recorder) = recorder.as_ref().filter(|_| !args.json) {
         let id = recorder.run_id();
         eprintln!("Saved as run {id} (catena sessions show {id}).");
+    }
+    if on_builtin_default && !args.json {
+        eprintln!("\nNote: {}", setup::stand_in_note(paths));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,6 @@ use catena_core::tools::code_observation;
 use clap::Args;
 use std::io::Read;
 use std::process::ExitCode;
-use std::time::Duration;
 
 #[derive(Args)]
 pub struct SandboxArgs {
@@ -46,11 +45,11 @@ pub fn run(args: SandboxArgs, paths: &Paths) -> Result<ExitCode> {
     } else {
         args.code.clone()
     };
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
+    let Some(wall) = catena_core::util::positive_seconds(args.timeout) else {
         bail!("--timeout must be a positive number of seconds");
-    }
+    };
     let limits = Limits {
-        wall: Duration::from_secs_f64(args.timeout),
+        wall,
         memory_bytes: args.memory << 20,
         ..Limits::default()
     };

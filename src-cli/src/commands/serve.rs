@@ -68,6 +68,9 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
+    let Some(code_timeout) = catena_core::util::positive_seconds(args.code_timeout) else {
+        anyhow::bail!("--code-timeout must be a positive number of seconds");
+    };
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
     let store =
         Arc::new(Store::open_in(&paths.store_dir).context("cannot open the session store")?);
@@ -90,7 +93,7 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
             queue_limit: args.queue,
             paths: paths.clone(),
             sandbox_limits: Limits {
-                wall: Duration::from_secs_f64(args.code_timeout.max(0.1)),
+                wall: code_timeout.max(Duration::from_millis(100)),
                 ..Limits::default()
             },
             worker: WorkerCommand::current_exe(verbosity)
@@ -110,6 +113,8 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
             "Catena is serving {} on http://{address} (OpenAI API at /v1)",
             server.model_id()
         );
+        // With an API key, the address carries the web UI's per-launch token.
+        println!("Web UI: {}", server.ui_address()?);
         let _ = std::io::stdout().flush();
         if args.api_key.is_none() && !is_loopback(&args.host) {
             eprintln!(

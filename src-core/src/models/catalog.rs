@@ -241,6 +241,31 @@ impl Catalog {
             .ok_or_else(|| CatalogError::Unknown(id.to_string()))
     }
 
+    /// The largest AFM for `profile` whose recommended file fits in `memory` bytes with room for
+    /// a working context (the file plus 2 GiB for KV cache and buffers). AFMs are the entries
+    /// whose upstream checkpoint is PersonalAILab's.
+    pub fn agent_that_fits(
+        &self,
+        profile: &str,
+        memory: u64,
+    ) -> Option<(&CatalogEntry, &CatalogFile)> {
+        const WORKING_ROOM: u64 = 2 << 30;
+        self.entries
+            .iter()
+            .filter(|e| e.profile == profile)
+            .filter(|e| {
+                e.upstream
+                    .as_deref()
+                    .is_some_and(|u| u.starts_with("PersonalAILab/"))
+            })
+            .filter_map(|e| Some((e, e.files.first()?)))
+            .filter(|(_, f)| {
+                f.size()
+                    .is_some_and(|size| size.saturating_add(WORKING_ROOM) <= memory)
+            })
+            .max_by_key(|(e, _)| e.parameters)
+    }
+
     /// The entry and file a catalog file name belongs to.
     pub fn by_file_name(&self, name: &str) -> Option<(&CatalogEntry, &CatalogFile)> {
         self.entries
@@ -393,6 +418,16 @@ mod tests {
             assert!(matches!(entry.source, Source::Hub { .. }), "{id}");
         }
         assert!(catalog.base_url.starts_with("https://"));
+    }
+
+    #[test]
+    fn the_agent_that_fits_grows_with_memory() {
+        let catalog = Catalog::shipped().unwrap();
+        assert!(catalog.agent_that_fits("code", 4 << 30).is_none());
+        let (small, _) = catalog.agent_that_fits("code", 16 << 30).unwrap();
+        assert_eq!(small.id, "afm-code-7b-rl");
+        let (large, _) = catalog.agent_that_fits("code", 64 << 30).unwrap();
+        assert_eq!(large.id, "afm-code-32b-rl");
     }
 
     #[test]

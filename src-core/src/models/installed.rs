@@ -85,6 +85,10 @@ pub enum ModelsError {
         "`{0}` is neither an installed model (see `catena models list`) nor an existing GGUF file"
     )]
     NotFound(String),
+    #[error(
+        "`{0}` is not an installed model (see `catena models list`); only installed models can be chosen here, never a path"
+    )]
+    NotInstalled(String),
     #[error("the catalog entry `{0}` has no download URL")]
     NoUrl(String),
 }
@@ -211,6 +215,20 @@ pub fn resolve(reference: &str, paths: &Paths) -> Result<PathBuf, ModelsError> {
         return Ok(std::fs::canonicalize(&path).unwrap_or(path));
     }
     Err(ModelsError::NotFound(reference.to_string()))
+}
+
+/// Like [`resolve`], but only a catalog id or an installed file's name: never a path. For
+/// requests from a user interface or the server, which must not reach files outside Catena's
+/// models.
+pub fn resolve_installed(reference: &str, paths: &Paths) -> Result<PathBuf, ModelsError> {
+    let catalog = Catalog::load(paths)?;
+    let (id, _) = split_reference(reference);
+    let installed_name = list(paths).iter().any(|m| m.record.file == reference);
+    if catalog.get(id).is_some() || installed_name {
+        resolve(reference, paths)
+    } else {
+        Err(ModelsError::NotInstalled(reference.to_string()))
+    }
 }
 
 /// The user's settings about models, in the `[models]` table of `<data>/settings.toml`.

@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::convert::Infallible;
 use std::sync::Arc;
 
 pub async fn start_run(
@@ -63,11 +62,17 @@ pub async fn run_events(
     let events = app
         .catena
         .follow(&id, after)?
-        .map(|event| Ok::<_, Infallible>(sse_event(&event)));
+        // An error ends the stream without the end event; clients resume with Last-Event-ID.
+        .map(|event| event.map(|event| sse_event(&event)).map_err(StreamBroken));
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
 }
+
+/// The store failed while a stream was being sent.
+#[derive(Debug, thiserror::Error)]
+#[error("the event stream broke: {}", .0.message)]
+struct StreamBroken(ApiError);
 
 fn sse_event(event: &StoredEvent) -> Event {
     let kind = event

@@ -77,6 +77,22 @@ impl ApiError {
         .code("invalid_api_key")
     }
 
+    /// 403 for a request this server refuses to take from where it came (another site, a
+    /// foreign `Host`) or for something it will not touch (a path outside its folders).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::FORBIDDEN, "invalid_request_error", message).code("forbidden")
+    }
+
+    /// 413 for a body larger than the server takes (`--max-body-kib`).
+    pub fn too_large() -> Self {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "The request body is larger than this server accepts.",
+        )
+        .code("request_too_large")
+    }
+
     /// 429 when the queue of waiting requests is full.
     pub fn queue_full(limit: usize) -> Self {
         let mut e = ApiError::new(
@@ -126,12 +142,7 @@ impl From<JsonRejection> for ApiError {
         let status = rejection.status();
         let detail = rejection.body_text();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
-            return ApiError::new(
-                status,
-                "invalid_request_error",
-                "The request body is larger than this server accepts.",
-            )
-            .code("request_too_large");
+            return ApiError::too_large();
         }
         let message = match rejection {
             JsonRejection::JsonSyntaxError(_) => {

@@ -4,13 +4,16 @@
 //! requests for the one model with a clear limit.
 
 mod agent_api;
+mod boundary;
 mod error;
 mod holdback;
 pub(crate) mod inference;
+mod listen;
 mod live;
 mod openai;
 mod ui;
 
+use boundary::Boundary;
 pub use error::ApiError;
 use error::ApiJson;
 pub use inference::{InferenceConfig, model_id};
@@ -20,9 +23,8 @@ use crate::service::Service;
 use crate::store::Store;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::header;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,7 +45,6 @@ pub struct ServeConfig {
 /// What the handlers share.
 pub struct AppState {
     catena: Arc<Service>,
-    api_key: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +64,7 @@ pub enum ServeError {
 pub struct Server {
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
+    boundary: Arc<Boundary>,
     max_body_bytes: usize,
 }
 
@@ -74,13 +76,23 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|source| ServeError::Bind { address, source })?;
+        let bound = listener.local_addr()?;
+        let boundary = Boundary::new(bound.port(), bound.ip().is_loopback(), config.api_key)?;
         Ok(Server {
             listener,
-            state: Arc::new(AppState {
-                catena,
-                api_key: config.api_key.filter(|k| !k.is_empty()),
-            }),
+            state: Arc::new(AppState { catena }),
+            boundary: Arc::new(boundary),
             max_body_bytes: config.max_body_bytes,
+        })
+    }
+
+    /// The address to open the web UI at. With an API key it carries the per-launch token in
+    /// the fragment (which browsers never send to the server); the UI keeps it for its requests.
+    pub fn ui_address(&self) -> std::io::Result<String> {
+        let address = self.local_addr()?;
+        Ok(match self.boundary.ui_token() {
+            Some(token) => format!("http://{address}/#token={token}"),
+            None => format!("http://{address}/"),
         })
     }
 
@@ -99,11 +111,13 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let state = self.state.clone();
-        let app = router(self.state.clone(), self.max_body_bytes);
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await?;
-        state.catena.cancel_all();
+        let app = router(
+            self.state.clone(),
+            self.boundary.clone(),
+            self.max_body_bytes,
+        );
+        let catena = state.catena.clone();
+        listen::serve(self.listener, app, shutdown, move || catena.cancel_all()).await;
         let deadline = Instant::now() + Duration::from_secs(10);
         while state.catena.in_flight() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -112,8 +126,8 @@ impl Server {
     }
 }
 
-/// The routes.
-pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
+/// The routes, behind the boundary's checks.
+fn router(state: Arc<AppState>, boundary: Arc<Boundary>, max_body_bytes: usize) -> Router {
     let v1 = Router::new()
         .route("/models", get(openai::list_models))
         .route("/models/{id}", get(openai::get_model))
@@ -133,16 +147,21 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/library/models", get(library_models))
         .route("/library/models/serve", post(serve_model))
         .route("/library/downloads", get(downloads).post(pull_model))
+        .route("/train/data", get(training_data))
         .route("/train/runs", get(training_runs).post(start_training))
         .route("/train/runs/{id}", get(training_run))
         .route("/train/runs/{id}/stop", post(stop_training))
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), require_key));
+        .layer(middleware::from_fn_with_state(
+            boundary.clone(),
+            boundary::require_key,
+        ));
     Router::new()
         .route("/health", get(health))
         .nest("/v1", v1)
         .fallback(ui::serve)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(boundary, boundary::guard))
         .with_state(state)
 }
 
@@ -152,11 +171,20 @@ async fn health(State(app): State<Arc<AppState>>) -> impl IntoResponse {
 
 /// The models on this machine and in the catalog (the UI's models page); the served one marked.
 async fn library_models(State(app): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
-    let catena = app.catena.clone();
-    let list = tokio::task::spawn_blocking(move || catena.library_models())
-        .await
-        .map_err(|e| ApiError::internal(format!("listing models failed: {e}")))??;
+    let list = on_blocking_pool(&app, "listing models", Service::library_models).await?;
     Ok(axum::Json(list))
+}
+
+/// Runs a service call that reads the disk on Tokio's blocking pool, off the async workers.
+async fn on_blocking_pool<T: Send + 'static>(
+    app: &AppState,
+    what: &'static str,
+    call: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let catena = app.catena.clone();
+    tokio::task::spawn_blocking(move || call(&catena))
+        .await
+        .map_err(|e| ApiError::internal(format!("{what} failed: {e}")))?
 }
 
 #[derive(serde::Deserialize)]
@@ -194,6 +222,12 @@ async fn start_training(
     Ok((axum::http::StatusCode::CREATED, axum::Json(status)))
 }
 
+/// The files of the exports folder, which training runs read from.
+async fn training_data(State(app): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
+    let list = on_blocking_pool(&app, "listing training data", Service::training_data).await?;
+    Ok(axum::Json(list))
+}
+
 async fn training_runs(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     axum::Json(app.catena.training_runs())
 }
@@ -226,38 +260,4 @@ async fn not_found(request: Request) -> ApiError {
         request.method(),
         request.uri().path()
     ))
-}
-
-/// Checks the API key, when the server has one.
-async fn require_key(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    if let Some(key) = &app.api_key {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
-            return ApiError::unauthorized().into_response();
-        }
-    }
-    next.run(request).await
-}
-
-/// Compares secrets without leaking where they differ through timing.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn keys_compare_exactly() {
-        assert!(super::constant_time_eq(b"secret", b"secret"));
-        assert!(!super::constant_time_eq(b"secret", b"secreT"));
-        assert!(!super::constant_time_eq(b"secret", b"secrets"));
-    }
 }

@@ -22,7 +22,7 @@ use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::broadcast::error::RecvError;
 
 /// Tokens a run may generate when the request does not say.
@@ -82,10 +82,7 @@ impl Service {
         let live = Arc::new(LiveRuns::default());
         let paths = config.paths.clone();
         // The trainer is the same program as the worker (`catena` or `catena-desktop`).
-        let training = Training::new(
-            config.worker.program.clone(),
-            paths.data_dir.join("adapters"),
-        );
+        let training = Training::new(config.worker.program.clone(), paths.clone());
         let inference = Inference::start(config, store.clone(), live.clone())?;
         Ok(Service {
             inference,
@@ -170,7 +167,13 @@ impl Service {
 
     /// Starts `train sft` as a child process (one training run at a time).
     pub fn start_training(&self, request: StartTraining) -> Result<TrainingStatus, ApiError> {
-        self.training.start(request)
+        self.training
+            .start(request, &self.inference.serving().info.path)
+    }
+
+    /// The files a training run may read (the exports folder's).
+    pub fn training_data(&self) -> Result<Value, ApiError> {
+        self.training.data_files()
     }
 
     /// A training run and its progress events from index `from` on.
@@ -193,18 +196,19 @@ impl Service {
         json!({"object": "list", "data": self.downloads.list()})
     }
 
-    /// Serves another installed model (a catalog id, a downloaded file's name, or a path) from
-    /// now on: after the requests queued before this one, the worker loads it in place of the
-    /// current model. When it cannot load, the current model is loaded again and the error says
-    /// why.
+    /// Serves another installed model (a catalog id or a downloaded file's name, never a path:
+    /// a request must not make the server open arbitrary files) from now on: after the requests
+    /// queued before this one, the worker loads it in place of the current model. When it cannot
+    /// load, the current model is loaded again and the error says why.
     pub async fn serve_model(&self, reference: &str) -> Result<Value, ApiError> {
         let paths = self.paths.clone();
         let wanted = reference.trim().to_string();
-        let model_path =
-            tokio::task::spawn_blocking(move || crate::models::installed::resolve(&wanted, &paths))
-                .await
-                .map_err(|e| ApiError::internal(format!("resolving the model failed: {e}")))?
-                .map_err(|e| ApiError::invalid(e.to_string()).param("id"))?;
+        let model_path = tokio::task::spawn_blocking(move || {
+            crate::models::installed::resolve_installed(&wanted, &paths)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("resolving the model failed: {e}")))?
+        .map_err(|e| ApiError::invalid(e.to_string()).param("id"))?;
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.inference
             .submit(Job::Switch(SwitchJob { model_path, reply }))?;
@@ -236,9 +240,9 @@ impl Service {
                 ApiError::invalid("`temperature` must be between 0 and 2.").param("temperature")
             );
         }
-        let max_time = match start.max_time {
-            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-            Some(_) => {
+        let max_time = match start.max_time.map(crate::util::positive_seconds) {
+            Some(Some(limit)) => Some(limit),
+            Some(None) => {
                 return Err(
                     ApiError::invalid("`max_time` must be a positive number of seconds.")
                         .param("max_time"),
@@ -325,12 +329,13 @@ impl Service {
 
     /// A run's events after `after`: first what is stored, then live ones until the run ends.
     /// Nothing is lost or repeated between the two, and a follower that falls behind the live
-    /// broadcast catches up from the store.
+    /// broadcast catches up from the store. If the store cannot be read, the stream ends with
+    /// that error (never silently short): the follower can resume after the last event it got.
     pub fn follow(
         &self,
         id: &str,
         after: u64,
-    ) -> Result<impl Stream<Item = StoredEvent> + Send + 'static, ApiError> {
+    ) -> Result<impl Stream<Item = Result<StoredEvent, ApiError>> + Send + 'static, ApiError> {
         self.store.run(id)?;
         // Subscribe before reading the store, so nothing falls between the two.
         let live = self.live.subscribe(id);
@@ -338,30 +343,37 @@ impl Service {
         let id = id.to_string();
         Ok(async_stream::stream! {
             let mut last = after;
-            for event in store.events(&id, last).unwrap_or_default() {
-                last = event.seq;
-                yield event;
-            }
-            if let Some(mut live) = live {
-                loop {
-                    match live.recv().await {
-                        Ok(event) if event.seq > last => {
-                            last = event.seq;
-                            yield StoredEvent::clone(&event);
-                        }
-                        Ok(_) => {}
-                        Err(RecvError::Lagged(_)) => {
-                            for event in store.events(&id, last).unwrap_or_default() {
-                                last = event.seq;
-                                yield event;
-                            }
-                        }
-                        Err(RecvError::Closed) => break,
+            let mut live = live;
+            let mut ended = live.is_none();
+            loop {
+                // What is stored after `last`: at the start, after falling behind the broadcast,
+                // and once the run has ended.
+                match store.events(&id, last) {
+                    Ok(events) => for event in events {
+                        last = event.seq;
+                        yield Ok(event);
+                    },
+                    Err(e) => {
+                        yield Err(ApiError::from(e));
+                        return;
                     }
                 }
-                // Anything stored between the last broadcast and the end.
-                for event in store.events(&id, last).unwrap_or_default() {
-                    yield event;
+                let Some(receiver) = live.as_mut().filter(|_| !ended) else {
+                    return;
+                };
+                loop {
+                    match receiver.recv().await {
+                        Ok(event) if event.seq > last => {
+                            last = event.seq;
+                            yield Ok(StoredEvent::clone(&event));
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(_)) => break,
+                        Err(RecvError::Closed) => {
+                            ended = true;
+                            break;
+                        }
+                    }
                 }
             }
         })

@@ -3,10 +3,11 @@
 //! memory for the UI to poll and plot, and `stop` written to its stdin to end it at the next
 //! step with a checkpoint (the same command started again resumes it).
 
+use crate::config::Paths;
 use crate::server::ApiError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -15,14 +16,19 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 const STDERR_TAIL: usize = 20;
 
 /// A training run to start (the flags of `catena train sft`).
+///
+/// A request names files, never paths: whoever can reach the server (a UI, a script, a page
+/// that got past the boundary) must not be able to make it read or write anywhere else.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct StartTraining {
-    /// The trajectories (our JSONL or the AFM alpaca JSON).
+    /// The trajectories (our JSONL or the AFM alpaca JSON): a file name in the exports folder,
+    /// `<data dir>/exports`.
     pub data: String,
-    /// Where the adapter goes; default: `<data dir>/adapters/<run id>`.
+    /// The adapter's name; it goes to `<data dir>/adapters/<name>`. Default: the run's id.
     #[serde(default)]
     pub out: Option<String>,
-    /// The base model; default: the default model.
+    /// The base model: an installed model (a catalog id or a downloaded file's name). Default:
+    /// the model being served.
     #[serde(default)]
     pub base: Option<String>,
     #[serde(default)]
@@ -72,8 +78,37 @@ struct State {
 /// The training runs of this process.
 pub struct Training {
     program: PathBuf,
-    adapters_dir: PathBuf,
+    paths: Paths,
     runs: Mutex<Vec<Arc<Run>>>,
+}
+
+/// Where training data must be for a UI to train on it: `<data dir>/exports`.
+pub fn exports_dir(paths: &Paths) -> PathBuf {
+    paths.data_dir.join("exports")
+}
+
+/// Where adapters trained from a UI go: `<data dir>/adapters`.
+pub fn adapters_dir(paths: &Paths) -> PathBuf {
+    paths.data_dir.join("adapters")
+}
+
+/// Checks that `name` is one plain file or folder name: no separator, no `..`, not hidden,
+/// nothing a shell or a file system treats specially.
+fn plain_name(name: &str, field: &'static str) -> Result<(), ApiError> {
+    let plain = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if plain {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "`{field}` must be a plain name (letters, digits, `.`, `-`, `_`; not a path)"
+        ))
+        .param(field))
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -81,25 +116,50 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Training {
-    /// Runs `program train sft ...`; adapters go under `adapters_dir` unless a run says.
-    pub fn new(program: PathBuf, adapters_dir: PathBuf) -> Training {
+    /// Runs `program train sft ...` with Catena's folders under `paths`.
+    pub fn new(program: PathBuf, paths: Paths) -> Training {
         Training {
             program,
-            adapters_dir,
+            paths,
             runs: Mutex::new(Vec::new()),
         }
     }
 
-    /// Starts a run. One at a time: training takes every core this machine has.
-    pub fn start(&self, request: StartTraining) -> Result<TrainingStatus, ApiError> {
-        if request.data.trim().is_empty() {
+    /// Starts a run on `served_model` unless the request names an installed base model. One at
+    /// a time: training takes every core this machine has.
+    pub fn start(
+        &self,
+        request: StartTraining,
+        served_model: &Path,
+    ) -> Result<TrainingStatus, ApiError> {
+        let name = request.data.trim();
+        if name.is_empty() {
             return Err(ApiError::invalid("`data` names no file").param("data"));
         }
-        if !std::path::Path::new(&request.data).is_file() {
-            return Err(
-                ApiError::invalid(format!("no data file at {}", request.data)).param("data"),
-            );
+        plain_name(name, "data")?;
+        let out_name = request
+            .out
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty());
+        if let Some(out) = out_name {
+            plain_name(out, "out")?;
         }
+        let data = exports_dir(&self.paths).join(name);
+        if !data.is_file() {
+            return Err(ApiError::invalid(format!(
+                "no training data named `{name}` in the exports folder ({})",
+                exports_dir(&self.paths).display()
+            ))
+            .param("data"));
+        }
+        let base = match request.base.as_deref().map(str::trim) {
+            Some(reference) if !reference.is_empty() => {
+                crate::models::installed::resolve_installed(reference, &self.paths)
+                    .map_err(|e| ApiError::invalid(e.to_string()).param("base"))?
+            }
+            _ => served_model.to_path_buf(),
+        };
         let mut runs = lock(&self.runs);
         if let Some(running) = runs.iter().find(|r| lock(&r.state).status == "running") {
             return Err(ApiError::conflict(format!(
@@ -108,28 +168,22 @@ impl Training {
             )));
         }
         let id = format!("train-{}", uuid::Uuid::now_v7().simple());
-        let out = request
-            .out
-            .clone()
-            .unwrap_or_else(|| self.adapters_dir.join(&id).display().to_string());
+        let out = adapters_dir(&self.paths).join(out_name.unwrap_or(&id));
         let mut command = tokio::process::Command::new(&self.program);
         command
-            .args([
-                "train",
-                "sft",
-                "--json",
-                "--data",
-                &request.data,
-                "--out",
-                &out,
-            ])
+            .args(["train", "sft", "--json", "--data"])
+            .arg(&data)
+            .arg("--out")
+            .arg(&out)
+            .arg("--base")
+            .arg(&base)
+            // The folders this server uses, whatever the child's defaults would be.
+            .env(crate::config::DATA_DIR_ENV, &self.paths.data_dir)
+            .env(crate::config::CACHE_DIR_ENV, &self.paths.cache_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if let Some(base) = &request.base {
-            command.args(["--base", base]);
-        }
         let numbers = [
             ("--rank", request.rank.map(|v| v.to_string())),
             ("--alpha", request.alpha.map(|v| v.to_string())),
@@ -154,8 +208,8 @@ impl Training {
         })?;
         let run = Arc::new(Run {
             id: id.clone(),
-            data: request.data.clone(),
-            out,
+            data: name.to_string(),
+            out: out.display().to_string(),
             state: Mutex::new(State {
                 status: "running",
                 events: Vec::new(),
@@ -213,6 +267,32 @@ impl Training {
         let status = status_of(&run, 0);
         runs.push(run);
         Ok(status)
+    }
+
+    /// The training data a run may use: the files of the exports folder (created when missing,
+    /// so the user can find it), by name.
+    pub fn data_files(&self) -> Result<Value, ApiError> {
+        let folder = exports_dir(&self.paths);
+        let cannot = |e: std::io::Error| {
+            ApiError::internal(format!(
+                "cannot read the exports folder {}: {e}",
+                folder.display()
+            ))
+        };
+        std::fs::create_dir_all(&folder).map_err(cannot)?;
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&folder).map_err(cannot)? {
+            let entry = entry.map_err(cannot)?;
+            let Ok(meta) = entry.metadata() else { continue };
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if meta.is_file() && plain_name(&name, "data").is_ok() {
+                files.push(serde_json::json!({"name": name, "bytes": meta.len()}));
+            }
+        }
+        files.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        Ok(serde_json::json!({"folder": folder, "data": files}))
     }
 
     /// One run, with its events from index `from` on.

@@ -5,8 +5,9 @@
 use catena_core::assets::{self, AssetProgress};
 use catena_core::config::Paths;
 use catena_core::sandbox::{Limits, Sandbox};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{ChildStdout, Command, Output, Stdio};
 
 pub fn paths() -> Paths {
     Paths::from_env().expect("Catena's data and cache directories")
@@ -99,4 +100,35 @@ pub fn served_address(line: &str) -> String {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string()
+}
+
+/// A running `catena serve`: the process (killed when dropped), its address
+/// (`http://127.0.0.1:PORT`), and the rest of what it prints.
+pub struct Serving {
+    pub process: Reaped,
+    pub base: String,
+    pub stdout: BufReader<ChildStdout>,
+}
+
+/// Starts `catena serve` on a free port with the default model. `command` is the program to run
+/// (`catena_bin()`, or a wrapper that execs it); `configure` adds the test's own flags and
+/// environment. Returns once the server has printed its address.
+pub fn serve(mut command: Command, configure: impl FnOnce(&mut Command)) -> Serving {
+    command
+        .args(["serve", "--port", "0", "--model"])
+        .arg(default_model())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    configure(&mut command);
+    let mut child = command.spawn().expect("catena serve starts");
+    let mut stdout = BufReader::new(child.stdout.take().expect("its output"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("the server prints its address");
+    Serving {
+        process: Reaped(child),
+        base: served_address(&line),
+        stdout,
+    }
 }

@@ -1,15 +1,27 @@
 // The transport of the browser build: `catena serve`'s HTTP API and its SSE event streams.
 
+import { currentToken } from './credential';
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
 
 type Fetch = typeof fetch;
+
+/** `fetch` with the tab's credential (when it has one) as a bearer token. */
+export function authorizedFetch(token: () => string | null = () => currentToken(), inner: Fetch = fetch): Fetch {
+  return (input, init) => {
+    const credential = token();
+    if (!credential) return inner(input, init);
+    const headers = new Headers(init?.headers);
+    headers.set('Authorization', `Bearer ${credential}`);
+    return inner(input, { ...init, headers });
+  };
+}
 
 export class HttpTransport implements Transport {
   constructor(
     private readonly base = '',
-    private readonly fetcher: Fetch = (input, init) => fetch(input, init),
+    private readonly fetcher: Fetch = authorizedFetch(),
   ) {}
 
   private async request<T>(path: string, init?: RequestInit): Promise<T> {
@@ -52,6 +64,10 @@ export class HttpTransport implements Transport {
 
   startRun(options: RunOptions): Promise<StartedRun> {
     return this.post('/v1/agent/runs', options);
+  }
+
+  trainingData(): Promise<TrainingData> {
+    return this.request('/v1/train/data');
   }
 
   startTraining(request: TrainingRequest): Promise<TrainingStatus> {
@@ -138,6 +154,12 @@ export class HttpTransport implements Transport {
 
 /** The server's message for a refused request, or the status line. */
 async function errorOf(response: Response): Promise<ApiError> {
+  if (response.status === 401) {
+    return new ApiError(
+      401,
+      'This server needs a key. Open the address `catena serve` printed (it ends in #token=…), or enter the API key in Settings.',
+    );
+  }
   let message = `${response.status} ${response.statusText}`.trim();
   try {
     const body = (await response.json()) as { error?: { message?: string } };

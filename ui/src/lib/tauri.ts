@@ -3,7 +3,7 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
 
 /** One message of a followed run's channel. */
 export type FollowMessage = { seq: number; event: AgentEvent } | { end: true; error?: string };
@@ -58,6 +58,10 @@ export class TauriTransport implements Transport {
 
   serveModel(id: string): Promise<{ model: string }> {
     return this.command('serve_model', { id });
+  }
+
+  trainingData(): Promise<TrainingData> {
+    return this.command('training_data');
   }
 
   startTraining(request: TrainingRequest): Promise<TrainingStatus> {

@@ -2,7 +2,7 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
@@ -36,6 +36,8 @@ export interface Transport {
   deleteSession(id: string): Promise<void>;
   /** Training data from rated runs, as a file the user can save (or has saved). */
   exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<ExportResult>;
+  /** The files a training run may read (the exports folder's). */
+  trainingData(): Promise<TrainingData>;
   /** Starts `catena train sft` as a child process. */
   startTraining(request: TrainingRequest): Promise<TrainingStatus>;
   /** The training runs of this server or app, newest first (without their events). */

@@ -105,9 +105,18 @@ export interface Health {
 }
 
 /** A training run to start (the flags of `catena train sft`). */
+/** The files training may read: the exports folder's, by name. */
+export interface TrainingData {
+  folder: string;
+  data: { name: string; bytes: number }[];
+}
+
 export interface TrainingRequest {
+  /** A file name in the exports folder (see `TrainingData`). */
   data: string;
+  /** The adapter's name; it goes to Catena's adapters folder. */
   out?: string;
+  /** An installed model (catalog id or file name); default: the served model. */
   base?: string;
   rank?: number;
   alpha?: number;
