@@ -1,7 +1,7 @@
 //! Training data: conversations read from disk, checked against the protocol, and turned into
 //! token ids with a loss mask.
 //!
-//! Inputs (spec section 5): our JSONL (`catena sessions export --format sft`: one
+//! Inputs (PROTOCOL.md §5): our JSONL (`catena sessions export --format sft`: one
 //! `{"messages": [...]}` per line) and the AFM release's alpaca JSON (`[{"instruction", "input",
 //! "output"}]`, or the same objects one per line). A sample that breaks the protocol is reported
 //! with its line and reason and left out; nothing malformed is trained on.
@@ -9,7 +9,7 @@
 //! Tokens come from llama.cpp's own tokenizer for the same GGUF, split the way the runtime
 //! builds its context: the chat template's markers are special tokens, message text is plain,
 //! and every observation is tokenised on its own, as the runtime appends it after a tool call.
-//! Loss mask (spec section 6): the prompt and every observation (from the newline before
+//! Loss mask (PROTOCOL.md §6): the prompt and every observation (from the newline before
 //! `<observation>` to the two newlines after `</observation>`) carry no loss; the rest of the
 //! assistant turn, tags and the end-of-turn token included, does.
 
@@ -166,7 +166,7 @@ fn conversation_of(origin: String, messages: Vec<RecordMessage>) -> Result<Conve
     }
 }
 
-/// The protocol checks of spec section 5: observations balanced, tags properly nested and
+/// The protocol checks of PROTOCOL.md §5: observations balanced, tags properly nested and
 /// closed, something to learn.
 pub fn check_trajectory(assistant: &str) -> Result<(), String> {
     if assistant.trim().is_empty() {

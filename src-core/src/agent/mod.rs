@@ -1,6 +1,6 @@
 //! The chain runner: one model writes the whole Chain-of-Agents trajectory in one assistant turn;
 //! the runner parses it as it streams, runs the tool calls, appends their observations to the same
-//! context and lets the model go on, within budgets (spec section 2).
+//! context and lets the model go on, within budgets (PROTOCOL.md §2).
 
 mod events;
 mod summary;

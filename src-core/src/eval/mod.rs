@@ -45,7 +45,7 @@ pub struct EvalTask {
     pub tests: Option<CodeTests>,
 }
 
-/// The verifier of a task (spec section 6: rewards are outcome only, one verifier a domain).
+/// The verifier of a task (PROTOCOL.md §6: rewards are outcome only, one verifier a domain).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskKind {

@@ -1,4 +1,4 @@
-//! Task sets in verl's parquet layout, as the AFM RL data ships (spec section 5): per row the
+//! Task sets in verl's parquet layout, as the AFM RL data ships (PROTOCOL.md §5): per row the
 //! chat `prompt`, the `data_source` that picks the verifier, `reward_model.ground_truth` and
 //! `extra_info.index`.
 //!

@@ -1,4 +1,4 @@
-//! Reading task sets: our JSONL, or the verl parquet layout the AFM RL data uses (spec section 5).
+//! Reading task sets: our JSONL, or the verl parquet layout the AFM RL data uses (PROTOCOL.md §5).
 
 use super::{EvalError, EvalTask, TaskKind};
 use std::path::Path;

@@ -9,7 +9,7 @@ pub mod plan;
 
 pub use gguf::{GgufError, GgufHeader};
 
-// The catalog, the downloader and what is installed (issue 7).
+// The catalog, the downloader and what is installed.
 pub mod catalog;
 #[cfg(feature = "runtime")]
 pub mod download;

@@ -10,7 +10,7 @@ use super::inspect::{Inspection, human_bytes};
 use crate::engine::KvCacheType;
 use serde::Serialize;
 
-/// The protocol's context budget (spec section 2): no plan asks for more by default.
+/// The protocol's context budget (PROTOCOL.md §2): no plan asks for more by default.
 pub const PROTOCOL_CONTEXT: u32 = 32_768;
 /// Plans shrink the context no further than this; a chain needs room for several tool calls.
 pub const MIN_CONTEXT: u32 = 4_096;

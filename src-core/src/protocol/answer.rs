@@ -1,4 +1,4 @@
-//! Extracting the final answer of a trajectory (spec section 2, steps 4 and 5).
+//! Extracting the final answer of a trajectory (PROTOCOL.md §2, steps 4 and 5).
 
 use super::parser::Block;
 use super::tag::Tag;

@@ -4,7 +4,7 @@
 //! number of chunks. The parser holds back only the few characters that might still become a tag
 //! or a code-fence marker and emits everything else at once, so a UI sees each block grow live.
 //!
-//! Rules (spec section 1, and what a runtime must survive when a model breaks them):
+//! Rules (PROTOCOL.md §1, and what a runtime must survive when a model breaks them):
 //! - Only the protocol's own tags, written exactly (`<think>`, `</think>`), are structural; any
 //!   other `<...>` is text.
 //! - Blocks do not nest. An opening tag inside an open block ends that block (reported as

@@ -1,5 +1,5 @@
 //! Prompt profiles: the instruction text, enabled tools, answer format and budget of one kind of
-//! task (spec section 4). Profiles are data files, so a user can drop in the exact text published
+//! task (PROTOCOL.md §4). Profiles are data files, so a user can drop in the exact text published
 //! with a checkpoint (`--profile-file`).
 
 use super::tag::Tag;
@@ -48,7 +48,7 @@ pub struct Profile {
     /// The tool tags this profile enables.
     pub tools: Vec<Tag>,
     pub answer: AnswerFormat,
-    /// The reference budget of tool calls (spec section 2, step 4).
+    /// The reference budget of tool calls (PROTOCOL.md §2, step 4).
     pub max_tool_calls: u32,
     /// The user message; `{question}` is replaced by the task.
     pub user_template: String,
@@ -131,7 +131,7 @@ impl Profile {
         self.user_template.replace(QUESTION_PLACEHOLDER, question)
     }
 
-    /// The stop strings of a generation (spec section 2, step 2): the closing tag of every enabled
+    /// The stop strings of a generation (PROTOCOL.md §2, step 2): the closing tag of every enabled
     /// tool, then `</answer>`. The end-of-turn token is the engine's business.
     pub fn stop_strings(&self) -> Vec<String> {
         let mut stops: Vec<String> = self.tools.iter().map(|t| t.close()).collect();

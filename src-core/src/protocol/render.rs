@@ -15,7 +15,7 @@ pub fn render_block(tag: Tag, content: &str) -> String {
     out
 }
 
-/// The text the runtime appends after a tool call (spec section 2, step 3):
+/// The text the runtime appends after a tool call (PROTOCOL.md §2, step 3):
 /// `"\n<observation>\n" + result + "\n</observation>\n\n"`. The SFT loss mask depends on the two
 /// newlines after the closing tag.
 pub fn render_observation(result: &str) -> String {

@@ -1,4 +1,4 @@
-//! The tags of the Chain-of-Agents protocol (spec section 1).
+//! The tags of the Chain-of-Agents protocol (PROTOCOL.md §1).
 //!
 //! Every tag is ordinary text to the tokenizer; this module only names them and says who writes
 //! each one.

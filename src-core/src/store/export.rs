@@ -1,6 +1,6 @@
 //! Exporting runs as training data.
 //!
-//! Two formats (spec section 5):
+//! Two formats (PROTOCOL.md §5):
 //! - `sft`: Catena's own JSONL, one trajectory per line, the format `catena train sft` reads:
 //!   `{"id", "messages": [{"role": "system"|"user"|"assistant", "content"}...], "profile", "model",
 //!   "answer", "feedback"}`. The assistant message holds the whole trajectory with its

@@ -1,6 +1,6 @@
 //! The `<code>` tool: the program in the block's ```` ```py ```` fence runs in the sandbox, a
 //! following ```` ```sh ```` fence is its stdin, and the observation is written in the exact
-//! words the AFM code agents were trained on (spec section 3).
+//! words the AFM code agents were trained on (PROTOCOL.md §3).
 
 use super::{Tool, ToolOutput, cut_observation};
 use crate::protocol::Tag;

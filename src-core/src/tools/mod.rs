@@ -30,7 +30,7 @@ pub trait Tool: Send + Sync {
     fn call(&self, input: &str) -> ToolOutput;
 
     /// For tools where repeating an identical call is wasted effort (searches, crawls), the
-    /// observation to give instead of running it again (spec section 2, step 6).
+    /// observation to give instead of running it again (PROTOCOL.md §2, step 6).
     fn duplicate_notice(&self) -> Option<String> {
         None
     }

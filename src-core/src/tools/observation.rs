@@ -1,4 +1,4 @@
-//! The length limit on observations (spec section 3).
+//! The length limit on observations (PROTOCOL.md §3).
 
 /// Observations longer than this many characters are cut.
 pub const OBSERVATION_LIMIT: usize = 1536;

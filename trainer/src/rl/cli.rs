@@ -77,7 +77,7 @@ pub struct RlArgs {
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
 
-    /// Penalise responses in the last eighth of --max-tokens (protocol section 6).
+    /// Penalise responses in the last eighth of --max-tokens (docs/PROTOCOL.md §6).
     #[arg(long)]
     pub overlong_shaping: bool,
 

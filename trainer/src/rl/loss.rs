@@ -1,4 +1,4 @@
-//! The DAPO objective (protocol section 6), as plain arithmetic on log-probabilities.
+//! The DAPO objective (PROTOCOL.md §6), as plain arithmetic on log-probabilities.
 //!
 //! The model module computes `sum_t w_t · log p_t` and its gradient for weights it is given;
 //! this module says what the weights are. For a trained token `t` of a rollout with advantage

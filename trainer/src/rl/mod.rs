@@ -1,4 +1,4 @@
-//! Agentic RL (DAPO, protocol section 6): sample groups of trajectories through the real
+//! Agentic RL (DAPO, PROTOCOL.md §6): sample groups of trajectories through the real
 //! runtime with the adapter being trained, score them with verifiable rewards, and update the
 //! adapter on the tokens the model sampled.
 //!
@@ -68,7 +68,7 @@ pub struct RlOptions {
     pub temperature: f32,
     /// Generated tokens per rollout.
     pub max_tokens: usize,
-    /// Add the overlong penalty of protocol section 6 to the reward.
+    /// Add the overlong penalty of PROTOCOL.md §6 to the reward.
     pub overlong_shaping: bool,
     pub grad_clip: f64,
     pub gpu_layers: Option<u32>,

@@ -21,7 +21,7 @@ use llama_cpp_2::token::LlamaToken;
 use std::num::NonZeroU32;
 use std::time::Instant;
 
-/// The protocol's context budget (spec section 2, step 4).
+/// The protocol's context budget (PROTOCOL.md §2, step 4).
 const MAX_DEFAULT_CONTEXT: u32 = 32_768;
 
 pub struct LlamaSession<'m> {

@@ -1,4 +1,4 @@
-//! Code answers (spec section 6: "code = all tests pass"): the fenced program of the final
+//! Code answers (PROTOCOL.md §6: the program passes all its tests): the fenced program of the final
 //! `<answer>` runs in the WebAssembly sandbox against the task's tests, never anywhere else.
 
 use crate::protocol::fence::{fenced_blocks, is_python};

@@ -1,5 +1,5 @@
 //! Rewards: whether a run's answer is right, one verifier per task kind, shared by RL training
-//! and `catena eval` so that both count the same thing as solved (spec section 6: binary,
+//! and `catena eval` so that both count the same thing as solved (PROTOCOL.md §6: binary,
 //! outcome-only rewards; optional overlong shaping and a code format gate).
 
 mod code;

@@ -1,5 +1,5 @@
-//! Short-answer QA (spec section 6: "multi-hop QA = exact match after normalisation
-//! (lower-case, no punctuation or articles)"), plus the token-overlap F1 the QA benchmarks
+//! Short-answer QA (PROTOCOL.md §6: exact match after normalising: lower case, no punctuation,
+//! no articles), plus the token-overlap F1 the QA benchmarks
 //! report beside it.
 //!
 //! The gold answer may list several acceptable answers, separated by `|` (the protocol's

@@ -1,4 +1,4 @@
-//! Optional reward shaping of RL (spec section 6): the overlong penalty and the code format gate.
+//! Optional reward shaping of RL (PROTOCOL.md §6): the overlong penalty and the code format gate.
 
 use crate::protocol::fence::{fenced_blocks, is_python};
 use crate::protocol::{Tag, parse_all};

@@ -1,5 +1,5 @@
-//! Math answers (spec section 6: "answer equivalence (symbolic, e.g. `\boxed{1/2}` equals
-//! `0.5`)"): the `\boxed{}` contents of both sides are cleaned of LaTeX decoration, read as exact
+//! Math answers (PROTOCOL.md §6: answers are equal as numbers, `\boxed{1/2}` equals `0.5`):
+//! the `\boxed{}` contents of both sides are cleaned of LaTeX decoration, read as exact
 //! rationals when they are numbers, compared item by item when they are tuples, and compared as
 //! normalised strings otherwise (so string answers such as `REDNUHTLICNEP` must match exactly).
 //!
