@@ -111,13 +111,20 @@ pub fn stand_in_note(paths: &Paths) -> String {
         "The default model, Qwen2.5-Coder-0.5B-Instruct, is a small stand-in: it was never \
          trained on the Chain-of-Agents protocol and often answers wrong.",
     );
-    let memory = catena_core::models::hardware::probe()
-        .ok()
+    // With a GPU, what fits its memory or the RAM; on a CPU alone, nothing above 8B parameters,
+    // which fit in memory long before they run at a usable speed.
+    let machine = catena_core::models::hardware::probe().ok();
+    let memory = machine
+        .as_ref()
         .map(|h| h.gpu_free().unwrap_or(0).max(h.ram_available));
-    let fits = match (Catalog::load(paths), memory) {
-        (Ok(catalog), Some(memory)) => {
-            catalog
-                .agent_that_fits("code", memory)
+    let max_parameters = match machine.as_ref().and_then(|h| h.gpu_free()) {
+        Some(_) => u64::MAX,
+        None => 8_000_000_000,
+    };
+    let fits =
+        match (Catalog::load(paths), memory) {
+            (Ok(catalog), Some(memory)) => catalog
+                .agent_that_fits("code", memory, max_parameters)
                 .map(|(entry, file)| {
                     (
                         entry.name.clone(),
@@ -125,10 +132,9 @@ pub fn stand_in_note(paths: &Paths) -> String {
                         file.quant.clone(),
                         file.size(),
                     )
-                })
-        }
-        _ => None,
-    };
+                }),
+            _ => None,
+        };
     match fits {
         Some((name, id, quant, size)) => note.push_str(&format!(
             " The agent model that fits this machine is {name} ({quant}, about {}). Its \

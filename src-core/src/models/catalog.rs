@@ -242,17 +242,19 @@ impl Catalog {
     }
 
     /// The largest AFM for `profile` whose recommended file fits in `memory` bytes with room for
-    /// a working context (the file plus 2 GiB for KV cache and buffers). AFMs are the entries
-    /// whose upstream checkpoint is PersonalAILab's.
+    /// a working context (the file plus 2 GiB for KV cache and buffers), and has at most
+    /// `max_parameters` (a 32B model fits in the RAM of many desktops but generates a token or two
+    /// a second on their CPU). AFMs are the entries whose upstream checkpoint is PersonalAILab's.
     pub fn agent_that_fits(
         &self,
         profile: &str,
         memory: u64,
+        max_parameters: u64,
     ) -> Option<(&CatalogEntry, &CatalogFile)> {
         const WORKING_ROOM: u64 = 2 << 30;
         self.entries
             .iter()
-            .filter(|e| e.profile == profile)
+            .filter(|e| e.profile == profile && e.parameters <= max_parameters)
             .filter(|e| {
                 e.upstream
                     .as_deref()
@@ -423,11 +425,16 @@ mod tests {
     #[test]
     fn the_agent_that_fits_grows_with_memory() {
         let catalog = Catalog::shipped().unwrap();
-        assert!(catalog.agent_that_fits("code", 4 << 30).is_none());
-        let (small, _) = catalog.agent_that_fits("code", 16 << 30).unwrap();
+        let any = u64::MAX;
+        assert!(catalog.agent_that_fits("code", 4 << 30, any).is_none());
+        let (small, _) = catalog.agent_that_fits("code", 16 << 30, any).unwrap();
         assert_eq!(small.id, "afm-code-7b-rl");
-        let (large, _) = catalog.agent_that_fits("code", 64 << 30).unwrap();
+        let (large, _) = catalog.agent_that_fits("code", 64 << 30, any).unwrap();
         assert_eq!(large.id, "afm-code-32b-rl");
+        let (capped, _) = catalog
+            .agent_that_fits("code", 64 << 30, 8_000_000_000)
+            .unwrap();
+        assert_eq!(capped.id, "afm-code-7b-rl");
     }
 
     #[test]
