@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes src-core/tests/fixtures/verl_tasks.parquet: a few RL tasks in verl's parquet layout.
+"""Writes crates/eval/tests/fixtures/verl_tasks.parquet: a few RL tasks in verl's parquet layout.
 
 The rows are built the way verl's data preprocessing scripts build theirs (a list of dicts, one
 per task, handed to pandas and written with `DataFrame.to_parquet`, so pyarrow picks the schema
 and snappy compression), with one task of each verifier Catena has: math, code (stdin/stdout
-tests and a functional assert snippet) and multi-hop QA. catena-core's parquet reader is tested
+tests and a functional assert snippet) and multi-hop QA. catena-eval's parquet reader is tested
 against this file.
 
 Usage: scripts/make_verl_fixture.py [OUT]   (needs pandas and pyarrow)
@@ -34,7 +34,7 @@ def row(source, ability, question, truth, index, system=None):
 
 def main():
     root = Path(__file__).resolve().parent.parent
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else root / "src-core/tests/fixtures/verl_tasks.parquet"
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else root / "crates/eval/tests/fixtures/verl_tasks.parquet"
     rows = [
         row("lighteval/MATH", "math", "What is 1/4 + 1/4?", "\\frac{1}{2}", 0,
             system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),

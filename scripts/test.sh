@@ -14,6 +14,9 @@ scripts/setup.sh --tests
 step "format"
 cargo fmt --all -- --check
 
+step "no import cycles between the modules of a crate (cargo refuses them between crates)"
+python3 scripts/module-cycles.py
+
 step "web UI: type check, unit tests, build (embedded by the cargo build)"
 scripts/ui.sh check
 scripts/ui.sh build

@@ -2,8 +2,8 @@
 //! error or a report, never panic, loop or allocate without bound.
 #![no_main]
 
-use catena_core::models::GgufHeader;
-use catena_core::models::inspect::inspect;
+use catena_gguf::GgufHeader;
+use catena_gguf::inspect::inspect;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! panic, and every character must come out exactly once.
 #![no_main]
 
-use catena_core::protocol::{ParseEvent, ParseIssue, Parser};
+use catena_protocol::{ParseEvent, ParseIssue, Parser};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

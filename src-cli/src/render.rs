@@ -2,8 +2,8 @@
 //! or JSON lines for programs.
 
 use anstyle::{AnsiColor, Style};
-use catena_core::agent::{AgentEvent, RunSummary, Source};
-use catena_core::protocol::Tag;
+use catena_agent::{AgentEvent, RunSummary, Source};
+use catena_protocol::Tag;
 use std::io::Write;
 
 /// Where a run's events go.

@@ -1,11 +1,11 @@
 //! What every command needs: logging, paths, the model and the sandbox, and error reporting.
 
 use anyhow::{Context, Result};
-use catena_core::assets::{self, AssetProgress};
-use catena_core::config::Paths;
-use catena_core::engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
-use catena_core::models::plan::Plan;
-use catena_core::sandbox::{Limits, Sandbox};
+use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_engine::plan::Plan;
+use catena_hub::assets::{self, AssetProgress};
+use catena_hub::config::Paths;
+use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -72,7 +72,7 @@ pub fn asset_progress(event: AssetProgress) {
 /// The model to run: the given file (or installed model, `catena models list`), else the one
 /// chosen with `catena models default`, else the built-in default model (fetched on first use).
 pub fn model_path(model: Option<&Path>, paths: &Paths) -> Result<std::path::PathBuf> {
-    use catena_core::models::installed;
+    use catena_hub::installed;
     match model {
         Some(path) if !path.exists() => match path.to_str() {
             // Not a file: perhaps a catalog id or a downloaded model's name.
@@ -95,25 +95,21 @@ pub fn model_path(model: Option<&Path>, paths: &Paths) -> Result<std::path::Path
 /// Whether `model` (the `--model` flag) leaves the choice to the built-in default: no flag and
 /// no model chosen with `catena models default`.
 pub fn uses_builtin_default(model: Option<&Path>, paths: &Paths) -> bool {
-    model.is_none()
-        && matches!(
-            catena_core::models::installed::chosen_default(paths),
-            Ok(None)
-        )
+    model.is_none() && matches!(catena_hub::installed::chosen_default(paths), Ok(None))
 }
 
 /// What a user on the built-in default should know: it is a small stand-in, which AFM this
 /// machine could run instead, and where getting that AFM stands.
 pub fn stand_in_note(paths: &Paths) -> String {
-    use catena_core::models::catalog::Catalog;
-    use catena_core::models::inspect::human_bytes;
+    use catena_gguf::inspect::human_bytes;
+    use catena_hub::catalog::Catalog;
     let mut note = String::from(
         "The default model, Qwen2.5-Coder-0.5B-Instruct, is a small stand-in: it was never \
          trained on the Chain-of-Agents protocol and often answers wrong.",
     );
     // With a GPU, what fits its memory or the RAM; on a CPU alone, nothing above 8B parameters,
     // which fit in memory long before they run at a usable speed.
-    let machine = catena_core::models::hardware::probe().ok();
+    let machine = catena_engine::hardware::probe().ok();
     let memory = machine
         .as_ref()
         .map(|h| h.gpu_free().unwrap_or(0).max(h.ram_available));
@@ -157,8 +153,8 @@ pub fn stand_in_note(paths: &Paths) -> String {
 
 /// The placement plan for a model on this machine (the user's choices kept); `None`, with a
 /// warning, when the file cannot be sized (loading then explains what is wrong with it).
-pub fn plan(path: &Path, overrides: catena_core::models::plan::Overrides) -> Option<Plan> {
-    match catena_core::models::hardware::plan_for_model(path, overrides) {
+pub fn plan(path: &Path, overrides: catena_engine::plan::Overrides) -> Option<Plan> {
+    match catena_engine::hardware::plan_for_model(path, overrides) {
         Ok(plan) => {
             for reason in &plan.reasons {
                 tracing::info!("plan: {reason}");
@@ -193,7 +189,7 @@ pub fn load_model(
 /// that way, with an adapter if one is given.
 pub fn load_planned(
     path: &Path,
-    overrides: catena_core::models::plan::Overrides,
+    overrides: catena_engine::plan::Overrides,
     adapter: Option<AdapterOptions>,
 ) -> Result<(LlamaEngine, Option<Plan>)> {
     let asked_layers = overrides.gpu_layers;
@@ -226,8 +222,9 @@ impl AdapterArgs {
 
 /// The CPython sandbox, fetched and compiled on first use (saying so, since it takes minutes).
 pub fn sandbox(paths: &Paths, limits: Limits) -> Result<Sandbox> {
-    let spec = assets::python_runtime(paths, &mut asset_progress)
+    let files = assets::python_runtime(paths, &mut asset_progress)
         .context("the Python sandbox runtime is not available")?;
+    let spec = RuntimeSpec::cpython(files.wasm, files.sha256, files.stdlib_dir);
     let sandbox = Sandbox::new(spec, limits, &paths.sandbox_cache_dir(), || {
         eprintln!(
             "Preparing the Python sandbox: compiling CPython to machine code (first use only, a few minutes)..."

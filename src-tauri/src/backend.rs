@@ -1,14 +1,14 @@
-//! The app's catena-core [`Service`], loaded behind the window: the window is usable at once, and
+//! The app's [`Service`], loaded behind the window: the window is usable at once, and
 //! a command that needs the model waits for it (or gets the reason it could not be loaded).
 
-use catena_core::config::Paths;
-use catena_core::engine::{SamplingParams, SessionOptions};
-use catena_core::models::installed;
-use catena_core::sandbox::Limits;
-use catena_core::server::{ApiError, InferenceConfig};
-use catena_core::service::Service;
-use catena_core::store::Store;
-use catena_core::worker::WorkerCommand;
+use catena_engine::{SamplingParams, SessionOptions};
+use catena_hub::config::Paths;
+use catena_hub::installed;
+use catena_sandbox::Limits;
+use catena_service::Service;
+use catena_service::{InferenceConfig, ServiceError};
+use catena_store::Store;
+use catena_worker::WorkerCommand;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -100,14 +100,14 @@ impl Backend {
             return Ok(path);
         }
         let state = self.state.clone();
-        let mut progress = move |p: catena_core::assets::AssetProgress| {
-            if let catena_core::assets::AssetProgress::Fetching { megabytes, .. } = p {
+        let mut progress = move |p: catena_hub::assets::AssetProgress| {
+            if let catena_hub::assets::AssetProgress::Fetching { megabytes, .. } = p {
                 state.send_replace(Loading::Starting(format!(
                     "Fetching the default model ({megabytes} MB, once)"
                 )));
             }
         };
-        catena_core::assets::default_model(&self.paths, &mut progress)
+        catena_hub::assets::default_model(&self.paths, &mut progress)
             .context("the default model is not available")
     }
 
@@ -117,7 +117,7 @@ impl Backend {
     }
 
     /// The service, once loaded; waits while it loads.
-    pub async fn service(&self) -> Result<Arc<Service>, ApiError> {
+    pub async fn service(&self) -> Result<Arc<Service>, ServiceError> {
         let mut state = self.state.subscribe();
         let outcome = state
             .wait_for(|s| !matches!(s, Loading::Starting(_)))
@@ -125,12 +125,12 @@ impl Backend {
             .map(|s| s.clone());
         match outcome {
             Ok(Loading::Ready(service)) => Ok(service),
-            Ok(Loading::Failed(reason)) => Err(ApiError::internal(format!(
+            Ok(Loading::Failed(reason)) => Err(ServiceError::internal(format!(
                 "The model could not be loaded: {reason}"
             ))),
-            Ok(Loading::Starting(_)) | Err(_) => {
-                Err(ApiError::internal("The model loader stopped unexpectedly."))
-            }
+            Ok(Loading::Starting(_)) | Err(_) => Err(ServiceError::internal(
+                "The model loader stopped unexpectedly.",
+            )),
         }
     }
 }

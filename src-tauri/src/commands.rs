@@ -1,18 +1,19 @@
-//! The commands the UI invokes: each maps onto one [`catena_core::service::Service`] call, as the
+//! The commands the UI invokes: each maps onto one [`catena_service::Service`] call, as the
 //! HTTP handlers of `catena serve` do, so the two front ends cannot drift apart. A run's events
 //! reach the UI through a Tauri channel, in order, stored ones first.
 
 use crate::backend::{Backend, Loading};
-use catena_core::server::ApiError;
-use catena_core::service::{DownloadStatus, StartRun, StartTraining, StartedRun, TrainingStatus};
-use catena_core::store::Feedback;
+use catena_service::ServiceError;
+use catena_service::{DownloadStatus, StartRun, StartTraining, StartedRun, TrainingStatus};
+use catena_store::Feedback;
 use futures_util::StreamExt;
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use tauri::State;
 use tauri::ipc::Channel;
@@ -25,10 +26,10 @@ pub struct CommandError {
     message: String,
 }
 
-impl From<ApiError> for CommandError {
-    fn from(e: ApiError) -> Self {
+impl From<ServiceError> for CommandError {
+    fn from(e: ServiceError) -> Self {
         CommandError {
-            status: e.status.as_u16(),
+            status: e.kind.http_status(),
             message: e.message,
         }
     }
@@ -80,7 +81,7 @@ pub async fn library_models(backend: State<'_, Backend>) -> Reply<Value> {
     let service = backend.service().await?;
     tauri::async_runtime::spawn_blocking(move || service.library_models())
         .await
-        .map_err(|e| ApiError::internal(format!("listing models failed: {e}")))?
+        .map_err(|e| ServiceError::internal(format!("listing models failed: {e}")))?
         .map_err(Into::into)
 }
 
@@ -137,7 +138,7 @@ pub async fn stop_training(backend: State<'_, Backend>, id: String) -> Reply<Tra
 
 #[tauri::command]
 pub async fn start_run(backend: State<'_, Backend>, options: StartRun) -> Reply<StartedRun> {
-    Ok(backend.service().await?.start_run(options)?)
+    Ok(backend.service().await?.start_run(options).await?)
 }
 
 /// The runs the UI follows, so it can stop following one.
@@ -160,7 +161,8 @@ pub async fn follow_run(
     let events = backend
         .service()
         .await?
-        .follow(&run_id, after.unwrap_or(0))?;
+        .follow(&run_id, after.unwrap_or(0))
+        .await?;
     let id = follows.next.fetch_add(1, Ordering::Relaxed);
     let task = tauri::async_runtime::spawn(async move {
         let mut events = std::pin::pin!(events);
@@ -182,7 +184,7 @@ pub async fn follow_run(
         }
         let _ = on_event.send(json!({"end": true}));
     });
-    let mut tasks = follows.tasks.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tasks = follows.tasks.lock();
     tasks.retain(|_, task| !task.inner().is_finished());
     tasks.insert(id, task);
     Ok(id)
@@ -190,11 +192,7 @@ pub async fn follow_run(
 
 #[tauri::command]
 pub fn unfollow_run(follows: State<'_, Follows>, follow_id: u64) {
-    let task = follows
-        .tasks
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&follow_id);
+    let task = follows.tasks.lock().remove(&follow_id);
     if let Some(task) = task {
         task.abort();
     }
@@ -202,7 +200,7 @@ pub fn unfollow_run(follows: State<'_, Follows>, follow_id: u64) {
 
 #[tauri::command]
 pub async fn cancel_run(backend: State<'_, Backend>, run_id: String) -> Reply<()> {
-    Ok(backend.service().await?.cancel(&run_id)?)
+    Ok(backend.service().await?.cancel(&run_id).await?)
 }
 
 #[tauri::command]
@@ -211,22 +209,30 @@ pub async fn rate_run(
     run_id: String,
     rating: Option<Feedback>,
 ) -> Reply<Value> {
-    Ok(backend.service().await?.feedback(&run_id, rating, None)?)
+    Ok(backend
+        .service()
+        .await?
+        .feedback(&run_id, rating, None)
+        .await?)
 }
 
 #[tauri::command]
 pub async fn sessions(backend: State<'_, Backend>, search: Option<String>) -> Reply<Value> {
-    Ok(backend.service().await?.sessions(search.as_deref(), None)?)
+    Ok(backend
+        .service()
+        .await?
+        .sessions(search.as_deref(), None)
+        .await?)
 }
 
 #[tauri::command]
 pub async fn session(backend: State<'_, Backend>, id: String) -> Reply<Value> {
-    Ok(backend.service().await?.session(&id)?)
+    Ok(backend.service().await?.session(&id).await?)
 }
 
 #[tauri::command]
 pub async fn delete_session(backend: State<'_, Backend>, id: String) -> Reply<()> {
-    Ok(backend.service().await?.delete_session(&id)?)
+    Ok(backend.service().await?.delete_session(&id).await?)
 }
 
 /// Writes the export into the user's Downloads folder (a new file, never over an old one) and
@@ -240,10 +246,11 @@ pub async fn export_data(
     let export = backend
         .service()
         .await?
-        .export(Some(&format), Some(&feedback))?;
+        .export(Some(&format), Some(&feedback))
+        .await?;
     let folder = downloads_folder();
     let path = write_new_file(&folder, export.file_name, &export.bytes).map_err(|e| {
-        ApiError::internal(format!(
+        ServiceError::internal(format!(
             "cannot save the export in {}: {e}",
             folder.display()
         ))

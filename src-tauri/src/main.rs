@@ -1,6 +1,6 @@
-//! `catena-desktop`: the web UI in a native window, over catena-core. The model runs in a
-//! supervised worker process (this same binary, `catena-desktop worker`), so a llama.cpp abort or
-//! an out-of-memory kill costs one run, never the window or the session store.
+//! `catena-desktop`: the web UI in a native window, over the service (catena-service). The model
+//! runs in a supervised worker process (this same binary, `catena-desktop worker`), so a llama.cpp
+//! abort or an out-of-memory kill costs one run, never the window or the session store.
 
 // No console window next to the app in Windows release builds.
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
@@ -10,7 +10,7 @@ mod commands;
 mod instance;
 
 use backend::Backend;
-use catena_core::config::Paths;
+use catena_hub::config::Paths;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -105,11 +105,9 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// The model worker: frames on stdin/stdout until the app closes the pipe.
 fn worker() -> ExitCode {
-    match catena_core::worker::run_stdio() {
+    match catena_worker::run_stdio() {
         Ok(()) => ExitCode::SUCCESS,
-        Err(catena_core::worker::WorkerExit::Io(e))
-            if e.kind() == std::io::ErrorKind::BrokenPipe =>
-        {
+        Err(catena_worker::WorkerExit::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -145,10 +143,10 @@ fn train() -> ExitCode {
             return Ok(base.to_path_buf());
         }
         let paths = Paths::from_env()?;
-        if let Some(path) = catena_core::models::installed::chosen_default(&paths)? {
+        if let Some(path) = catena_hub::installed::chosen_default(&paths)? {
             return Ok(path);
         }
-        Ok(catena_core::assets::default_model(&paths, &mut |_| {})?)
+        Ok(catena_hub::assets::default_model(&paths, &mut |_| {})?)
     };
     match catena_trainer::cli::run_sft(args, &resolve) {
         Ok(code) => code,

@@ -2,8 +2,8 @@
 
 mod common;
 
-use catena_core::engine::EngineError;
-use catena_core::engine::llama::{LlamaEngine, LoadOptions};
+use catena_engine::EngineError;
+use catena_engine::llama::{LlamaEngine, LoadOptions};
 use std::io::Write;
 use std::path::Path;
 

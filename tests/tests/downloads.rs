@@ -9,11 +9,11 @@ mod common;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
-use catena_core::config::Paths;
-use catena_core::models::download::{
+use catena_hub::config::Paths;
+use catena_hub::download::{
     self, DownloadError, DownloadEvent, DownloadOptions, DownloadRequest, EventSink,
 };
-use catena_core::models::installed::{self, DigestSource};
+use catena_hub::installed::{self, DigestSource};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::process::{Command, Stdio};

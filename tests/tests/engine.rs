@@ -2,8 +2,8 @@
 
 mod common;
 
-use catena_core::engine::llama::{LlamaEngine, LoadOptions};
-use catena_core::engine::{
+use catena_engine::llama::{LlamaEngine, LoadOptions};
+use catena_engine::{
     ChatFormat, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, StopMatcher,
 };

@@ -7,7 +7,8 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../src-core/tests/fixtures/verl_tasks.parquet")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/eval/tests/fixtures/verl_tasks.parquet")
 }
 
 /// `catena eval` on the fixture with `args`.

@@ -5,9 +5,9 @@
 
 mod common;
 
-use catena_core::eval::reward::code_passes;
-use catena_core::eval::{CodeTests, EvalTask, TaskKind, score_run};
-use catena_core::sandbox::Limits;
+use catena_eval::reward::code_passes;
+use catena_eval::{CodeTests, EvalTask, TaskKind, score_run};
+use catena_sandbox::Limits;
 use std::time::Duration;
 
 fn io_tests() -> CodeTests {

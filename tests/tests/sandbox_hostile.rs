@@ -4,8 +4,8 @@
 
 mod common;
 
-use catena_core::sandbox::{Exit, Limits};
-use catena_core::tools::code_observation;
+use catena_agent::tools::code_observation;
+use catena_sandbox::{Exit, Limits};
 use std::time::Duration;
 
 const WALL: Duration = Duration::from_secs(2);

@@ -61,7 +61,7 @@ impl Drop for Served {
 }
 
 fn http() -> reqwest::blocking::Client {
-    // reqwest is built with no TLS provider of its own (catena-core uses ring); a client needs one
+    // reqwest is built with no TLS provider of its own (catena-hub uses ring); a client needs one
     // installed even for plain HTTP.
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::blocking::Client::builder()

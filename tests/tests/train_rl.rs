@@ -5,12 +5,12 @@
 
 mod common;
 
-use catena_core::engine::SessionOptions;
-use catena_core::engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
-use catena_core::eval::EvalTask;
-use catena_core::protocol::Profile;
-use catena_core::sandbox::Limits;
-use catena_core::tools::profile_tools;
+use catena_agent::tools::profile_tools;
+use catena_engine::SessionOptions;
+use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_eval::EvalTask;
+use catena_protocol::Profile;
+use catena_sandbox::Limits;
 use catena_trainer::base::BaseModel;
 use catena_trainer::lora::{LoraConfig, Target};
 use catena_trainer::model::Qwen2Lora;

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One optimizer step, as the loss curve and the resumed run see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +78,44 @@ pub fn save_state<P: Serialize + StepCount>(
         .collect();
     tensors.extend(adam.state());
     save(out, progress, &tensors, keep)
+}
+
+/// When a loop saves its state: every `every` steps (0: never on a schedule), after the last
+/// step, and after the step during which a stop was requested.
+pub struct Policy<'a> {
+    pub out: &'a Path,
+    pub every: usize,
+    pub keep: usize,
+    pub stop: &'a AtomicBool,
+}
+
+/// A checkpoint written after a step.
+pub struct Saved {
+    pub path: PathBuf,
+    /// A stop was requested and this was not the last step: the loop ends here, resumable.
+    pub stopping: bool,
+}
+
+impl Policy<'_> {
+    /// Saves the state after the step `progress` just finished when one is due.
+    pub fn after_step<P: Serialize + StepCount>(
+        &self,
+        progress: &P,
+        last: bool,
+        lora: &crate::lora::LoraParams,
+        adam: &crate::optim::AdamW,
+    ) -> Result<Option<Saved>> {
+        let stopping = self.stop.load(Ordering::SeqCst);
+        let scheduled = self.every > 0 && progress.step().is_multiple_of(self.every);
+        if !(scheduled || last || stopping) {
+            return Ok(None);
+        }
+        let path = save_state(self.out, progress, lora, adam, self.keep)?;
+        Ok(Some(Saved {
+            path,
+            stopping: stopping && !last,
+        }))
+    }
 }
 
 /// Resumes from the latest checkpoint under `out`, if any: refuses one whose fingerprint is

@@ -2,16 +2,14 @@
 //! `catena-desktop train sft` (which the app's training page starts as a child process): the
 //! flags, the progress bar or JSON lines, Ctrl-C, and `stop` on stdin.
 
+use crate::command::{device, exit_code, stop_flag};
 use crate::lora::{LoraConfig, Target};
-use crate::progress::{StepBar, print_json};
+use crate::progress::{Reporter, ShowProgress, StepBar};
 use crate::sft::{self, Event, SftOptions};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Args)]
 pub struct SftArgs {
@@ -103,43 +101,6 @@ pub struct SftArgs {
     json: bool,
 }
 
-/// The flag a run polls between steps: set by the first Ctrl-C (finish the step, checkpoint,
-/// exit; a second one exits at once and the last checkpoint still resumes) and, with `--json`,
-/// by `stop` on stdin (how the app's training page stops a run it started).
-pub(crate) fn stop_flag(json: bool) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
-    if json {
-        let flag = stop.clone();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                match line {
-                    Ok(line) if line.trim() == "stop" => flag.store(true, Ordering::SeqCst),
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
-        });
-    }
-    stop
-}
-
-pub(crate) fn device(choice: Option<&str>) -> Result<crate::Device> {
-    match choice {
-        None => Ok(crate::Device::cuda_if_available(0).unwrap_or(crate::Device::Cpu)),
-        Some("cpu") => Ok(crate::Device::Cpu),
-        Some("cuda") => crate::Device::new_cuda(0).context(
-            "no CUDA device for training (this build needs the `cuda` feature and an NVIDIA GPU)",
-        ),
-        Some(other) => bail!("--device must be cpu or cuda, not `{other}`"),
-    }
-}
-
 /// Runs `train sft`. `resolve_base` turns `--base` (or its absence) into a model file: the
 /// default model, a catalog id, a path.
 pub fn run_sft(
@@ -191,43 +152,13 @@ pub fn run_sft(
     let stop = stop_flag(args.json);
     let mut reporter = Reporter::new(args.json);
     let result = sft::train(&options, &device, &mut |e| reporter.event(e), &stop);
-    reporter.bar.abandon();
+    reporter.abandon();
     exit_code(result.map(drop), &stop)
 }
 
-/// How a run ends: success; 130 after a requested stop (the checkpoint resumes it); or the
-/// error.
-pub(crate) fn exit_code(result: crate::Result<()>, stop: &AtomicBool) -> Result<ExitCode> {
-    match result {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(crate::TrainError::Stopped(why)) if stop.load(Ordering::SeqCst) => {
-            eprintln!("{why}");
-            Ok(ExitCode::from(130))
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Progress as a bar on stderr, or as JSON lines on stdout.
-struct Reporter {
-    json: bool,
-    bar: StepBar,
-}
-
-impl Reporter {
-    fn new(json: bool) -> Reporter {
-        Reporter {
-            json,
-            bar: StepBar::default(),
-        }
-    }
-
-    fn event(&mut self, event: &Event) {
-        if self.json {
-            print_json(event);
-            return;
-        }
-        match event {
+impl ShowProgress for Event {
+    fn show(&self, bar: &mut StepBar) {
+        match self {
             Event::Prepared {
                 train_samples,
                 eval_samples,
@@ -244,11 +175,11 @@ impl Reporter {
                     rejected.len(),
                     weight_types.join(" ")
                 );
-                self.bar.start(*total_steps);
+                bar.start(*total_steps);
             }
             Event::Resumed { step, checkpoint } => {
-                self.bar.set(*step, None);
-                self.bar.line(format!(
+                bar.set(*step, None);
+                bar.line(format!(
                     "resumed at step {step} from {}",
                     checkpoint.display()
                 ));
@@ -259,16 +190,14 @@ impl Reporter {
                 tokens_per_second,
                 ..
             } => {
-                self.bar.set(
+                bar.set(
                     *step,
                     Some(format!("loss {loss:.4}  {tokens_per_second:.0} tok/s")),
                 );
             }
-            Event::Eval { step, loss } => self
-                .bar
-                .line(format!("step {step}: held-out loss {loss:.4}")),
+            Event::Eval { step, loss } => bar.line(format!("step {step}: held-out loss {loss:.4}")),
             Event::Checkpoint { .. } => {}
-            Event::Stopped { step, checkpoint } => self.bar.line(format!(
+            Event::Stopped { step, checkpoint } => bar.line(format!(
                 "stopped after step {step}; checkpoint {}",
                 checkpoint.display()
             )),
@@ -279,7 +208,7 @@ impl Reporter {
                 final_eval_loss,
                 ..
             } => {
-                self.bar.clear();
+                bar.clear();
                 if let Some(loss) = final_eval_loss {
                     eprintln!("held-out loss {loss:.4}");
                 }

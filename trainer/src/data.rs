@@ -14,9 +14,9 @@
 //! assistant turn, tags and the end-of-turn token included, does.
 
 use crate::{Result, TrainError};
-use catena_core::engine::PromptPart;
-use catena_core::engine::llama::{ChatMessage, LlamaEngine};
-use catena_core::protocol::parse_all;
+use catena_engine::PromptPart;
+use catena_engine::llama::{ChatMessage, LlamaEngine};
+use catena_protocol::parse_all;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -31,12 +31,7 @@ pub struct Conversation {
     pub assistant: String,
 }
 
-/// A sample left out, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Rejected {
-    pub origin: String,
-    pub reason: String,
-}
+pub use catena_train_events::Rejected;
 
 /// What a data file held.
 #[derive(Debug, Default)]
@@ -277,7 +272,7 @@ pub fn pieces(
 /// The chat template's end-of-turn marker, trained so the model learns to stop.
 fn end_of_turn(engine: &LlamaEngine) -> Option<&'static str> {
     match engine.info().chat_template {
-        catena_core::engine::ChatFormat::ChatMl => Some("<|im_end|>"),
+        catena_engine::ChatFormat::ChatMl => Some("<|im_end|>"),
         _ => None,
     }
 }

@@ -21,6 +21,7 @@
 pub mod base;
 pub mod checkpoint;
 pub mod cli;
+mod command;
 pub mod data;
 pub mod export;
 pub mod lora;
@@ -49,7 +50,7 @@ pub enum TrainError {
     #[error("{0}")]
     Config(String),
     #[error("the model runtime: {0}")]
-    Engine(#[from] catena_core::engine::EngineError),
+    Engine(#[from] catena_engine::EngineError),
     #[error("tensor maths: {0}")]
     Candle(#[from] candle_core::Error),
     #[error("{path}: {source}")]

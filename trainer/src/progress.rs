@@ -5,8 +5,41 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+/// An event a person reads: what it moves on the bar or prints above it.
+pub(crate) trait ShowProgress: Serialize {
+    fn show(&self, bar: &mut StepBar);
+}
+
+/// Progress as a bar on stderr, or (`--json`) as JSON lines on stdout.
+pub(crate) struct Reporter {
+    json: bool,
+    bar: StepBar,
+}
+
+impl Reporter {
+    pub(crate) fn new(json: bool) -> Reporter {
+        Reporter {
+            json,
+            bar: StepBar::default(),
+        }
+    }
+
+    pub(crate) fn event<E: ShowProgress>(&mut self, event: &E) {
+        if self.json {
+            print_json(event);
+        } else {
+            event.show(&mut self.bar);
+        }
+    }
+
+    /// Leaves the bar where it stopped (the run ended with an error or a stop).
+    pub(crate) fn abandon(&mut self) {
+        self.bar.abandon();
+    }
+}
+
 /// Prints `event` as one JSON line on stdout.
-pub(crate) fn print_json<E: Serialize>(event: &E) {
+fn print_json<E: Serialize>(event: &E) {
     if let Ok(line) = serde_json::to_string(event) {
         println!("{line}");
     }

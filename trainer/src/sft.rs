@@ -12,7 +12,7 @@ use crate::model::Qwen2Lora;
 use crate::optim::{AdamW, AdamWConfig, Schedule, clip_grad_norm};
 use crate::{Result, TrainError, export, plot};
 use candle_core::{Device, Tensor};
-use catena_core::engine::llama::{LlamaEngine, LoadOptions};
+use catena_engine::llama::{LlamaEngine, LoadOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 /// Everything `catena train sft` takes.
@@ -76,54 +76,8 @@ impl SftOptions {
     }
 }
 
-/// What the loop reports as it goes (the CLI draws a bar or prints JSON lines from these).
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
-    Prepared {
-        train_samples: usize,
-        eval_samples: usize,
-        rejected: Vec<Rejected>,
-        total_steps: usize,
-        trainable_parameters: usize,
-        weight_types: Vec<String>,
-    },
-    Resumed {
-        step: usize,
-        checkpoint: PathBuf,
-    },
-    Step {
-        step: usize,
-        total_steps: usize,
-        epoch: usize,
-        loss: f64,
-        lr: f64,
-        grad_norm: f64,
-        tokens: usize,
-        tokens_per_second: f64,
-        elapsed_seconds: f64,
-        eta_seconds: f64,
-    },
-    Eval {
-        step: usize,
-        loss: f64,
-    },
-    Checkpoint {
-        step: usize,
-        path: PathBuf,
-    },
-    Finished {
-        steps: usize,
-        adapter: PathBuf,
-        peft: PathBuf,
-        loss_curve: PathBuf,
-        final_eval_loss: Option<f64>,
-    },
-    Stopped {
-        step: usize,
-        checkpoint: PathBuf,
-    },
-}
+/// What the loop reports as it goes: the type the service reads back from `--json` lines.
+pub use catena_train_events::SftEvent as Event;
 
 /// The samples of a run, tokenised and split.
 pub struct Prepared {
@@ -170,10 +124,10 @@ pub fn prepare(engine: &LlamaEngine, options: &SftOptions) -> Result<Prepared> {
     } else {
         ((encoded.len() as f64 * options.eval_fraction).round() as usize).min(encoded.len() - 1)
     };
+    // `order` is a permutation: every slot is taken exactly once, in the shuffled order.
     let mut slots: Vec<Option<Encoded>> = encoded.into_iter().map(Some).collect();
-    let mut take = |i: usize| slots[i].take().expect("each index once");
-    let eval = order[..eval_count].iter().map(|&i| take(i)).collect();
-    let train = order[eval_count..].iter().map(|&i| take(i)).collect();
+    let mut eval: Vec<Encoded> = order.iter().filter_map(|&i| slots[i].take()).collect();
+    let train = eval.split_off(eval_count);
     Ok(Prepared {
         train,
         eval,
@@ -313,6 +267,12 @@ pub fn train(
     }
     let started = Instant::now();
     let done_at_start = progress.step;
+    let policy = checkpoint::Policy {
+        out: &options.out,
+        every: options.checkpoint_every,
+        keep: options.keep_checkpoints,
+        stop,
+    };
     while progress.step < total_steps {
         let step = progress.step;
         let (epoch, members) = &plan[step];
@@ -386,26 +346,15 @@ pub fn train(
                 loss,
             });
         }
-        let stopping = stop.load(Ordering::SeqCst);
-        if (options.checkpoint_every > 0 && progress.step.is_multiple_of(options.checkpoint_every))
-            || last
-            || stopping
-        {
-            let path = checkpoint::save_state(
-                &options.out,
-                &progress,
-                &model.lora,
-                &adam,
-                options.keep_checkpoints,
-            )?;
+        if let Some(saved) = policy.after_step(&progress, last, &model.lora, &adam)? {
             on_event(&Event::Checkpoint {
                 step: progress.step,
-                path: path.clone(),
+                path: saved.path.clone(),
             });
-            if stopping && !last {
+            if saved.stopping {
                 on_event(&Event::Stopped {
                     step: progress.step,
-                    checkpoint: path,
+                    checkpoint: saved.path,
                 });
                 return Err(TrainError::Stopped(format!(
                     "stopped at step {} of {total_steps}; run the same command again to resume",

@@ -7,9 +7,9 @@
 //! output disagrees with the expected answer is reported and dropped, so every trajectory
 //! written is correct. Anyone can reproduce a learning run from a seed, with no teacher model.
 
-use catena_core::eval::normalise_answer;
-use catena_core::protocol::{Profile, render_observation};
-use catena_core::tools::Tool;
+use catena_agent::tools::Tool;
+use catena_eval::normalise_answer;
+use catena_protocol::{Profile, render_observation};
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,7 +22,7 @@ pub struct Task {
     pub family: String,
     pub question: String,
     /// The exact answer (an integer or a string), compared after
-    /// [`catena_core::eval::normalise_answer`].
+    /// [`catena_eval::normalise_answer`].
     pub answer: String,
     /// What the plan says the program does.
     #[serde(skip)]

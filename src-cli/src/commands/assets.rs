@@ -2,10 +2,10 @@
 
 use crate::setup;
 use anyhow::Result;
-use catena_core::assets::{
+use catena_hub::assets::{
     self, Asset, DEFAULT_MODEL, GEMMA_TEST_MODEL, MICROPYTHON, PYTHON, installed_path, is_installed,
 };
-use catena_core::config::Paths;
+use catena_hub::config::Paths;
 use clap::{Args, Subcommand, ValueEnum};
 use std::process::ExitCode;
 

@@ -9,9 +9,9 @@
 
 use crate::setup;
 use anyhow::{Result, bail};
-use catena_core::config::Paths;
-use catena_core::engine::llama::LlamaEngine;
-use catena_core::engine::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
+use catena_engine::llama::LlamaEngine;
+use catena_engine::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
+use catena_hub::config::Paths;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -4,12 +4,12 @@
 use crate::commands::bench::{XorShift, gen_rate, prompt_rate};
 use crate::setup;
 use anyhow::{Context, Result};
-use catena_core::config::Paths;
-use catena_core::engine::llama::{LlamaEngine, LoadOptions};
-use catena_core::engine::{KvCacheType, SamplingParams, SessionOptions};
-use catena_core::models::hardware::{self, Hardware};
-use catena_core::models::inspect::{Inspection, human_bytes, inspect_file};
-use catena_core::models::plan::{Capacity, ModelSize, Overrides, Plan, plan};
+use catena_engine::hardware::{self, Hardware};
+use catena_engine::llama::{LlamaEngine, LoadOptions};
+use catena_engine::plan::{Capacity, ModelSize, Overrides, Plan, plan};
+use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
+use catena_gguf::inspect::{Inspection, human_bytes, inspect_file};
+use catena_hub::config::Paths;
 use clap::Args;
 use serde_json::json;
 use std::path::PathBuf;

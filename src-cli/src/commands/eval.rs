@@ -4,14 +4,14 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_core::agent::{Budgets, RunRequest, run_chain};
-use catena_core::config::Paths;
-use catena_core::engine::{KvCacheType, SamplingParams, Session, SessionOptions};
-use catena_core::eval::{self, EvalTask, Report, TaskKind, TaskResult, plot};
-use catena_core::models::plan::Overrides;
-use catena_core::protocol::{AnswerFormat, Profile};
-use catena_core::sandbox::Limits;
-use catena_core::tools::profile_tools;
+use catena_agent::tools::profile_tools;
+use catena_agent::{Budgets, RunRequest, run_chain, start_task};
+use catena_engine::plan::Overrides;
+use catena_engine::{KvCacheType, SamplingParams, Session, SessionOptions};
+use catena_eval::{EvalTask, Report, TaskKind, TaskResult, plot};
+use catena_hub::config::Paths;
+use catena_protocol::{AnswerFormat, Profile};
+use catena_sandbox::Limits;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -92,7 +92,7 @@ fn temperature(samples: u32, given: Option<f32>) -> Result<f32> {
 pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     let temperature = temperature(args.samples, args.temperature)?;
     let samples = args.samples as usize;
-    let mut tasks = eval::read_tasks(&args.tasks)?;
+    let mut tasks = catena_eval::read_tasks(&args.tasks)?;
     if let Some(limit) = args.limit {
         tasks.truncate(limit);
     }
@@ -151,20 +151,15 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                 seed: args.seed.wrapping_add(sample as u32),
                 ..base_sampling
             };
-            session.set_sampling(sampling);
             let t0 = Instant::now();
-            let prompt =
-                engine.chat_prompt(&profile.system, &profile.user_message(&task.question))?;
-            let ids = engine.tokenize_parts(&prompt);
-            let shared = session.start_prompt(&ids)?;
+            let prompt = start_task(&engine, &mut session, &profile, &task.question)?;
             // The session's counters run across runs: this run's share is the difference.
             let generated_before = session.stats().generated_tokens;
             let request = RunRequest {
                 profile: &profile,
                 model: model_name.clone(),
                 sampling,
-                prompt_tokens: ids.len(),
-                cached_tokens: shared,
+                prompt,
                 prefill: None,
                 budgets: Budgets {
                     max_tool_calls: profile.max_tool_calls,
@@ -175,7 +170,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             };
             let summary = run_chain(&mut session, request, &tools, &mut |_| {})
                 .with_context(|| format!("task {}", task.id))?;
-            let score = eval::score_run(
+            let score = catena_eval::score_run(
                 task,
                 summary.answer.as_deref(),
                 &summary.trajectory,
@@ -186,15 +181,12 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                 family: task.family.clone(),
                 expected: task.answer.clone(),
                 solved: score.solved,
-                well_formed: eval::well_formed(&summary.trajectory, boxed),
+                well_formed: catena_eval::well_formed(&summary.trajectory, boxed),
                 answer: summary.answer.clone(),
                 tool_calls: summary.tool_calls,
                 generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
                 seconds: t0.elapsed().as_secs_f64(),
-                stop: serde_json::to_value(summary.stop_reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                stop: summary.stop_reason.as_str().to_string(),
                 sample,
                 reward: score.reward,
                 f1: score.f1,

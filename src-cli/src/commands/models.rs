@@ -3,16 +3,14 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_core::assets;
-use catena_core::config::Paths;
-use catena_core::models::catalog::{self, Catalog};
-use catena_core::models::download::{
-    self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink,
-};
-use catena_core::models::inspect::human_bytes;
-use catena_core::models::installed::{self, DigestSource, ModelSettings};
-use catena_core::models::listing;
-use catena_core::models::pull::{self, PullPlan};
+use catena_gguf::inspect::human_bytes;
+use catena_hub::assets;
+use catena_hub::catalog::{self, Catalog};
+use catena_hub::config::Paths;
+use catena_hub::download::{self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink};
+use catena_hub::installed::{self, DigestSource, ModelSettings};
+use catena_hub::listing;
+use catena_hub::pull::{self, PullPlan};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -207,7 +205,7 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
         (None, None) => bail!("name a catalog model or pass --url"),
     };
 
-    let Some(stall_timeout) = catena_core::util::positive_seconds(args.stall_timeout) else {
+    let Some(stall_timeout) = catena_protocol::units::positive_seconds(args.stall_timeout) else {
         bail!("--stall-timeout must be a positive number of seconds");
     };
     let options = DownloadOptions {
@@ -232,7 +230,7 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
         model.record.file, model.record.sha256, model.record.digest_source
     );
     // The bytes are the ones published; say now if they are not a model this build can run.
-    match catena_core::models::inspect::inspect_file(&model.path) {
+    match catena_gguf::inspect::inspect_file(&model.path) {
         Ok(report) if report.usable() => {}
         Ok(report) => eprintln!(
             "warning: {} downloaded intact, but the bundled llama.cpp cannot run it: {}",
@@ -433,7 +431,7 @@ fn mirror(url: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
 }
 
 fn inspect(file: &Path, json: bool) -> Result<ExitCode> {
-    let inspection = catena_core::models::inspect::inspect_file(file)
+    let inspection = catena_gguf::inspect::inspect_file(file)
         .with_context(|| format!("cannot inspect {}", file.display()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&inspection)?);

@@ -3,15 +3,15 @@
 use crate::render::{EventSink, HumanPrinter, JsonPrinter};
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_core::agent::{Budgets, RunRequest, run_chain};
-use catena_core::config::Paths;
-use catena_core::engine::{KvCacheType, SamplingParams, Session, SessionOptions};
-use catena_core::models::plan::Overrides;
-use catena_core::protocol::Profile;
-use catena_core::sandbox::Limits;
-use catena_core::store::{NewRun, Recorder, RunKind, Store};
-use catena_core::tools::profile_tools;
-use catena_core::util::positive_seconds;
+use catena_agent::tools::profile_tools;
+use catena_agent::{Budgets, RunRequest, run_chain, start_task};
+use catena_engine::plan::Overrides;
+use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
+use catena_hub::config::Paths;
+use catena_protocol::Profile;
+use catena_protocol::units::positive_seconds;
+use catena_sandbox::Limits;
+use catena_store::{NewRun, Recorder, RunKind, Store};
 use clap::Args;
 use std::io::Read;
 use std::path::PathBuf;
@@ -161,8 +161,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let mut session = engine.session(&options)?;
     let user_prompt = profile.user_message(&task);
-    let prompt = engine.chat_prompt(&profile.system, &user_prompt)?;
-    let prompt_tokens = session.append(&prompt)?;
+    let prompt = start_task(&engine, &mut session, &profile, &task)?;
     let budgets = Budgets {
         max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
         max_tokens: args.max_tokens,
@@ -231,8 +230,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         profile: &profile,
         model: model_name.clone(),
         sampling,
-        prompt_tokens,
-        cached_tokens: 0,
+        prompt,
         prefill: args.prefill.as_deref(),
         budgets,
         cancel: Some(cancel),

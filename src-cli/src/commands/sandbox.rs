@@ -2,9 +2,9 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_core::config::Paths;
-use catena_core::sandbox::{Exit, Limits};
-use catena_core::tools::code_observation;
+use catena_agent::tools::code_observation;
+use catena_hub::config::Paths;
+use catena_sandbox::{Exit, Limits};
 use clap::Args;
 use std::io::Read;
 use std::process::ExitCode;
@@ -45,7 +45,7 @@ pub fn run(args: SandboxArgs, paths: &Paths) -> Result<ExitCode> {
     } else {
         args.code.clone()
     };
-    let Some(wall) = catena_core::util::positive_seconds(args.timeout) else {
+    let Some(wall) = catena_protocol::units::positive_seconds(args.timeout) else {
         bail!("--timeout must be a positive number of seconds");
     };
     let limits = Limits {

@@ -2,12 +2,13 @@
 
 use crate::setup;
 use anyhow::{Context, Result};
-use catena_core::config::Paths;
-use catena_core::engine::{KvCacheType, SamplingParams, SessionOptions};
-use catena_core::sandbox::Limits;
-use catena_core::server::{InferenceConfig, ServeConfig, Server};
-use catena_core::store::Store;
-use catena_core::worker::WorkerCommand;
+use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
+use catena_hub::config::Paths;
+use catena_sandbox::Limits;
+use catena_server::{ServeConfig, Server};
+use catena_service::InferenceConfig;
+use catena_store::Store;
+use catena_worker::WorkerCommand;
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
@@ -68,7 +69,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
-    let Some(code_timeout) = catena_core::util::positive_seconds(args.code_timeout) else {
+    let Some(code_timeout) = catena_protocol::units::positive_seconds(args.code_timeout) else {
         anyhow::bail!("--code-timeout must be a positive number of seconds");
     };
     let model_path = setup::model_path(args.model.as_deref(), paths)?;

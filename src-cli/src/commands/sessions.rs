@@ -1,8 +1,8 @@
 //! `catena sessions list|show|export`: what was run, from the session store.
 
 use anyhow::{Context, Result, bail};
-use catena_core::config::Paths;
-use catena_core::store::{ExportFormat, FeedbackFilter, Store};
+use catena_hub::config::Paths;
+use catena_store::{ExportFormat, FeedbackFilter, Store};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
@@ -208,8 +208,8 @@ pub fn run(args: SessionsArgs, paths: &Paths) -> Result<ExitCode> {
         }
         SessionsCommand::Feedback { run, rating, note } => {
             let rating = match rating {
-                Rating::Good => Some(catena_core::store::Feedback::Good),
-                Rating::Bad => Some(catena_core::store::Feedback::Bad),
+                Rating::Good => Some(catena_store::Feedback::Good),
+                Rating::Bad => Some(catena_store::Feedback::Bad),
                 Rating::None => None,
             };
             if let Err(e) = store.set_feedback(&run, rating, note.as_deref()) {

@@ -3,10 +3,10 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_core::config::Paths;
-use catena_core::protocol::Profile;
-use catena_core::sandbox::Limits;
-use catena_core::tools::CodeTool;
+use catena_agent::tools::CodeTool;
+use catena_hub::config::Paths;
+use catena_protocol::Profile;
+use catena_sandbox::Limits;
 use catena_trainer::synth;
 use clap::Args;
 use std::collections::HashSet;

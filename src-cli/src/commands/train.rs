@@ -4,10 +4,10 @@
 
 use crate::setup;
 use anyhow::Result;
-use catena_core::config::Paths;
-use catena_core::protocol::Profile;
-use catena_core::sandbox::{Limits, Sandbox};
-use catena_core::tools::profile_tools;
+use catena_agent::tools::profile_tools;
+use catena_hub::config::Paths;
+use catena_protocol::Profile;
+use catena_sandbox::{Limits, Sandbox};
 use catena_trainer::rl::cli::RlEnvironment;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;

@@ -2,11 +2,11 @@
 //! app over its standard input and output. Not for people to run.
 
 use anyhow::Result;
-use catena_core::worker::WorkerExit;
+use catena_worker::WorkerExit;
 use std::process::ExitCode;
 
 pub fn run() -> Result<ExitCode> {
-    match catena_core::worker::run_stdio() {
+    match catena_worker::run_stdio() {
         Ok(()) => Ok(ExitCode::SUCCESS),
         // The server went away mid-answer (it was stopped or killed): nobody is left to tell.
         Err(WorkerExit::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {

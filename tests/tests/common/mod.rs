@@ -2,9 +2,9 @@
 //! directory, or the directories `CATENA_DATA_DIR` / `CATENA_CACHE_DIR` name), the real binary.
 #![allow(dead_code)]
 
-use catena_core::assets::{self, AssetProgress};
-use catena_core::config::Paths;
-use catena_core::sandbox::{Limits, Sandbox};
+use catena_hub::assets::{self, AssetProgress};
+use catena_hub::config::Paths;
+use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{ChildStdout, Command, Output, Stdio};
@@ -31,7 +31,8 @@ pub fn gemma_model() -> PathBuf {
 /// The real CPython sandbox with the given limits.
 pub fn python_sandbox(limits: Limits) -> Sandbox {
     let paths = paths();
-    let spec = assets::python_runtime(&paths, &mut progress).expect("the Python runtime");
+    let files = assets::python_runtime(&paths, &mut progress).expect("the Python runtime");
+    let spec = RuntimeSpec::cpython(files.wasm, files.sha256, files.stdlib_dir);
     Sandbox::new(spec, limits, &paths.sandbox_cache_dir(), || {
         eprintln!("compiling the Python sandbox (first use)")
     })

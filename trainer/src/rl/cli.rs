@@ -3,12 +3,12 @@
 
 use super::loss::DapoConfig;
 use super::{RlEvent, RlOptions};
-use crate::cli::{device, exit_code, stop_flag};
+use crate::command::{device, exit_code, stop_flag};
 use crate::lora::{LoraConfig, Target};
-use crate::progress::{StepBar, print_json};
+use crate::progress::{Reporter, ShowProgress, StepBar};
 use anyhow::{Context, Result, bail};
-use catena_core::sandbox::Sandbox;
-use catena_core::tools::ToolBox;
+use catena_agent::tools::ToolBox;
+use catena_sandbox::Sandbox;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -201,12 +201,12 @@ fn options(args: &RlArgs, base: PathBuf) -> Result<RlOptions> {
 pub fn run_rl(args: RlArgs, env: &RlEnvironment<'_>) -> Result<ExitCode> {
     let base = (env.resolve_base)(args.base.as_deref())?;
     let options = options(&args, base)?;
-    let tasks = catena_core::eval::read_tasks(&options.tasks)?;
+    let tasks = catena_eval::read_tasks(&options.tasks)?;
     let tools = (env.tools)(&options.profile)?;
     // Code tasks are scored by running their tests; nothing else needs a sandbox.
     let sandbox = if tasks
         .iter()
-        .any(|t| t.kind == Some(catena_core::eval::TaskKind::Code))
+        .any(|t| t.kind == Some(catena_eval::TaskKind::Code))
     {
         Some((env.sandbox)()?)
     } else {
@@ -226,30 +226,13 @@ pub fn run_rl(args: RlArgs, env: &RlEnvironment<'_>) -> Result<ExitCode> {
         &mut |e| reporter.event(e),
         &stop,
     );
-    reporter.bar.abandon();
+    reporter.abandon();
     exit_code(result.map(drop), &stop)
 }
 
-/// Progress as a bar on stderr, or as JSON lines on stdout.
-struct Reporter {
-    json: bool,
-    bar: StepBar,
-}
-
-impl Reporter {
-    fn new(json: bool) -> Reporter {
-        Reporter {
-            json,
-            bar: StepBar::default(),
-        }
-    }
-
-    fn event(&mut self, event: &RlEvent) {
-        if self.json {
-            print_json(event);
-            return;
-        }
-        match event {
+impl ShowProgress for RlEvent {
+    fn show(&self, bar: &mut StepBar) {
+        match self {
             RlEvent::Prepared {
                 tasks,
                 steps,
@@ -264,18 +247,18 @@ impl Reporter {
                         .as_ref()
                         .map_or("a fresh adapter".to_string(), |p| p.display().to_string())
                 );
-                self.bar.start(*steps);
+                bar.start(*steps);
             }
             RlEvent::Resumed { step, checkpoint } => {
-                self.bar.set(*step, None);
-                self.bar.line(format!(
+                bar.set(*step, None);
+                bar.line(format!(
                     "resumed at step {step} from {}",
                     checkpoint.display()
                 ));
             }
             RlEvent::Group { .. } => {}
             RlEvent::Step { record: r, .. } => {
-                self.bar.line(format!(
+                bar.line(format!(
                     "step {}: reward {:.3}  solved {:.0}%  length {:.0}  dropped {}/{}  clip {:.3}  entropy {:.3}  loss {:+.4}  ({:.0} s rollout, {:.1} s scoring, {:.0} s update)",
                     r.step,
                     r.reward_mean,
@@ -290,11 +273,10 @@ impl Reporter {
                     r.scoring_seconds,
                     r.update_seconds
                 ));
-                self.bar
-                    .set(r.step, Some(format!("reward {:.3}", r.reward_mean)));
+                bar.set(r.step, Some(format!("reward {:.3}", r.reward_mean)));
             }
             RlEvent::Checkpoint { .. } => {}
-            RlEvent::Stopped { step, checkpoint } => self.bar.line(format!(
+            RlEvent::Stopped { step, checkpoint } => bar.line(format!(
                 "stopped after step {step}; checkpoint {}",
                 checkpoint.display()
             )),
@@ -304,7 +286,7 @@ impl Reporter {
                 curves,
                 ..
             } => {
-                self.bar.clear();
+                bar.clear();
                 eprintln!("adapter (llama.cpp): {}", adapter.display());
                 eprintln!("adapter (PEFT):      {}", peft.display());
                 eprintln!("curves:              {}", curves.display());

@@ -15,6 +15,7 @@
 //! of every step, written atomically; a resumed run continues with the same task order.
 
 pub mod cli;
+mod curves;
 pub mod loss;
 pub mod rollout;
 
@@ -23,14 +24,14 @@ use crate::checkpoint::{self, StepCount};
 use crate::lora::LoraConfig;
 use crate::model::{ObjectivePass, Qwen2Lora};
 use crate::optim::{AdamW, AdamWConfig, clip_grad_norm};
-use crate::{Result, TrainError, export, plot};
+use crate::{Result, TrainError, export};
 use candle_core::{Device, Tensor};
-use catena_core::engine::SessionOptions;
-use catena_core::engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
-use catena_core::eval::{self, EvalTask};
-use catena_core::protocol::Profile;
-use catena_core::sandbox::Sandbox;
-use catena_core::tools::ToolBox;
+use catena_agent::tools::ToolBox;
+use catena_engine::SessionOptions;
+use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_eval::EvalTask;
+use catena_protocol::Profile;
+use catena_sandbox::Sandbox;
 use loss::{BatchObjective, DapoConfig, group_advantages};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -40,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 /// Everything `catena train rl` takes.
@@ -346,6 +347,12 @@ pub fn train(
     let architecture = "qwen2";
     let started = Instant::now();
     let done_at_start = progress.step;
+    let policy = checkpoint::Policy {
+        out: &options.out,
+        every: options.checkpoint_every,
+        keep: options.keep_checkpoints,
+        stop,
+    };
     while progress.step < options.steps {
         let record = run_step(
             options,
@@ -369,28 +376,17 @@ pub fn train(
             elapsed_seconds: elapsed,
             eta_seconds: per_step * (options.steps - progress.step) as f64,
         });
-        plot::rl_curves(&progress.history, &options.out.join("curves.svg"))?;
+        curves::rl_curves(&progress.history, &options.out.join("curves.svg"))?;
         let last = progress.step == options.steps;
-        let stopping = stop.load(Ordering::SeqCst);
-        if (options.checkpoint_every > 0 && progress.step.is_multiple_of(options.checkpoint_every))
-            || last
-            || stopping
-        {
-            let path = checkpoint::save_state(
-                &options.out,
-                &progress,
-                &model.lora,
-                &adam,
-                options.keep_checkpoints,
-            )?;
+        if let Some(saved) = policy.after_step(&progress, last, &model.lora, &adam)? {
             on_event(&RlEvent::Checkpoint {
                 step: progress.step,
-                path: path.clone(),
+                path: saved.path.clone(),
             });
-            if stopping && !last {
+            if saved.stopping {
                 on_event(&RlEvent::Stopped {
                     step: progress.step,
-                    checkpoint: path,
+                    checkpoint: saved.path,
                 });
                 return Err(TrainError::Stopped(format!(
                     "stopped at step {} of {}; run the same command again to resume",
@@ -406,7 +402,7 @@ pub fn train(
         &options.out,
     )?;
     let curves = options.out.join("curves.svg");
-    plot::rl_curves(&progress.history, &curves)?;
+    curves::rl_curves(&progress.history, &curves)?;
     let _ = std::fs::remove_file(options.out.join("rollout-adapter.gguf"));
     on_event(&RlEvent::Finished {
         steps: progress.step,
@@ -464,11 +460,12 @@ fn run_step(
         let t_score = Instant::now();
         let mut rewards = Vec::with_capacity(group.len());
         for r in &group {
-            let score = eval::score_run(task, r.answer.as_deref(), &r.trajectory, scoring);
+            let score = catena_eval::score_run(task, r.answer.as_deref(), &r.trajectory, scoring);
             solved_all += usize::from(score.solved);
             let mut reward = score.reward;
             if options.overlong_shaping {
-                reward += eval::reward::overlong_penalty(r.response_tokens(), options.max_tokens);
+                reward +=
+                    catena_eval::reward::overlong_penalty(r.response_tokens(), options.max_tokens);
             }
             rewards.push(reward);
             lengths_all.push(r.response_tokens());

@@ -3,12 +3,12 @@
 //! evaluated and the log-probability each sampled token had when it was drawn.
 
 use crate::{Result, TrainError};
-use catena_core::agent::{Budgets, RunRequest, run_chain};
-use catena_core::engine::llama::{LlamaEngine, LlamaSession};
-use catena_core::engine::{SamplingParams, Session, TokenRecord};
-use catena_core::eval::EvalTask;
-use catena_core::protocol::Profile;
-use catena_core::tools::ToolBox;
+use catena_agent::tools::ToolBox;
+use catena_agent::{Budgets, RunRequest, run_chain, start_task};
+use catena_engine::llama::{LlamaEngine, LlamaSession};
+use catena_engine::{SamplingParams, Session, TokenRecord};
+use catena_eval::EvalTask;
+use catena_protocol::Profile;
 use std::time::{Duration, Instant};
 
 /// One sampled trajectory, ready to score and to train on.
@@ -81,22 +81,16 @@ pub fn sample_group(
     seed: u32,
 ) -> Result<(Vec<Rollout>, Duration)> {
     let started = Instant::now();
-    let engine = setup.engine;
-    let prompt = engine.chat_prompt(
-        &setup.profile.system,
-        &setup.profile.user_message(&task.question),
-    )?;
-    let ids = engine.tokenize_parts(&prompt);
-    if ids.len() < 2 {
-        return Err(TrainError::Config(format!(
-            "task {}: the prompt is empty",
-            task.id
-        )));
-    }
     let mut rollouts = Vec::with_capacity(group);
     for g in 0..group {
         // The prompt's KV cache stays from the previous sample (or task).
-        let shared = session.start_prompt(&ids)?;
+        let prompt = start_task(setup.engine, session, setup.profile, &task.question)?;
+        if prompt.prompt_tokens < 2 {
+            return Err(TrainError::Config(format!(
+                "task {}: the prompt is empty",
+                task.id
+            )));
+        }
         let sampling = SamplingParams {
             temperature: setup.temperature,
             // No truncation: the sampled distribution is the model's own, the one the trainer
@@ -105,13 +99,11 @@ pub fn sample_group(
             top_k: 0,
             seed: seed.wrapping_add(g as u32),
         };
-        session.set_sampling(sampling);
         let request = RunRequest {
             profile: setup.profile,
             model: setup.model_name.clone(),
             sampling,
-            prompt_tokens: ids.len(),
-            cached_tokens: shared,
+            prompt,
             prefill: None,
             budgets: Budgets {
                 max_tool_calls: setup.profile.max_tool_calls,
@@ -131,10 +123,7 @@ pub fn sample_group(
             answer: summary.answer,
             trajectory: summary.trajectory,
             tool_calls: summary.tool_calls,
-            stop: serde_json::to_value(summary.stop_reason)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            stop: summary.stop_reason.as_str().to_string(),
         });
     }
     Ok((rollouts, started.elapsed()))

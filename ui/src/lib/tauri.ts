@@ -1,5 +1,5 @@
 // The transport of the desktop app: Tauri commands, and a Tauri channel per followed run. The
-// commands are thin calls into the same catena-core service that `catena serve`'s HTTP API uses.
+// commands are thin calls into the same service (catena-service) that `catena serve`'s HTTP API uses.
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';

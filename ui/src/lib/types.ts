@@ -1,4 +1,4 @@
-// The shapes `catena serve` sends (see src-core/src/server and src-core/src/agent/events.rs).
+// The shapes `catena serve` sends (see crates/server, crates/service and crates/agent/src/events.rs).
 
 export type Source = 'model' | 'prefill';
 
@@ -126,7 +126,7 @@ export interface TrainingRequest {
   max_steps?: number;
 }
 
-/** One line of the trainer's JSON progress. */
+/** One line of the trainer's JSON progress (`SftEvent` in crates/train-events). */
 export type TrainingEvent =
   | { event: 'prepared'; train_samples: number; eval_samples: number; total_steps: number; trainable_parameters: number; rejected: { origin: string; reason: string }[] }
   | { event: 'resumed'; step: number; checkpoint: string }

@@ -1,0 +1,71 @@
+//! What a run reports as it goes: typed events for the CLI now, the server and UI later.
+
+use catena_protocol::{ParseIssue, Tag};
+use serde::Serialize;
+
+/// Who wrote a block: the model, or the caller's `--prefill`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Model,
+    Prefill,
+}
+
+/// One event of a run, in order. Serialised with a `type` field (`block_started`, ...).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    RunStarted {
+        profile: String,
+        model: String,
+        /// Tokens of the rendered prompt.
+        prompt_tokens: usize,
+        /// Of those, tokens found already evaluated in a kept KV cache.
+        cached_tokens: usize,
+        context_size: usize,
+        seed: u32,
+        temperature: f64,
+    },
+    BlockStarted {
+        tag: Tag,
+        source: Source,
+    },
+    BlockDelta {
+        tag: Tag,
+        text: String,
+        source: Source,
+    },
+    BlockEnded {
+        tag: Tag,
+        content: String,
+        /// Whether the block ended with its own closing tag.
+        closed: bool,
+        source: Source,
+    },
+    /// Text outside any block (mostly the whitespace between blocks).
+    Text {
+        text: String,
+        source: Source,
+    },
+    /// The model broke the protocol; the parser recovered.
+    ParseIssue {
+        issue: ParseIssue,
+        message: String,
+    },
+    ToolCall {
+        /// 1-based number of the call in this run.
+        index: usize,
+        tool: Tag,
+        input: String,
+    },
+    Observation {
+        index: usize,
+        tool: Tag,
+        /// The observation text as the model reads it (inside the `<observation>` tags).
+        text: String,
+        success: bool,
+        /// The call repeated an earlier one and was answered by the duplicate guard.
+        duplicate: bool,
+        elapsed_ms: f64,
+    },
+}

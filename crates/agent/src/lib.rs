@@ -1,0 +1,401 @@
+//! The chain runner: one model writes the whole Chain-of-Agents trajectory in one assistant turn;
+//! the runner parses it as it streams, runs the tool calls, appends their observations to the same
+//! context and lets the model go on, within budgets (PROTOCOL.md §2).
+
+mod events;
+mod summary;
+pub mod tools;
+
+pub use events::{AgentEvent, Source};
+pub use summary::{RunSummary, StopReason, Timings};
+
+use crate::tools::ToolBox;
+use catena_engine::llama::{LlamaEngine, LlamaSession};
+use catena_engine::{
+    CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
+    StopMatcher,
+};
+use catena_protocol::{
+    Block, ParseEvent, Parser, Profile, Tag, final_answer, last_suggested_answer,
+    render_observation,
+};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// Limits of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    pub max_tool_calls: u32,
+    /// Tokens the model may generate in the whole run.
+    pub max_tokens: usize,
+    /// Wall time of the whole run.
+    pub max_time: Option<Duration>,
+}
+
+/// What to run.
+pub struct RunRequest<'a> {
+    pub profile: &'a Profile,
+    /// The model's name, for the `run_started` event.
+    pub model: String,
+    /// The session's sampling settings, for the `run_started` event.
+    pub sampling: SamplingParams,
+    /// The prompt the session already holds.
+    pub prompt: PromptStart,
+    /// Text the assistant turn starts with; a complete tool call at its end runs first.
+    pub prefill: Option<&'a str>,
+    pub budgets: Budgets,
+    /// Set it to stop the run between two tokens or two tool calls.
+    pub cancel: Option<CancelFlag>,
+}
+
+/// Where a run's prompt stands in its session when the run starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptStart {
+    /// Tokens of the prompt (rendered up to the opening of the assistant turn).
+    pub prompt_tokens: usize,
+    /// How many of them were already evaluated in a kept KV cache.
+    pub cached_tokens: usize,
+}
+
+/// Puts `task`'s prompt (`profile`'s system and user messages in the model's chat template) into
+/// a local session, reusing the longest prefix the session already evaluated: the system message
+/// between tasks, the whole prompt between samples of one task. Every local run starts here
+/// (`catena run`, `catena eval`, RL rollouts); the model worker does the same for the server.
+pub fn start_task(
+    engine: &LlamaEngine,
+    session: &mut LlamaSession<'_>,
+    profile: &Profile,
+    task: &str,
+) -> Result<PromptStart, EngineError> {
+    let prompt = engine.chat_prompt(&profile.system, &profile.user_message(task))?;
+    let ids = engine.tokenize_parts(&prompt);
+    let cached_tokens = session.start_prompt(&ids)?;
+    Ok(PromptStart {
+        prompt_tokens: ids.len(),
+        cached_tokens,
+    })
+}
+
+/// A run that could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Runs a chain to its end with the request's sampling and returns the summary. The session must
+/// already hold the prompt ([`start_task`] for a local one); `emit` receives every event as it
+/// happens.
+pub fn run_chain(
+    session: &mut dyn Session,
+    request: RunRequest<'_>,
+    tools: &ToolBox,
+    emit: &mut dyn FnMut(AgentEvent),
+) -> Result<RunSummary, AgentError> {
+    let started = Instant::now();
+    let deadline = request.budgets.max_time.map(|t| started + t);
+    session.set_sampling(request.sampling);
+    let prompt_tokens = request.prompt.prompt_tokens;
+    emit(AgentEvent::RunStarted {
+        profile: request.profile.name.clone(),
+        model: request.model.clone(),
+        prompt_tokens,
+        cached_tokens: request.prompt.cached_tokens,
+        context_size: session.context_size(),
+        seed: request.sampling.seed,
+        // f32 → f64 without the binary noise (0.6, not 0.6000000238418579).
+        temperature: (f64::from(request.sampling.temperature) * 1e6).round() / 1e6,
+    });
+    let mut chain = Chain::new(request.profile, tools, request.budgets, request.cancel);
+    let prefill_done = match request.prefill {
+        Some(prefill) if !prefill.is_empty() => chain.prefill(session, prefill, emit)?,
+        _ => None,
+    };
+    let stop_reason = match prefill_done {
+        Some(reason) => reason,
+        None => chain.generate_until_done(session, deadline, emit)?,
+    };
+    for event in chain.parser.finish() {
+        chain.on_parse_event(event, Source::Model, emit);
+    }
+    Ok(chain.summary(session, prompt_tokens, stop_reason, started.elapsed()))
+}
+
+/// The state of one run.
+struct Chain<'a> {
+    profile: &'a Profile,
+    tools: &'a ToolBox,
+    budgets: Budgets,
+    stops: StopMatcher,
+    parser: Parser,
+    blocks: Vec<Block>,
+    /// The whole assistant turn so far: prefill, generated text and observations.
+    trajectory: String,
+    /// Tool blocks closed since the last observation.
+    pending_calls: Vec<Block>,
+    tool_calls: usize,
+    tool_time: Duration,
+    issues: usize,
+    /// (tool, input) pairs already answered, for the duplicate guard.
+    seen: HashSet<(Tag, String)>,
+    generated: usize,
+    cancel: Option<CancelFlag>,
+}
+
+impl<'a> Chain<'a> {
+    fn new(
+        profile: &'a Profile,
+        tools: &'a ToolBox,
+        budgets: Budgets,
+        cancel: Option<CancelFlag>,
+    ) -> Self {
+        Chain {
+            profile,
+            tools,
+            budgets,
+            stops: StopMatcher::new(profile.stop_strings()),
+            parser: Parser::new(),
+            blocks: Vec::new(),
+            trajectory: String::new(),
+            pending_calls: Vec::new(),
+            tool_calls: 0,
+            tool_time: Duration::ZERO,
+            issues: 0,
+            seen: HashSet::new(),
+            generated: 0,
+            cancel,
+        }
+    }
+
+    /// Appends the prefill; if it ends with complete tool calls, runs them. Returns a stop
+    /// reason when the run is already over.
+    fn prefill(
+        &mut self,
+        session: &mut dyn Session,
+        prefill: &str,
+        emit: &mut dyn FnMut(AgentEvent),
+    ) -> Result<Option<StopReason>, AgentError> {
+        match session.append(&[PromptPart::plain(prefill)]) {
+            Ok(_) => {}
+            Err(EngineError::ContextOverflow { .. }) => return Ok(Some(StopReason::ContextFull)),
+            Err(e) => return Err(e.into()),
+        }
+        self.feed(prefill, Source::Prefill, emit);
+        let ends_with_call = self.parser.open_block().is_none()
+            && self
+                .pending_calls
+                .last()
+                .is_some_and(|call| prefill.trim_end().ends_with(&call.tag.close()));
+        if !ends_with_call {
+            self.pending_calls.clear();
+            return Ok(None);
+        }
+        self.run_pending_calls(session, emit)
+    }
+
+    fn generate_until_done(
+        &mut self,
+        session: &mut dyn Session,
+        deadline: Option<Instant>,
+        emit: &mut dyn FnMut(AgentEvent),
+    ) -> Result<StopReason, AgentError> {
+        loop {
+            let remaining = self.budgets.max_tokens.saturating_sub(self.generated);
+            if remaining == 0 {
+                return Ok(StopReason::TokenBudget);
+            }
+            let limits = GenerateLimits {
+                max_tokens: remaining,
+                deadline,
+                cancel: self.cancel.clone(),
+            };
+            let stops = self.stops.clone();
+            let generation = session.generate(&stops, limits, &mut |text| {
+                self.feed(text, Source::Model, emit)
+            })?;
+            self.generated += generation.tokens;
+            match generation.stop {
+                GenerationStop::EndOfTurn => return Ok(StopReason::EndOfTurn),
+                GenerationStop::MaxTokens => return Ok(StopReason::TokenBudget),
+                GenerationStop::Deadline => return Ok(StopReason::TimeBudget),
+                GenerationStop::ContextFull => return Ok(StopReason::ContextFull),
+                GenerationStop::Cancelled => return Ok(StopReason::Cancelled),
+                GenerationStop::StopString { .. } => {
+                    // A stop string inside an open block (a fence in code or an answer) is text:
+                    // go on generating.
+                    if self.parser.open_block().is_some() {
+                        continue;
+                    }
+                    if !self.pending_calls.is_empty() {
+                        if let Some(reason) = self.run_pending_calls(session, emit)? {
+                            return Ok(reason);
+                        }
+                        continue;
+                    }
+                    if self
+                        .blocks
+                        .last()
+                        .is_some_and(|b| b.tag == Tag::Answer && b.closed)
+                    {
+                        return Ok(StopReason::Answer);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs every pending tool call in order and appends one observation for each.
+    fn run_pending_calls(
+        &mut self,
+        session: &mut dyn Session,
+        emit: &mut dyn FnMut(AgentEvent),
+    ) -> Result<Option<StopReason>, AgentError> {
+        let calls = std::mem::take(&mut self.pending_calls);
+        for call in calls {
+            if !self.profile.enables(call.tag) {
+                continue;
+            }
+            if self.is_cancelled() {
+                return Ok(Some(StopReason::Cancelled));
+            }
+            if self.tool_calls >= self.budgets.max_tool_calls as usize {
+                return Ok(Some(StopReason::ToolBudget));
+            }
+            self.tool_calls += 1;
+            let index = self.tool_calls;
+            let input = call.content.trim().to_string();
+            emit(AgentEvent::ToolCall {
+                index,
+                tool: call.tag,
+                input: call.content.clone(),
+            });
+            let (text, success, duplicate, elapsed) =
+                self.call_tool(call.tag, &call.content, &input);
+            self.tool_time += elapsed;
+            emit(AgentEvent::Observation {
+                index,
+                tool: call.tag,
+                text: text.clone(),
+                success,
+                duplicate,
+                elapsed_ms: elapsed.as_secs_f64() * 1e3,
+            });
+            let appended = render_observation(&text);
+            match session.append(&[PromptPart::plain(appended.as_str())]) {
+                Ok(_) => {}
+                Err(EngineError::ContextOverflow { .. }) => {
+                    return Ok(Some(StopReason::ContextFull));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            self.parser.skip_external(&appended);
+            self.trajectory.push_str(&appended);
+            self.blocks.push(Block {
+                tag: Tag::Observation,
+                content: format!("\n{text}\n"),
+                closed: true,
+            });
+        }
+        Ok(None)
+    }
+
+    /// (observation, success, answered by the duplicate guard, time).
+    fn call_tool(&mut self, tag: Tag, raw: &str, key: &str) -> (String, bool, bool, Duration) {
+        let Some(tool) = self.tools.get(tag) else {
+            return (
+                format!("The {tag} tool is not available in this runtime."),
+                false,
+                false,
+                Duration::ZERO,
+            );
+        };
+        if let Some(notice) = tool.duplicate_notice()
+            && !self.seen.insert((tag, key.to_string()))
+        {
+            return (notice, false, true, Duration::ZERO);
+        }
+        let output = tool.call(raw);
+        (output.observation, output.success, false, output.elapsed)
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn feed(&mut self, text: &str, source: Source, emit: &mut dyn FnMut(AgentEvent)) {
+        self.trajectory.push_str(text);
+        for event in self.parser.push(text) {
+            self.on_parse_event(event, source, emit);
+        }
+    }
+
+    fn on_parse_event(
+        &mut self,
+        event: ParseEvent,
+        source: Source,
+        emit: &mut dyn FnMut(AgentEvent),
+    ) {
+        match event {
+            ParseEvent::Text(text) => emit(AgentEvent::Text { text, source }),
+            ParseEvent::BlockStart(tag) => emit(AgentEvent::BlockStarted { tag, source }),
+            ParseEvent::BlockDelta { tag, text } => {
+                emit(AgentEvent::BlockDelta { tag, text, source })
+            }
+            ParseEvent::BlockEnd(block) => {
+                if block.tag == Tag::Observation {
+                    // Calls answered inside the prefill are not run again.
+                    self.pending_calls.clear();
+                } else if block.tag.is_tool() && block.closed {
+                    self.pending_calls.push(block.clone());
+                }
+                emit(AgentEvent::BlockEnded {
+                    tag: block.tag,
+                    content: block.content.clone(),
+                    closed: block.closed,
+                    source,
+                });
+                self.blocks.push(block);
+            }
+            ParseEvent::Issue(issue) => {
+                self.issues += 1;
+                emit(AgentEvent::ParseIssue {
+                    message: issue.to_string(),
+                    issue,
+                })
+            }
+        }
+    }
+
+    fn summary(
+        &self,
+        session: &dyn Session,
+        prompt_tokens: usize,
+        stop_reason: StopReason,
+        elapsed: Duration,
+    ) -> RunSummary {
+        let answer = final_answer(&self.blocks).or_else(|| {
+            stop_reason
+                .is_budget()
+                .then(|| last_suggested_answer(&self.blocks))
+                .flatten()
+        });
+        let stats = session.stats();
+        RunSummary {
+            answer: answer.map(str::to_string),
+            stop_reason,
+            tool_calls: self.tool_calls,
+            prompt_tokens,
+            context_tokens: stats.context_tokens,
+            evaluated_tokens: stats.evaluated_tokens,
+            generated_tokens: stats.generated_tokens,
+            parse_issues: self.issues,
+            timings: Timings::new(&stats, self.tool_time, elapsed),
+            trajectory: self.trajectory.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,339 @@
+//! The runner against a scripted session (a stand-in for the model inside this module's unit
+//! tests only; the end-to-end tests run the real model and sandbox).
+
+use super::*;
+use crate::tools::{Tool, ToolOutput};
+use catena_engine::{Generation, SessionStats, TokenRecord};
+use std::sync::{Arc, Mutex};
+
+/// Plays back a fixed model output, one character per token, honouring stop strings and limits.
+struct Scripted {
+    script: Vec<char>,
+    cursor: usize,
+    appended: Vec<String>,
+    stats: SessionStats,
+    context_size: usize,
+}
+
+impl Scripted {
+    fn new(script: &str) -> Self {
+        Scripted {
+            script: script.chars().collect(),
+            cursor: 0,
+            appended: Vec::new(),
+            stats: SessionStats::default(),
+            context_size: 1 << 20,
+        }
+    }
+}
+
+impl Session for Scripted {
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
+        let n: usize = parts.iter().map(|p| p.text.chars().count()).sum();
+        if self.stats.context_tokens + n > self.context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed: n,
+            });
+        }
+        self.appended
+            .push(parts.iter().map(|p| p.text.as_str()).collect());
+        self.stats.context_tokens += n;
+        self.stats.evaluated_tokens += n;
+        Ok(n)
+    }
+
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError> {
+        let mut text = String::new();
+        let mut tokens = 0;
+        loop {
+            if limits.is_cancelled() {
+                return Ok(Generation {
+                    text,
+                    stop: GenerationStop::Cancelled,
+                    tokens,
+                });
+            }
+            if tokens >= limits.max_tokens {
+                return Ok(Generation {
+                    text,
+                    stop: GenerationStop::MaxTokens,
+                    tokens,
+                });
+            }
+            let Some(c) = self.script.get(self.cursor).copied() else {
+                return Ok(Generation {
+                    text,
+                    stop: GenerationStop::EndOfTurn,
+                    tokens,
+                });
+            };
+            self.cursor += 1;
+            tokens += 1;
+            self.stats.generated_tokens += 1;
+            self.stats.context_tokens += 1;
+            self.stats.evaluated_tokens += 1;
+            let checked = text.len();
+            text.push(c);
+            on_text(&c.to_string());
+            if let Some(hit) = stops.find(&text, checked) {
+                return Ok(Generation {
+                    text,
+                    stop: GenerationStop::StopString { index: hit.index },
+                    tokens,
+                });
+            }
+        }
+    }
+
+    fn stats(&self) -> SessionStats {
+        self.stats.clone()
+    }
+
+    fn set_sampling(&mut self, _sampling: SamplingParams) {}
+
+    fn context_size(&self) -> usize {
+        self.context_size
+    }
+
+    fn tokens(&self) -> &[TokenRecord] {
+        &[]
+    }
+}
+
+/// Answers every call with what it was given; counts calls.
+struct Echo {
+    tag: Tag,
+    calls: Arc<Mutex<Vec<String>>>,
+    dedupe: bool,
+}
+
+impl Tool for Echo {
+    fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    fn call(&self, input: &str) -> ToolOutput {
+        self.calls.lock().unwrap().push(input.to_string());
+        ToolOutput {
+            observation: format!("ran: {}", input.trim()),
+            success: true,
+            elapsed: Duration::from_millis(1),
+        }
+    }
+
+    fn duplicate_notice(&self) -> Option<String> {
+        self.dedupe.then(|| "already searched".to_string())
+    }
+}
+
+struct Harness {
+    calls: Arc<Mutex<Vec<String>>>,
+    tools: ToolBox,
+}
+
+fn harness(tag: Tag, dedupe: bool) -> Harness {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let mut tools = ToolBox::new();
+    tools.add(Box::new(Echo {
+        tag,
+        calls: calls.clone(),
+        dedupe,
+    }));
+    Harness { calls, tools }
+}
+
+fn budgets() -> Budgets {
+    Budgets {
+        max_tool_calls: 12,
+        max_tokens: 10_000,
+        max_time: None,
+    }
+}
+
+fn run(
+    session: &mut Scripted,
+    profile: &str,
+    prefill: Option<&str>,
+    budgets: Budgets,
+    tools: &ToolBox,
+) -> (RunSummary, Vec<AgentEvent>) {
+    let profile = Profile::builtin(profile).unwrap();
+    let prompt_tokens = session.append(&[PromptPart::plain("PROMPT")]).unwrap();
+    let mut events = Vec::new();
+    let summary = run_chain(
+        session,
+        RunRequest {
+            profile: &profile,
+            model: "scripted".into(),
+            sampling: SamplingParams::greedy(),
+            prompt: PromptStart {
+                prompt_tokens,
+                cached_tokens: 0,
+            },
+            cancel: None,
+            prefill,
+            budgets,
+        },
+        tools,
+        &mut |e| events.push(e),
+    )
+    .unwrap();
+    (summary, events)
+}
+
+#[test]
+fn tool_call_observation_then_answer() {
+    let h = harness(Tag::Code, false);
+    let mut s = Scripted::new(
+        "<plan>p</plan><code>\n```py\nprint(1)\n```\n</code><reflection>ok</reflection><answer>\\boxed{1}</answer>IGNORED",
+    );
+    let (summary, events) = run(&mut s, "math", None, budgets(), &h.tools);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{1}"));
+    assert_eq!(summary.stop_reason, StopReason::Answer);
+    assert_eq!(summary.tool_calls, 1);
+    assert_eq!(h.calls.lock().unwrap().len(), 1);
+    // The observation went into the context, framed exactly.
+    assert_eq!(
+        s.appended[1],
+        "\n<observation>\nran: ```py\nprint(1)\n```\n</observation>\n\n"
+    );
+    assert!(summary.trajectory.contains("</code>\n<observation>\nran:"));
+    assert!(!summary.trajectory.contains("IGNORED"));
+    assert_eq!(summary.context_tokens, summary.evaluated_tokens);
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCall { .. } => Some("call"),
+            AgentEvent::Observation { .. } => Some("obs"),
+            AgentEvent::BlockEnded { tag, .. } => Some(tag.name()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["plan", "code", "call", "obs", "reflection", "answer"]
+    );
+}
+
+#[test]
+fn prefill_ending_with_a_call_runs_it_first() {
+    let h = harness(Tag::Code, false);
+    let mut s = Scripted::new("<answer>\\boxed{2}</answer>");
+    let prefill = "<plan>x</plan>\n<code>\n```py\nprint(2)\n```\n</code>\n";
+    let (summary, events) = run(&mut s, "math", Some(prefill), budgets(), &h.tools);
+    assert_eq!(h.calls.lock().unwrap().len(), 1);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{2}"));
+    assert_eq!(s.appended[1], prefill);
+    assert!(s.appended[2].starts_with("\n<observation>\nran:"));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        AgentEvent::BlockStarted {
+            tag: Tag::Plan,
+            source: Source::Prefill
+        }
+    )));
+}
+
+#[test]
+fn prefill_calls_already_answered_are_not_run_again() {
+    let h = harness(Tag::Code, false);
+    let mut s = Scripted::new("<answer>\\boxed{3}</answer>");
+    let prefill =
+        "<code>\n```py\nprint(3)\n```\n</code>\n<observation>\nold\n</observation>\n\n<think>";
+    let (summary, _) = run(&mut s, "math", Some(prefill), budgets(), &h.tools);
+    assert!(h.calls.lock().unwrap().is_empty());
+    assert_eq!(summary.tool_calls, 0);
+    // The model continues inside the open <think>: the nested <answer> ends it.
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{3}"));
+    assert_eq!(summary.parse_issues, 1);
+}
+
+#[test]
+fn a_stop_string_inside_a_fence_does_not_end_the_call() {
+    let h = harness(Tag::Code, false);
+    let mut s =
+        Scripted::new("<code>\n```py\nprint(\"</code>\")\n```\n</code><answer>\\boxed{0}</answer>");
+    let (summary, _) = run(&mut s, "math", None, budgets(), &h.tools);
+    let calls = h.calls.lock().unwrap();
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0].contains("print(\"</code>\")"));
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{0}"));
+}
+
+#[test]
+fn tool_budget_ends_the_run_with_the_suggested_answer() {
+    let h = harness(Tag::WebSearch, false);
+    let mut s = Scripted::new(
+        "<suggested_answer>Oslo</suggested_answer><web_search>a</web_search><web_search>b</web_search><answer>never</answer>",
+    );
+    let mut b = budgets();
+    b.max_tool_calls = 1;
+    let (summary, _) = run(&mut s, "web", None, b, &h.tools);
+    assert_eq!(summary.stop_reason, StopReason::ToolBudget);
+    assert_eq!(summary.tool_calls, 1);
+    assert_eq!(summary.answer.as_deref(), Some("Oslo"));
+}
+
+#[test]
+fn repeated_searches_meet_the_duplicate_guard() {
+    let h = harness(Tag::WebSearch, true);
+    let mut s = Scripted::new(
+        "<web_search>same</web_search><web_search> same </web_search><web_search>other</web_search><answer>x</answer>",
+    );
+    let (summary, events) = run(&mut s, "web", None, budgets(), &h.tools);
+    assert_eq!(summary.tool_calls, 3);
+    assert_eq!(h.calls.lock().unwrap().len(), 2);
+    let duplicates: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Observation { duplicate, .. } => Some(*duplicate),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(duplicates, [false, true, false]);
+    assert!(s.appended[2].contains("already searched"));
+}
+
+#[test]
+fn several_calls_in_one_prefill_run_in_order() {
+    let h = harness(Tag::Code, false);
+    let mut s = Scripted::new("<answer>\\boxed{1}</answer>");
+    let prefill = "<code>\n```py\nprint('a')\n```\n</code><code>\n```py\nprint('b')\n```\n</code>";
+    let (summary, _) = run(&mut s, "math", Some(prefill), budgets(), &h.tools);
+    let calls = h.calls.lock().unwrap();
+    assert_eq!(calls.len(), 2);
+    assert!(calls[0].contains("'a'") && calls[1].contains("'b'"));
+    assert_eq!(summary.tool_calls, 2);
+}
+
+#[test]
+fn token_budget_and_end_of_turn() {
+    let h = harness(Tag::Code, false);
+    let mut s = Scripted::new("<think>a long thought that never ends");
+    let mut b = budgets();
+    b.max_tokens = 10;
+    let (summary, _) = run(&mut s, "math", None, b, &h.tools);
+    assert_eq!(summary.stop_reason, StopReason::TokenBudget);
+    assert_eq!(summary.generated_tokens, 10);
+    assert_eq!(summary.answer, None);
+
+    let mut s = Scripted::new("<think>done</think>");
+    let (summary, _) = run(&mut s, "math", None, budgets(), &h.tools);
+    assert_eq!(summary.stop_reason, StopReason::EndOfTurn);
+}
+
+#[test]
+fn tools_the_profile_does_not_enable_are_not_run() {
+    let h = harness(Tag::WebSearch, false);
+    let mut s = Scripted::new("<web_search>q</web_search><answer>\\boxed{1}</answer>");
+    let (summary, _) = run(&mut s, "math", None, budgets(), &h.tools);
+    assert!(h.calls.lock().unwrap().is_empty());
+    assert_eq!(summary.tool_calls, 0);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{1}"));
+}

@@ -1,0 +1,111 @@
+//! Tools a trajectory can call. One trait; the agent runner looks tools up by their tag.
+
+mod code;
+mod observation;
+
+pub use code::{CodeTool, code_observation};
+pub use observation::{OBSERVATION_LIMIT, cut_observation};
+
+use catena_protocol::Tag;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// What a tool call returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// The observation text, exactly as the model will read it.
+    pub observation: String,
+    /// Whether the tool did what was asked (a program that exited 0, a search with results).
+    pub success: bool,
+    pub elapsed: Duration,
+}
+
+/// A tool the model calls with a tag.
+pub trait Tool: Send + Sync {
+    fn tag(&self) -> Tag;
+
+    /// Runs the call. `input` is the block's raw content.
+    fn call(&self, input: &str) -> ToolOutput;
+
+    /// For tools where repeating an identical call is wasted effort (searches, crawls), the
+    /// observation to give instead of running it again (PROTOCOL.md §2, step 6).
+    fn duplicate_notice(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A tool the profile names but this runtime cannot provide (no search backend configured,
+/// say): every call gets an observation that says so.
+pub struct UnavailableTool {
+    pub tag: Tag,
+    pub reason: String,
+}
+
+impl Tool for UnavailableTool {
+    fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    fn call(&self, _input: &str) -> ToolOutput {
+        ToolOutput {
+            observation: format!(
+                "The {} tool is not available here: {}",
+                self.tag, self.reason
+            ),
+            success: false,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+/// The tools of `profile`: `<code>` runs in the sandbox `sandbox` gives (asked only when the
+/// profile has code); tools with no backend in this version answer every call with an
+/// observation saying so.
+pub fn profile_tools<E>(
+    profile: &catena_protocol::Profile,
+    sandbox: impl FnOnce() -> Result<std::sync::Arc<catena_sandbox::Sandbox>, E>,
+) -> Result<ToolBox, E> {
+    let mut tools = ToolBox::new();
+    let mut sandbox = Some(sandbox);
+    for &tag in &profile.tools {
+        match (tag, sandbox.take()) {
+            (Tag::Code, Some(make)) => tools.add(Box::new(CodeTool::new(make()?))),
+            _ => tools.add(Box::new(UnavailableTool {
+                tag,
+                reason: unavailable_reason(tag).into(),
+            })),
+        }
+    }
+    Ok(tools)
+}
+
+/// Why a tool has no backend in this version.
+pub fn unavailable_reason(tag: Tag) -> &'static str {
+    match tag {
+        Tag::WebSearch | Tag::CrawlPage => {
+            "no web search backend is configured in this version of Catena"
+        }
+        Tag::WikiSearch => "no local Wikipedia index is installed",
+        _ => "no vision model is configured",
+    }
+}
+
+/// The tools of a run, by tag.
+#[derive(Default)]
+pub struct ToolBox {
+    tools: HashMap<Tag, Box<dyn Tool + 'static>>,
+}
+
+impl ToolBox {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, tool: Box<dyn Tool + 'static>) {
+        self.tools.insert(tool.tag(), tool);
+    }
+
+    pub fn get(&self, tag: Tag) -> Option<&dyn Tool> {
+        self.tools.get(&tag).map(|t| t.as_ref())
+    }
+}

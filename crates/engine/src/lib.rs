@@ -1,0 +1,283 @@
+//! Inference engines: a model that opens sessions, and sessions whose KV cache only ever grows.
+//!
+//! A [`Session`] is one conversation's context. [`Session::append`] evaluates new text (the
+//! prompt, an observation), [`Session::generate`] samples until a stop condition. Nothing is ever
+//! evaluated twice: the last sampled token waits as "pending" and is evaluated together with
+//! whatever comes next, so `evaluated_tokens == context_tokens` holds at every step.
+
+pub mod hardware;
+pub mod llama;
+pub mod plan;
+mod sampling;
+mod stops;
+mod utf8;
+
+pub use sampling::{SamplingParams, greedy_pick, token_logprob};
+pub use stops::StopMatcher;
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One piece of prompt text. Chat-template markers (`<|im_start|>`) are special; everything a
+/// user, a file, a tool or a model wrote is plain, so text such as `<|im_end|>` printed by a program
+/// can never become a control token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptPart {
+    pub text: String,
+    pub special: bool,
+}
+
+impl PromptPart {
+    pub fn plain(text: impl Into<String>) -> Self {
+        PromptPart {
+            text: text.into(),
+            special: false,
+        }
+    }
+
+    pub fn special(text: impl Into<String>) -> Self {
+        PromptPart {
+            text: text.into(),
+            special: true,
+        }
+    }
+}
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GenerationStop {
+    /// The model produced an end-of-generation token (`<|im_end|>` for Qwen).
+    EndOfTurn,
+    /// A stop string was produced; it is kept at the end of the text.
+    StopString { index: usize },
+    /// The token budget of this call ran out.
+    MaxTokens,
+    /// The wall-clock deadline passed.
+    Deadline,
+    /// The context window is full.
+    ContextFull,
+    /// The caller asked to stop.
+    Cancelled,
+}
+
+/// What one [`Session::generate`] call produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Generation {
+    pub text: String,
+    pub stop: GenerationStop,
+    /// Tokens sampled in this call.
+    pub tokens: usize,
+}
+
+/// One token of the context as the model saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub id: i32,
+    /// Log-probability of the token under the sampling distribution (logits divided by the
+    /// temperature, 1 when greedy, before top-k/top-p truncation); `None` for tokens the model did
+    /// not sample (prompt, observations, the re-tokenised end of a stop string).
+    pub logprob: Option<f32>,
+}
+
+/// The counters of a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionStats {
+    /// Tokens in the KV cache.
+    pub context_tokens: usize,
+    /// Tokens run through the model. Equal to `context_tokens` unless something was re-read.
+    pub evaluated_tokens: usize,
+    /// Tokens sampled.
+    pub generated_tokens: usize,
+    /// Tokens appended as text (prompt, observations, prefill).
+    pub appended_tokens: usize,
+    /// Wall time spent evaluating appended text (batched prefill).
+    #[serde(with = "catena_protocol::units::duration_ms")]
+    pub prefill_time: Duration,
+    /// Wall time spent in single-token decoding steps, sampling included.
+    #[serde(with = "catena_protocol::units::duration_ms")]
+    pub decode_time: Duration,
+    /// Tokens evaluated in batched prefill (the appended ones, plus pending tokens folded in).
+    pub prefill_tokens: usize,
+    /// Tokens evaluated one at a time while generating.
+    pub decode_tokens: usize,
+}
+
+/// A flag a caller sets to stop a generation between two tokens.
+pub type CancelFlag = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
+/// One conversation's context.
+pub trait Session {
+    /// Evaluates new text at the end of the context; returns how many tokens it added.
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError>;
+
+    /// Samples until an end-of-generation token, a stop string (kept in the text), a limit, a
+    /// full context or a cancel. `on_text` receives the text as it is decided (never text past a
+    /// stop string).
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError>;
+
+    fn stats(&self) -> SessionStats;
+
+    /// Changes how the next tokens are sampled.
+    fn set_sampling(&mut self, sampling: SamplingParams);
+
+    /// The context window in tokens.
+    fn context_size(&self) -> usize;
+
+    /// Every token in the context, in order, pending ones included.
+    fn tokens(&self) -> &[TokenRecord];
+}
+
+/// Bounds of one [`Session::generate`] call.
+#[derive(Debug, Clone)]
+pub struct GenerateLimits {
+    pub max_tokens: usize,
+    pub deadline: Option<std::time::Instant>,
+    /// Checked between tokens: set it to stop the generation.
+    pub cancel: Option<CancelFlag>,
+}
+
+impl GenerateLimits {
+    pub fn tokens(max_tokens: usize) -> Self {
+        GenerateLimits {
+            max_tokens,
+            deadline: None,
+            cancel: None,
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// Settings of one session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionOptions {
+    /// Context window; `None` uses the model's training context, capped at 32,768 (the protocol's
+    /// budget).
+    pub context_size: Option<u32>,
+    pub sampling: SamplingParams,
+    /// CPU threads; `None` uses the physical cores.
+    pub threads: Option<i32>,
+    pub batch_size: u32,
+    /// How keys and values are stored in the KV cache.
+    #[serde(default)]
+    pub kv_cache: KvCacheType,
+}
+
+/// The KV cache's element type: F16 is exact, Q8_0 halves the cache's memory for a small loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvCacheType {
+    #[default]
+    F16,
+    Q8_0,
+}
+
+impl KvCacheType {
+    /// Bytes per element, in 64ths (Q8_0 stores 32 values in 34 bytes).
+    pub fn bytes_per_element_x64(self) -> u64 {
+        match self {
+            KvCacheType::F16 => 128,
+            KvCacheType::Q8_0 => 68,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheType::F16 => "f16",
+            KvCacheType::Q8_0 => "q8_0",
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvCacheType::F16),
+            "q8_0" | "q8" => Ok(KvCacheType::Q8_0),
+            other => Err(format!("unknown KV cache type {other:?} (f16 or q8_0)")),
+        }
+    }
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            context_size: None,
+            sampling: SamplingParams::default(),
+            threads: None,
+            batch_size: 512,
+            kv_cache: KvCacheType::default(),
+        }
+    }
+}
+
+/// Facts about a loaded model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub architecture: String,
+    pub name: Option<String>,
+    pub parameters: u64,
+    pub size_bytes: u64,
+    pub context_train: u32,
+    pub layers: u32,
+    pub gpu_layers: u32,
+    pub chat_template: ChatFormat,
+    /// The LoRA adapter applied on top, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
+}
+
+/// How prompts are framed for this model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatFormat {
+    /// `<|im_start|>role\n...<|im_end|>\n` (Qwen2.5, the AFM checkpoints).
+    ChatMl,
+    /// The model's own template, rendered by llama.cpp as one special-parsed string.
+    Native,
+    /// No template: system and user text are written as plain paragraphs.
+    Plain,
+}
+
+/// Errors from loading models and running sessions.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("model file {path} not found")]
+    ModelNotFound { path: PathBuf },
+    #[error("{path} is not a usable model: {reason}")]
+    BadModel { path: PathBuf, reason: String },
+    #[error("{path} is not a usable LoRA adapter for this model: {reason}")]
+    BadAdapter { path: PathBuf, reason: String },
+    #[error("llama.cpp could not load {path}: {reason}")]
+    LoadFailed { path: PathBuf, reason: String },
+    #[error("could not create a context of {context_size} tokens: {reason}")]
+    ContextFailed { context_size: u32, reason: String },
+    #[error("the context is full ({context_size} tokens); {needed} more were needed")]
+    ContextOverflow { context_size: usize, needed: usize },
+    #[error("tokenizing failed: {0}")]
+    Tokenize(String),
+    #[error("evaluating the batch failed: {0}")]
+    Decode(String),
+    #[error("llama.cpp backend: {0}")]
+    Backend(String),
+    /// An error the model worker process reported (its message, as the worker wrote it).
+    #[error("{0}")]
+    Worker(String),
+    /// The model worker process died or broke the protocol; it is restarted for the next request.
+    #[error("the model worker stopped: {0}")]
+    WorkerDied(String),
+}

@@ -1,0 +1,137 @@
+//! llama.cpp's log, sent to `tracing` and kept briefly so a failure can be explained.
+//!
+//! llama.cpp reports why a model failed to load only in its log; the API returns a null pointer.
+//! This module installs one process-wide log callback (llama.cpp's logger is process-wide) that
+//! forwards every line to `tracing` (target `llama.cpp`) and remembers the most recent lines, so
+//! an error can quote what llama.cpp said between two marks.
+
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::VecDeque;
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::OnceLock;
+
+const KEPT_LINES: usize = 256;
+
+/// A log line's severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Default)]
+struct State {
+    /// Lines seen, with their sequence numbers.
+    recent: VecDeque<(u64, Level, String)>,
+    next_seq: u64,
+    /// A line still being written (llama.cpp sends some lines in pieces).
+    partial: String,
+    partial_level: Option<Level>,
+}
+
+/// The log capture; one per process, created by [`install`].
+pub struct LogCapture {
+    state: Mutex<State>,
+}
+
+static CAPTURE: OnceLock<LogCapture> = OnceLock::new();
+
+/// Installs the callback (once) and returns the capture.
+pub fn install() -> &'static LogCapture {
+    let mut fresh = false;
+    let capture = CAPTURE.get_or_init(|| {
+        fresh = true;
+        LogCapture {
+            state: Mutex::new(State::default()),
+        }
+    });
+    if fresh {
+        let user_data = capture as *const LogCapture as *mut c_void;
+        // SAFETY: `callback` matches ggml's log callback signature, and `user_data` points to a
+        // `LogCapture` inside a static `OnceLock`, so it is valid for the rest of the process.
+        unsafe { llama_cpp_sys_2::llama_log_set(Some(callback), user_data) };
+    }
+    capture
+}
+
+impl LogCapture {
+    /// A mark: lines logged after it can be read with [`LogCapture::since`].
+    pub fn mark(&self) -> u64 {
+        self.lock().next_seq
+    }
+
+    /// Warning and error lines logged since `mark`, oldest first.
+    pub fn problems_since(&self, mark: u64) -> Vec<String> {
+        let state = self.lock();
+        state
+            .recent
+            .iter()
+            .filter(|(seq, level, _)| *seq >= mark && *level >= Level::Warn)
+            .map(|(_, _, line)| line.clone())
+            .collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state inconsistent: keep logging.
+        self.state.lock()
+    }
+
+    fn record(&self, level: Option<Level>, text: &str) {
+        let mut state = self.lock();
+        let level = level.or(state.partial_level).unwrap_or(Level::Info);
+        state.partial.push_str(text);
+        state.partial_level = Some(level);
+        if !state.partial.ends_with('\n') {
+            return;
+        }
+        let line = std::mem::take(&mut state.partial);
+        state.partial_level = None;
+        let line = line.trim_end().to_string();
+        if line.is_empty() {
+            return;
+        }
+        match level {
+            Level::Debug => tracing::debug!(target: "llama.cpp", "{line}"),
+            Level::Info => tracing::debug!(target: "llama.cpp", "{line}"),
+            Level::Warn => tracing::warn!(target: "llama.cpp", "{line}"),
+            Level::Error => tracing::error!(target: "llama.cpp", "{line}"),
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.recent.push_back((seq, level, line));
+        while state.recent.len() > KEPT_LINES {
+            state.recent.pop_front();
+        }
+    }
+}
+
+fn level_of(level: llama_cpp_sys_2::ggml_log_level) -> Option<Level> {
+    match level {
+        llama_cpp_sys_2::GGML_LOG_LEVEL_DEBUG => Some(Level::Debug),
+        llama_cpp_sys_2::GGML_LOG_LEVEL_WARN => Some(Level::Warn),
+        llama_cpp_sys_2::GGML_LOG_LEVEL_ERROR => Some(Level::Error),
+        // CONT continues the previous line at its level.
+        llama_cpp_sys_2::GGML_LOG_LEVEL_CONT => None,
+        _ => Some(Level::Info),
+    }
+}
+
+unsafe extern "C" fn callback(
+    level: llama_cpp_sys_2::ggml_log_level,
+    text: *const c_char,
+    user_data: *mut c_void,
+) {
+    if text.is_null() || user_data.is_null() {
+        return;
+    }
+    // SAFETY: llama.cpp passes a NUL-terminated string valid for the duration of the call.
+    let text = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+    // SAFETY: `user_data` is the `&'static LogCapture` given to `llama_log_set` in `install`.
+    let capture = unsafe { &*(user_data as *const LogCapture) };
+    // Never unwind into C.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        capture.record(level_of(level), &text)
+    }));
+}

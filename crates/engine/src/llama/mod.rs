@@ -1,0 +1,416 @@
+//! The llama.cpp engine (through `llama-cpp-2`): a GGUF model checked in Rust first, then loaded
+//! with llama.cpp's own reason quoted when it refuses.
+
+// Installs llama.cpp's log callback through the sys crate, which is unsafe.
+#[allow(unsafe_code)]
+mod log;
+mod session;
+
+pub use session::LlamaSession;
+
+use super::{ChatFormat, EngineError, ModelInfo, PromptPart, SessionOptions};
+use catena_gguf::GgufHeader;
+use catena_gguf::inspect::{NOT_GENERATIVE, llama_supports};
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// How to load a model.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Layers to offload to the GPU; `None` offloads all of them when a GPU backend is compiled in.
+    pub gpu_layers: Option<u32>,
+    /// A LoRA adapter (GGUF, as `catena train` writes it) applied to every session.
+    pub adapter: Option<AdapterOptions>,
+}
+
+/// A LoRA adapter to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterOptions {
+    pub path: PathBuf,
+    /// Multiplies the adapter's own `alpha / r` (1 applies it as trained).
+    pub scale: f32,
+}
+
+/// A loaded adapter. llama.cpp frees adapters together with their model.
+struct LoadedAdapter {
+    adapter: std::sync::Mutex<llama_cpp_2::model::LlamaLoraAdapter>,
+    scale: f32,
+}
+
+/// llama.cpp's process-wide initialisation, done once.
+fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    log::install();
+    BACKEND
+        .get_or_init(|| LlamaBackend::init().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| EngineError::Backend(e.clone()))
+}
+
+/// A compute device llama.cpp's backends report (the CPU, each GPU).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendDevice {
+    /// `CUDA0`, `Vulkan0`, `CPU`.
+    pub name: String,
+    /// `NVIDIA H100 80GB HBM3`.
+    pub description: String,
+    /// `CUDA`, `Metal`, `Vulkan`, `CPU`.
+    pub backend: String,
+    pub memory_total: u64,
+    pub memory_free: u64,
+    /// A GPU (discrete or integrated) rather than the CPU or an accelerator add-on.
+    pub gpu: bool,
+}
+
+/// The devices of this build's llama.cpp backends, with their free memory now.
+pub fn backend_devices() -> Result<Vec<BackendDevice>, EngineError> {
+    use llama_cpp_2::LlamaBackendDeviceType as Kind;
+    backend()?;
+    Ok(llama_cpp_2::list_llama_ggml_backend_devices()
+        .into_iter()
+        .map(|d| BackendDevice {
+            gpu: matches!(d.device_type, Kind::Gpu | Kind::IntegratedGpu),
+            name: d.name,
+            description: d.description,
+            backend: d.backend,
+            memory_total: d.memory_total as u64,
+            memory_free: d.memory_free as u64,
+        })
+        .collect())
+}
+
+/// Whether this build can offload layers to a GPU at all.
+pub fn supports_gpu_offload() -> Result<bool, EngineError> {
+    Ok(backend()?.supports_gpu_offload())
+}
+
+/// A loaded GGUF model.
+pub struct LlamaEngine {
+    model: LlamaModel,
+    info: ModelInfo,
+    adapter: Option<LoadedAdapter>,
+    /// The system prompt the model's template inserts when a conversation has none.
+    default_system: Option<String>,
+}
+
+impl LlamaEngine {
+    /// Checks and loads a model.
+    pub fn load(path: &Path, options: &LoadOptions) -> Result<LlamaEngine, EngineError> {
+        if !path.is_file() {
+            return Err(EngineError::ModelNotFound {
+                path: path.to_path_buf(),
+            });
+        }
+        let header = preflight(path)?;
+        let backend = backend()?;
+        let offload = backend.supports_gpu_offload();
+        let block_count = header
+            .architecture()
+            .and_then(|arch| header.get_u64(&format!("{arch}.block_count")))
+            .unwrap_or(0) as u32;
+        let gpu_layers = if offload {
+            options.gpu_layers.unwrap_or(block_count + 1)
+        } else {
+            0
+        };
+        let params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
+        let capture = log::install();
+        let mark = capture.mark();
+        let mut model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
+            let said = capture.problems_since(mark);
+            EngineError::LoadFailed {
+                path: path.to_path_buf(),
+                reason: if said.is_empty() {
+                    e.to_string()
+                } else {
+                    said.join("; ")
+                },
+            }
+        })?;
+        let adapter = match &options.adapter {
+            Some(a) => Some(load_adapter(&mut model, &header, a, capture)?),
+            None => None,
+        };
+        let chat_template = detect_chat_format(&model);
+        let info = ModelInfo {
+            path: path.to_path_buf(),
+            architecture: header.architecture().unwrap_or_default().to_string(),
+            name: header.get_str("general.name").map(str::to_string),
+            parameters: model.n_params(),
+            size_bytes: model.size(),
+            context_train: model.n_ctx_train(),
+            layers: model.n_layer(),
+            gpu_layers: gpu_layers.min(model.n_layer() + 1),
+            chat_template,
+            adapter: options.adapter.as_ref().map(|a| a.path.clone()),
+        };
+        tracing::info!(
+            model = %path.display(),
+            architecture = %info.architecture,
+            gpu_layers = info.gpu_layers,
+            "model loaded"
+        );
+        let default_system = model
+            .chat_template(None)
+            .ok()
+            .and_then(|t| t.to_str().ok().map(str::to_string))
+            .filter(|t| t.contains(catena_protocol::profile::QWEN_SYSTEM))
+            .map(|_| catena_protocol::profile::QWEN_SYSTEM.to_string());
+        Ok(LlamaEngine {
+            model,
+            info,
+            adapter,
+            default_system,
+        })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Opens a session with an empty context.
+    pub fn session(&self, options: &SessionOptions) -> Result<LlamaSession<'_>, EngineError> {
+        LlamaSession::new(self, options)
+    }
+
+    /// The prompt of a single-turn chat, up to the opening of the assistant turn.
+    pub fn chat_prompt(&self, system: &str, user: &str) -> Result<Vec<PromptPart>, EngineError> {
+        self.conversation_prompt(&[
+            ChatMessage::new("system", system),
+            ChatMessage::new("user", user),
+        ])
+    }
+
+    /// The prompt of a conversation, up to the opening of the next assistant turn. Without a
+    /// system message, the model's own default system prompt is used where its template has one
+    /// (Qwen2.5's does).
+    pub fn conversation_prompt(
+        &self,
+        messages: &[ChatMessage],
+    ) -> Result<Vec<PromptPart>, EngineError> {
+        let with_default;
+        let messages = match (&self.default_system, messages.first()) {
+            (Some(system), Some(first)) if first.role != "system" => {
+                with_default = std::iter::once(ChatMessage::new("system", system))
+                    .chain(messages.iter().cloned())
+                    .collect::<Vec<_>>();
+                &with_default[..]
+            }
+            _ => messages,
+        };
+        match self.info.chat_template {
+            ChatFormat::ChatMl => Ok(chatml_prompt(messages)),
+            ChatFormat::Native => {
+                let template = self
+                    .model
+                    .chat_template(None)
+                    .map_err(|e| EngineError::Tokenize(format!("chat template: {e}")))?;
+                let messages = messages
+                    .iter()
+                    .map(|m| {
+                        LlamaChatMessage::new(m.role.clone(), m.content.clone())
+                            .map_err(|e| EngineError::Tokenize(format!("chat message: {e}")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let text = self
+                    .model
+                    .apply_chat_template(&template, &messages, true)
+                    .map_err(|e| EngineError::Tokenize(format!("chat template: {e}")))?;
+                Ok(vec![PromptPart::special(text)])
+            }
+            ChatFormat::Plain => {
+                let text: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+                Ok(vec![PromptPart::plain(format!(
+                    "{}\n\n",
+                    text.join("\n\n")
+                ))])
+            }
+        }
+    }
+
+    /// Token ids of prompt parts, as [`crate::Session::append`] would evaluate them.
+    pub fn tokenize_parts(&self, parts: &[PromptPart]) -> Vec<i32> {
+        parts
+            .iter()
+            .flat_map(|p| self.tokenize(&p.text, p.special))
+            .collect()
+    }
+
+    /// Token ids of `text`, as llama.cpp tokenises it (`special`: parse control-token text such
+    /// as `<|im_start|>`).
+    pub fn tokenize(&self, text: &str, special: bool) -> Vec<i32> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), false, special)
+            .into_iter()
+            .map(|t| t.0)
+            .collect()
+    }
+
+    /// The text of token ids, as generation renders them (control tokens render as nothing).
+    pub fn detokenize(&self, ids: &[i32]) -> String {
+        let vocab = self.model.vocab();
+        let mut bytes = Vec::new();
+        for &id in ids {
+            bytes.extend(vocab.token_to_piece(llama_cpp_2::token::LlamaToken(id), false, None));
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.model.n_vocab().max(0) as usize
+    }
+
+    /// The token a model wants at the start of a sequence, if it wants one.
+    pub fn bos_token(&self) -> Option<i32> {
+        let vocab = self.model.vocab();
+        vocab.should_add_bos().then(|| vocab.bos().0)
+    }
+
+    pub(crate) fn model(&self) -> &LlamaModel {
+        &self.model
+    }
+
+    /// Applies the engine's adapter (if any) to a new context.
+    pub(super) fn apply_adapter(
+        &self,
+        ctx: &mut llama_cpp_2::context::LlamaContext<'_>,
+    ) -> Result<(), EngineError> {
+        let Some(loaded) = &self.adapter else {
+            return Ok(());
+        };
+        let mut adapter = loaded
+            .adapter
+            .lock()
+            .map_err(|_| EngineError::Backend("the adapter lock was poisoned".into()))?;
+        ctx.lora_adapter_set(&mut adapter, loaded.scale)
+            .map_err(|e| EngineError::Backend(format!("applying the LoRA adapter: {e}")))
+    }
+}
+
+/// Checks an adapter file against the model in Rust, then has llama.cpp load it.
+fn load_adapter(
+    model: &mut LlamaModel,
+    model_header: &GgufHeader,
+    options: &AdapterOptions,
+    capture: &log::LogCapture,
+) -> Result<LoadedAdapter, EngineError> {
+    let path = &options.path;
+    let bad = |reason: String| EngineError::BadAdapter {
+        path: path.clone(),
+        reason,
+    };
+    if !path.is_file() {
+        return Err(bad("no such file".into()));
+    }
+    if !options.scale.is_finite() {
+        return Err(bad(format!("the scale {} is not a number", options.scale)));
+    }
+    let header = GgufHeader::read(path).map_err(|e| bad(e.to_string()))?;
+    if header.file_type() != Some("adapter") {
+        return Err(bad(
+            "it is not a LoRA adapter (general.type is not `adapter`)".into(),
+        ));
+    }
+    let (theirs, ours) = (header.architecture(), model_header.architecture());
+    if theirs != ours {
+        return Err(bad(format!(
+            "it adapts a `{}` model, this model is `{}`",
+            theirs.unwrap_or("?"),
+            ours.unwrap_or("?")
+        )));
+    }
+    header
+        .check_data_present()
+        .map_err(|e| bad(e.to_string()))?;
+    let mark = capture.mark();
+    let adapter = model.lora_adapter_init(path).map_err(|e| {
+        let said = capture.problems_since(mark);
+        bad(if said.is_empty() {
+            e.to_string()
+        } else {
+            said.join("; ")
+        })
+    })?;
+    tracing::info!(adapter = %path.display(), scale = options.scale, "LoRA adapter loaded");
+    Ok(LoadedAdapter {
+        adapter: std::sync::Mutex::new(adapter),
+        scale: options.scale,
+    })
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> Self {
+        ChatMessage {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
+    }
+}
+
+/// The ChatML framing the AFM checkpoints were trained with, up to the opening of the assistant
+/// turn; only the markers are special tokens, so message text can never forge one.
+pub fn chatml_prompt(messages: &[ChatMessage]) -> Vec<PromptPart> {
+    let mut parts = Vec::with_capacity(messages.len() * 4 + 2);
+    for m in messages {
+        parts.push(PromptPart::special("<|im_start|>"));
+        parts.push(PromptPart::plain(format!("{}\n{}", m.role, m.content)));
+        parts.push(PromptPart::special("<|im_end|>"));
+        parts.push(PromptPart::plain("\n"));
+    }
+    parts.push(PromptPart::special("<|im_start|>"));
+    parts.push(PromptPart::plain("assistant\n"));
+    parts
+}
+
+fn detect_chat_format(model: &LlamaModel) -> ChatFormat {
+    match model.chat_template(None) {
+        Ok(template) => match template.to_str() {
+            Ok(t) if t.contains("<|im_start|>") => ChatFormat::ChatMl,
+            _ => ChatFormat::Native,
+        },
+        Err(_) => ChatFormat::Plain,
+    }
+}
+
+/// What Rust can tell about the file before llama.cpp reads it.
+fn preflight(path: &Path) -> Result<GgufHeader, EngineError> {
+    let bad = |reason: String| EngineError::BadModel {
+        path: PathBuf::from(path),
+        reason,
+    };
+    let header = GgufHeader::read(path).map_err(|e| bad(e.to_string()))?;
+    if header.file_type() == Some("adapter") {
+        return Err(bad(
+            "it is a LoRA adapter, not a model (pass it with --adapter)".into(),
+        ));
+    }
+    let Some(arch) = header.architecture() else {
+        return Err(bad("it has no general.architecture".into()));
+    };
+    if !llama_supports(arch) {
+        return Err(bad(format!(
+            "its architecture `{arch}` is not one the bundled llama.cpp knows (a newer Catena may run it)"
+        )));
+    }
+    if NOT_GENERATIVE.contains(&arch) {
+        return Err(bad(format!(
+            "its architecture `{arch}` does not generate text (an encoder or a projector)"
+        )));
+    }
+    header
+        .check_data_present()
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(header)
+}

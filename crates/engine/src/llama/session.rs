@@ -1,0 +1,411 @@
+//! One llama.cpp context whose KV cache only grows.
+//!
+//! The session keeps every token of the context in `tokens`; the first `evaluated` of them are in
+//! the KV cache. A sampled token stays pending until more text needs logits (the next sampling
+//! step, or an appended observation, in one batch with it), so no token is ever evaluated twice
+//! and the last token of a run is never evaluated for nothing.
+
+use super::LlamaEngine;
+use crate::sampling::{greedy_pick, token_logprob};
+use crate::stops::StopMatcher;
+use crate::utf8::Utf8Stream;
+use crate::{
+    EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
+    SessionOptions, SessionStats, TokenRecord,
+};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use std::num::NonZeroU32;
+use std::time::Instant;
+
+/// The protocol's context budget (PROTOCOL.md §2, step 4).
+const MAX_DEFAULT_CONTEXT: u32 = 32_768;
+
+pub struct LlamaSession<'m> {
+    engine: &'m LlamaEngine,
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    batch_size: usize,
+    sampler: LlamaSampler,
+    sampling: SamplingParams,
+    context_size: usize,
+    tokens: Vec<TokenRecord>,
+    /// `tokens[..evaluated]` are in the KV cache.
+    evaluated: usize,
+    /// Batch index of the logits of the last evaluated token, when they are current.
+    logits_at: Option<i32>,
+    stats: SessionStats,
+}
+
+impl<'m> LlamaSession<'m> {
+    pub(super) fn new(
+        engine: &'m LlamaEngine,
+        options: &SessionOptions,
+    ) -> Result<LlamaSession<'m>, EngineError> {
+        let model = engine.model();
+        let context_size = options
+            .context_size
+            .unwrap_or_else(|| model.n_ctx_train().min(MAX_DEFAULT_CONTEXT))
+            .max(16);
+        let threads = options
+            .threads
+            .unwrap_or_else(|| num_cpus::get_physical().max(1) as i32);
+        let batch_size = options.batch_size.clamp(1, context_size);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(context_size))
+            .with_n_batch(batch_size)
+            .with_n_ubatch(batch_size)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads)
+            .with_type_k(kv_cache_type(options.kv_cache))
+            .with_type_v(kv_cache_type(options.kv_cache));
+        let capture = super::log::install();
+        let mark = capture.mark();
+        let mut ctx = model.new_context(super::backend()?, params).map_err(|e| {
+            let said = capture.problems_since(mark);
+            EngineError::ContextFailed {
+                context_size,
+                reason: if said.is_empty() {
+                    e.to_string()
+                } else {
+                    said.join("; ")
+                },
+            }
+        })?;
+        engine.apply_adapter(&mut ctx)?;
+        Ok(LlamaSession {
+            engine,
+            context_size: ctx.n_ctx() as usize,
+            ctx,
+            batch: LlamaBatch::new(batch_size as usize, 1),
+            batch_size: batch_size as usize,
+            sampler: build_sampler(&options.sampling),
+            sampling: options.sampling,
+            tokens: Vec::new(),
+            evaluated: 0,
+            logits_at: None,
+            stats: SessionStats::default(),
+        })
+    }
+
+    /// Keeps only the first `keep` tokens of the context (a later turn of a conversation that
+    /// shares them): the KV cache past them is dropped, and the next append evaluates from there.
+    pub fn truncate(&mut self, keep: usize) -> Result<(), EngineError> {
+        if keep >= self.tokens.len() {
+            return Ok(());
+        }
+        if keep < self.evaluated {
+            let keep_u32 = u32::try_from(keep)
+                .map_err(|_| EngineError::Decode(format!("position {keep} out of range")))?;
+            let removed = self
+                .ctx
+                .clear_kv_cache_seq(Some(0), Some(keep_u32), None)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            if !removed {
+                return Err(EngineError::Decode(
+                    "llama.cpp could not drop the end of the KV cache".into(),
+                ));
+            }
+            self.evaluated = keep;
+            self.stats.context_tokens = keep;
+        }
+        self.tokens.truncate(keep);
+        self.logits_at = None;
+        Ok(())
+    }
+
+    /// Replaces the context with the prompt `ids`, keeping the KV cache of the prefix it shares
+    /// with the current context (the system message and instructions a task set has in common)
+    /// and evaluating only the rest. The prompt's last token is always evaluated again, so there
+    /// are logits to sample from. Returns how many tokens came from the cache.
+    pub fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
+        let shared = self
+            .tokens
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a.id == **b)
+            .count()
+            .min(ids.len().saturating_sub(1));
+        self.truncate(shared)?;
+        self.append_tokens(&ids[shared..])?;
+        Ok(shared)
+    }
+
+    /// Appends token ids directly (benchmarks, and callers that tokenised already). Ids outside
+    /// the vocabulary are refused.
+    pub fn append_tokens(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
+        let vocab = self.engine.model().n_vocab();
+        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id >= vocab) {
+            return Err(EngineError::Tokenize(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let start = Instant::now();
+        self.tokens
+            .extend(ids.iter().map(|&id| TokenRecord { id, logprob: None }));
+        let evaluated = self.evaluate_pending()?;
+        self.stats.appended_tokens += ids.len();
+        self.stats.prefill_tokens += evaluated;
+        self.stats.prefill_time += start.elapsed();
+        Ok(ids.len())
+    }
+
+    /// Evaluates `ids` in an empty session and returns the logits at every position: the
+    /// reference another implementation of the same model (the trainer's) is checked against.
+    pub fn logits_at_every_position(&mut self, ids: &[i32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        if !self.tokens.is_empty() {
+            return Err(EngineError::Decode(
+                "logits_at_every_position needs an empty session".into(),
+            ));
+        }
+        if ids.len() > self.context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed: ids.len() - self.context_size,
+            });
+        }
+        let mut all = Vec::with_capacity(ids.len());
+        for (chunk_index, chunk) in ids.chunks(self.batch_size).enumerate() {
+            self.batch.clear();
+            for (i, &id) in chunk.iter().enumerate() {
+                let pos = chunk_index * self.batch_size + i;
+                self.batch
+                    .add(LlamaToken::new(id), pos as i32, &[0], true)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            self.ctx
+                .decode(&mut self.batch)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            for i in 0..chunk.len() {
+                all.push(self.ctx.get_logits_ith(i as i32).to_vec());
+            }
+        }
+        self.tokens
+            .extend(ids.iter().map(|&id| TokenRecord { id, logprob: None }));
+        self.evaluated = ids.len();
+        self.logits_at = None;
+        Ok(all)
+    }
+
+    fn tokenize(&self, part: &PromptPart) -> Vec<LlamaToken> {
+        self.engine
+            .model()
+            .vocab()
+            .tokenize(part.text.as_bytes(), false, part.special)
+    }
+
+    /// Evaluates every pending token, in batches; logits are kept for the last one.
+    fn evaluate_pending(&mut self) -> Result<usize, EngineError> {
+        let pending = self.tokens.len() - self.evaluated;
+        if pending == 0 {
+            return Ok(0);
+        }
+        if self.tokens.len() > self.context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed: self.tokens.len() - self.context_size,
+            });
+        }
+        self.logits_at = None;
+        while self.evaluated < self.tokens.len() {
+            let end = (self.evaluated + self.batch_size).min(self.tokens.len());
+            self.batch.clear();
+            for pos in self.evaluated..end {
+                let token = LlamaToken::new(self.tokens[pos].id);
+                self.batch
+                    .add(token, pos as i32, &[0], pos + 1 == self.tokens.len())
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            self.ctx
+                .decode(&mut self.batch)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            self.stats.evaluated_tokens += end - self.evaluated;
+            if end == self.tokens.len() {
+                self.logits_at = Some((end - self.evaluated - 1) as i32);
+            }
+            self.evaluated = end;
+        }
+        self.stats.context_tokens = self.evaluated;
+        Ok(pending)
+    }
+
+    /// Samples one token from the current logits and records it as pending.
+    fn sample(&mut self) -> Result<LlamaToken, EngineError> {
+        let Some(index) = self.logits_at else {
+            return Err(EngineError::Decode(
+                "no logits to sample from (nothing was evaluated)".into(),
+            ));
+        };
+        let (token, logprob) = if self.sampling.is_greedy() {
+            // Greedy needs no sampler: the argmax pass also gives the log-probability.
+            let (id, logprob) = greedy_pick(self.ctx.get_logits_ith(index))
+                .ok_or_else(|| EngineError::Decode("the model produced no usable logits".into()))?;
+            (LlamaToken(id as i32), Some(logprob))
+        } else {
+            let token = self.sampler.sample(&self.ctx, index);
+            let logprob = token_logprob(
+                self.ctx.get_logits_ith(index),
+                token.0 as usize,
+                self.sampling.logprob_temperature(),
+            );
+            (token, logprob)
+        };
+        self.tokens.push(TokenRecord {
+            id: token.0,
+            logprob,
+        });
+        self.logits_at = None;
+        self.stats.generated_tokens += 1;
+        Ok(token)
+    }
+
+    /// The last sampled token carried text past a stop string: replace it with the tokens of
+    /// the part that is kept, so the context holds exactly the returned text.
+    fn replace_last_token(&mut self, kept: &str) {
+        self.tokens.pop();
+        let forced = self.tokenize(&PromptPart::plain(kept));
+        self.tokens.extend(forced.into_iter().map(|t| TokenRecord {
+            id: t.0,
+            logprob: None,
+        }));
+    }
+}
+
+impl Session for LlamaSession<'_> {
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
+        let start = Instant::now();
+        let mut added = 0;
+        for part in parts {
+            let tokens = self.tokenize(part);
+            added += tokens.len();
+            self.tokens.extend(tokens.into_iter().map(|t| TokenRecord {
+                id: t.0,
+                logprob: None,
+            }));
+        }
+        if self.tokens.len() > self.context_size {
+            let needed = self.tokens.len() - self.context_size;
+            self.tokens.truncate(self.tokens.len() - added);
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed,
+            });
+        }
+        let evaluated = self.evaluate_pending()?;
+        self.stats.appended_tokens += added;
+        self.stats.prefill_tokens += evaluated;
+        self.stats.prefill_time += start.elapsed();
+        Ok(added)
+    }
+
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError> {
+        let mut text = String::new();
+        let mut utf8 = Utf8Stream::default();
+        let mut checked = 0;
+        let mut sampled = 0;
+        let engine = self.engine;
+        let vocab = engine.model().vocab();
+        let stop = loop {
+            if limits.is_cancelled() {
+                break GenerationStop::Cancelled;
+            }
+            if sampled >= limits.max_tokens {
+                break GenerationStop::MaxTokens;
+            }
+            if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                break GenerationStop::Deadline;
+            }
+            if self.tokens.len() >= self.context_size {
+                break GenerationStop::ContextFull;
+            }
+            let step = Instant::now();
+            let folded = self.evaluate_pending()?;
+            self.stats.decode_tokens += folded;
+            let token = self.sample()?;
+            sampled += 1;
+            self.stats.decode_time += step.elapsed();
+            if vocab.is_eog(token) {
+                break GenerationStop::EndOfTurn;
+            }
+            let piece = utf8.push(&vocab.token_to_piece(token, false, None));
+            if piece.is_empty() {
+                continue;
+            }
+            let before = text.len();
+            text.push_str(&piece);
+            if let Some(hit) = stops.find(&text, checked) {
+                if hit.end < text.len() {
+                    self.replace_last_token(&text[before..hit.end]);
+                    text.truncate(hit.end);
+                }
+                on_text(&text[before..]);
+                break GenerationStop::StopString { index: hit.index };
+            }
+            checked = text.len();
+            on_text(&piece);
+        };
+        if !matches!(stop, GenerationStop::StopString { .. }) {
+            let tail = utf8.finish();
+            if !tail.is_empty() {
+                text.push_str(&tail);
+                on_text(&tail);
+            }
+        }
+        Ok(Generation {
+            text,
+            stop,
+            tokens: sampled,
+        })
+    }
+
+    fn stats(&self) -> SessionStats {
+        self.stats.clone()
+    }
+
+    fn set_sampling(&mut self, sampling: SamplingParams) {
+        if sampling != self.sampling {
+            self.sampler = build_sampler(&sampling);
+            self.sampling = sampling;
+        }
+    }
+
+    fn context_size(&self) -> usize {
+        self.context_size
+    }
+
+    fn tokens(&self) -> &[TokenRecord] {
+        &self.tokens
+    }
+}
+
+fn build_sampler(params: &SamplingParams) -> LlamaSampler {
+    if params.is_greedy() {
+        return LlamaSampler::greedy();
+    }
+    let mut chain = Vec::new();
+    if params.top_k > 0 {
+        chain.push(LlamaSampler::top_k(params.top_k));
+    }
+    if params.top_p > 0.0 && params.top_p < 1.0 {
+        chain.push(LlamaSampler::top_p(params.top_p, 1));
+    }
+    chain.push(LlamaSampler::temp(params.temperature));
+    chain.push(LlamaSampler::dist(params.seed));
+    LlamaSampler::chain_simple(chain)
+}
+
+fn kv_cache_type(kind: crate::KvCacheType) -> llama_cpp_2::context::params::KvCacheType {
+    use llama_cpp_2::context::params::KvCacheType as Llama;
+    match kind {
+        crate::KvCacheType::F16 => Llama::F16,
+        crate::KvCacheType::Q8_0 => Llama::Q8_0,
+    }
+}

@@ -1,0 +1,504 @@
+//! The model's one thread: requests wait in a bounded queue and run one at a time, with the KV
+//! caches kept between them (in the worker process). A request that finds the queue full is
+//! refused at once with a clear error instead of piling up. When the worker dies, the request it
+//! was serving fails with a clear error, and the worker is started again for the next one.
+
+use crate::ServiceError;
+use crate::live::LiveRuns;
+use catena_agent::tools::{ToolBox, profile_tools};
+use catena_agent::{Budgets, PromptStart, RunRequest, run_chain};
+use catena_engine::llama::ChatMessage;
+use catena_engine::{
+    CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
+    SessionOptions, StopMatcher,
+};
+use catena_hub::assets;
+use catena_hub::config::Paths;
+use catena_protocol::Profile;
+use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
+use catena_store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
+use catena_worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
+use parking_lot::RwLock;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::mpsc;
+
+/// How the model is loaded and served.
+#[derive(Debug, Clone)]
+pub struct InferenceConfig {
+    pub model_path: PathBuf,
+    pub gpu_layers: Option<u32>,
+    /// Settings of each kept session (context size, threads).
+    pub session: SessionOptions,
+    /// Sessions (KV caches) kept at once.
+    pub sessions: usize,
+    /// The KV cache type, when the user chose one.
+    pub kv_cache: Option<catena_engine::KvCacheType>,
+    /// Requests that may wait for the model; more are refused.
+    pub queue_limit: usize,
+    /// Where the sandbox runtime and its compiled form live.
+    pub paths: Paths,
+    pub sandbox_limits: Limits,
+    /// How to start the model worker process.
+    pub worker: WorkerCommand,
+}
+
+/// A chat completion to run.
+pub struct ChatJob {
+    pub messages: Vec<ChatMessage>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub stops: Vec<String>,
+    /// The request as given, kept with the stored run.
+    pub options: serde_json::Value,
+    pub reply: mpsc::UnboundedSender<ChatEvent>,
+    pub cancel: CancelFlag,
+}
+
+/// What a chat completion streams back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatEvent {
+    /// Generated text (possibly ending in a stop sequence, which the HTTP layer strips).
+    Text(String),
+    Done {
+        /// `stop` or `length`.
+        finish_reason: &'static str,
+        /// Whether a stop sequence ended the reply (it is then at the end of the text).
+        stopped_by_string: bool,
+        usage: ChatUsage,
+    },
+    Failed(String),
+}
+
+/// Token counts of a chat completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatUsage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens that were already in a kept KV cache (not evaluated again).
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// An agent run to execute; its store record exists already.
+pub struct AgentJob {
+    pub run_id: String,
+    pub profile: Profile,
+    pub user_prompt: String,
+    pub prefill: Option<String>,
+    pub budgets: Budgets,
+    pub sampling: SamplingParams,
+    pub cancel: CancelFlag,
+}
+
+/// Serve another model (after the jobs queued before it).
+pub struct SwitchJob {
+    pub model_path: PathBuf,
+    pub reply: tokio::sync::oneshot::Sender<Result<Serving, String>>,
+}
+
+pub enum Job {
+    Chat(ChatJob),
+    Agent(AgentJob),
+    Switch(SwitchJob),
+}
+
+/// The model being served.
+#[derive(Debug, Clone)]
+pub struct Serving {
+    /// Its name for clients.
+    pub model_id: String,
+    pub info: ModelInfo,
+}
+
+/// The handle the HTTP layer holds.
+pub struct Inference {
+    tx: mpsc::Sender<Job>,
+    /// Jobs accepted and not yet finished (waiting or running).
+    in_flight: Arc<AtomicUsize>,
+    queue_limit: usize,
+    serving: Arc<RwLock<Serving>>,
+    /// The worker process (pid, restarts).
+    pub worker: Arc<WorkerStatus>,
+}
+
+impl Inference {
+    /// Starts the worker and waits for it to load the model (so a bad model fails the start), then
+    /// starts the thread that feeds it.
+    pub fn start(
+        config: InferenceConfig,
+        store: Arc<Store>,
+        live: Arc<LiveRuns>,
+    ) -> Result<Inference, EngineError> {
+        let status = Arc::new(WorkerStatus::default());
+        let client = WorkerClient::start(
+            config.worker.clone(),
+            WorkerConfig {
+                model_path: config.model_path.clone(),
+                gpu_layers: config.gpu_layers,
+                session: config.session.clone(),
+                sessions: config.sessions,
+                kv_cache: config.kv_cache,
+            },
+            status.clone(),
+        )?;
+        let serving = Arc::new(RwLock::new(Serving {
+            model_id: model_id(&config.model_path),
+            info: client.info().clone(),
+        }));
+        let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let worker = Worker {
+            client,
+            jobs: JobContext {
+                store,
+                live,
+                sandbox: None,
+                config: config.clone(),
+                serving: serving.clone(),
+            },
+            in_flight: in_flight.clone(),
+        };
+        std::thread::Builder::new()
+            .name("catena-inference".into())
+            .spawn(move || worker.run(rx))
+            .map_err(|e| EngineError::Backend(format!("cannot start the inference thread: {e}")))?;
+        Ok(Inference {
+            tx,
+            in_flight,
+            queue_limit: config.queue_limit,
+            serving,
+            worker: status,
+        })
+    }
+
+    /// Queues a job, or refuses it when the queue is full. The job is counted before it is
+    /// sent: the model thread may finish it (and count it out) before `try_send` returns, and
+    /// the count shutdown waits on must never go below zero.
+    pub fn submit(&self, job: Job) -> Result<(), ServiceError> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let refused = match self.tx.try_send(job) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => ServiceError::queue_full(self.queue_limit),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                ServiceError::internal("the inference thread has stopped")
+            }
+        };
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Err(refused)
+    }
+
+    /// Jobs waiting or running.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn queue_limit(&self) -> usize {
+        self.queue_limit
+    }
+
+    /// The model being served now.
+    pub fn serving(&self) -> Serving {
+        self.serving.read().clone()
+    }
+
+    pub fn model_id(&self) -> String {
+        self.serving().model_id
+    }
+}
+
+/// The name clients use for the model: its file name without `.gguf`.
+pub fn model_id(path: &std::path::Path) -> String {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("model")
+        .to_string()
+}
+
+/// The thread that feeds the worker process.
+struct Worker {
+    client: WorkerClient,
+    jobs: JobContext,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Everything a job needs besides the model.
+struct JobContext {
+    store: Arc<Store>,
+    live: Arc<LiveRuns>,
+    /// Created on the first agent run that needs `<code>`.
+    sandbox: Option<Arc<Sandbox>>,
+    config: InferenceConfig,
+    serving: Arc<RwLock<Serving>>,
+}
+
+impl Worker {
+    fn run(mut self, mut rx: mpsc::Receiver<Job>) {
+        while let Some(job) = rx.blocking_recv() {
+            match job {
+                Job::Chat(job) => self.chat(job),
+                Job::Agent(job) => self.agent(job),
+                Job::Switch(job) => self.switch(job),
+            }
+            self.revive();
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Loads another model in the worker's place (the kept KV caches go with the old one).
+    fn switch(&mut self, job: SwitchJob) {
+        let outcome = self
+            .client
+            .switch_model(job.model_path.clone())
+            .map(|()| {
+                let serving = Serving {
+                    model_id: model_id(&job.model_path),
+                    info: self.client.info().clone(),
+                };
+                self.jobs.config.model_path = job.model_path;
+                *self.jobs.serving.write() = serving.clone();
+                serving
+            })
+            .map_err(|e| e.to_string());
+        let _ = job.reply.send(outcome);
+    }
+
+    /// Starts the worker again if the last job saw it die, so the next job finds it ready. A
+    /// worker that cannot start (the model now fails to load) is tried again before the next job.
+    fn revive(&mut self) {
+        if self.client.check() {
+            return;
+        }
+        if let Err(e) = self.client.restart() {
+            tracing::error!(error = %e, "the model worker could not be restarted");
+        }
+    }
+
+    fn chat(&mut self, job: ChatJob) {
+        if job.cancel.load(Ordering::Relaxed) {
+            return;
+        }
+        let reply = job.reply.clone();
+        if let Err(e) = self.try_chat(job) {
+            let _ = reply.send(ChatEvent::Failed(e.to_string()));
+        }
+    }
+
+    fn try_chat(&mut self, job: ChatJob) -> Result<(), EngineError> {
+        self.ready()?;
+        let opened = self.client.open(Prompt::Conversation {
+            messages: job.messages.clone(),
+        })?;
+        let mut session = opened.session;
+        session.set_sampling(job.sampling);
+        let stops = StopMatcher::new(job.stops.iter().cloned());
+        let limits = GenerateLimits {
+            max_tokens: job.max_tokens,
+            deadline: None,
+            cancel: Some(job.cancel.clone()),
+        };
+        let cancel = job.cancel.clone();
+        let reply = job.reply.clone();
+        // On an error the session is dropped, in the worker too: its state is unknown.
+        let generation = session.generate(&stops, limits, &mut |text| {
+            if reply.send(ChatEvent::Text(text.to_string())).is_err() {
+                // The client went away: stop generating for it.
+                cancel.store(true, Ordering::Relaxed);
+            }
+        })?;
+        let usage = ChatUsage {
+            prompt_tokens: opened.prompt_tokens,
+            cached_tokens: opened.cached,
+            completion_tokens: generation.tokens,
+        };
+        let (finish_reason, stopped_by_string) = match generation.stop {
+            GenerationStop::StopString { .. } => ("stop", true),
+            GenerationStop::EndOfTurn | GenerationStop::Cancelled => ("stop", false),
+            GenerationStop::MaxTokens | GenerationStop::ContextFull | GenerationStop::Deadline => {
+                ("length", false)
+            }
+        };
+        let _ = job.reply.send(ChatEvent::Done {
+            finish_reason,
+            stopped_by_string,
+            usage,
+        });
+        let conversation =
+            self.jobs
+                .record_chat(&job, opened.conversation, &generation.text, usage);
+        session.close(true, conversation)
+    }
+
+    /// The worker, started again first if it died while idle, or died in the last job and the
+    /// restart after it failed.
+    fn ready(&mut self) -> Result<(), EngineError> {
+        if self.client.check() {
+            Ok(())
+        } else {
+            self.client.restart()
+        }
+    }
+
+    fn agent(&mut self, job: AgentJob) {
+        let store = self.jobs.store.clone();
+        let mut recorder = Recorder::new(&store, job.run_id.clone());
+        if job.cancel.load(Ordering::Relaxed) {
+            let stored = recorder.raw(&serde_json::json!({
+                "type": "error",
+                "message": "cancelled before it started",
+            }));
+            self.jobs.live.publish(&job.run_id, stored);
+            let end = RunEnd {
+                status: RunStatus::Cancelled,
+                answer: None,
+                stop_reason: Some("cancelled"),
+                trajectory: None,
+                summary: None,
+                error: Some("cancelled before it started"),
+                usage: Usage::default(),
+            };
+            if let Err(e) = store.finish_run(&job.run_id, &end) {
+                tracing::error!(error = %e, "could not save a cancelled run");
+            }
+        } else if let Err(message) = self.try_agent(&job, &mut recorder) {
+            let stored = recorder.fail(&message);
+            self.jobs.live.publish(&job.run_id, stored);
+        }
+        self.jobs.live.finish(&job.run_id);
+    }
+
+    fn try_agent(&mut self, job: &AgentJob, recorder: &mut Recorder<'_>) -> Result<(), String> {
+        let tools = self.jobs.tools(&job.profile)?;
+        self.ready().map_err(|e| e.to_string())?;
+        let opened = self
+            .client
+            .open(Prompt::Task {
+                system: job.profile.system.clone(),
+                user: job.user_prompt.clone(),
+            })
+            .map_err(|e| e.to_string())?;
+        let mut session = opened.session;
+        let request = RunRequest {
+            profile: &job.profile,
+            model: self.jobs.model_id(),
+            sampling: job.sampling,
+            prompt: PromptStart {
+                prompt_tokens: opened.prompt_tokens,
+                cached_tokens: opened.cached,
+            },
+            prefill: job.prefill.as_deref(),
+            budgets: job.budgets,
+            cancel: Some(job.cancel.clone()),
+        };
+        let live = self.jobs.live.clone();
+        let run_id = job.run_id.clone();
+        let summary = run_chain(&mut session, request, &tools, &mut |event| {
+            let stored = recorder.event(&event);
+            live.publish(&run_id, stored);
+        })
+        .map_err(|e| e.to_string())?;
+        let stored = recorder.finish(&summary, opened.cached);
+        live.publish(&run_id, stored);
+        session.close(true, None).map_err(|e| e.to_string())
+    }
+}
+
+impl JobContext {
+    fn model_id(&self) -> String {
+        self.serving.read().model_id.clone()
+    }
+
+    /// Stores a chat completion; returns the stored conversation (session) it belongs to.
+    fn record_chat(
+        &self,
+        job: &ChatJob,
+        conversation: Option<String>,
+        reply: &str,
+        usage: ChatUsage,
+    ) -> Option<String> {
+        let last_user = job
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map_or("", |m| m.content.as_str());
+        let system = job
+            .messages
+            .iter()
+            .find(|m| m.role == "system")
+            .map_or("", |m| m.content.as_str());
+        let run = NewRun {
+            session: conversation.as_deref(),
+            kind: RunKind::Chat,
+            task: last_user,
+            profile: None,
+            model: &self.model_id(),
+            adapter: None,
+            options: job.options.clone(),
+            system_prompt: system,
+            user_prompt: last_user,
+        };
+        let started = self.store.start_run(&run).or_else(|_| {
+            // The remembered conversation may have been deleted meanwhile: start a new one.
+            self.store.start_run(&NewRun {
+                session: None,
+                ..run
+            })
+        });
+        let id = match started {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::error!(error = %e, "could not save a chat completion");
+                return None;
+            }
+        };
+        let end = RunEnd {
+            status: RunStatus::Finished,
+            answer: Some(reply),
+            stop_reason: None,
+            trajectory: Some(reply),
+            summary: None,
+            error: None,
+            usage: Usage {
+                prompt_tokens: usage.prompt_tokens as u64,
+                generated_tokens: usage.completion_tokens as u64,
+                context_tokens: (usage.prompt_tokens + usage.completion_tokens) as u64,
+                cached_tokens: usage.cached_tokens as u64,
+                tool_calls: 0,
+            },
+        };
+        if let Err(e) = self.store.finish_run(&id, &end) {
+            tracing::error!(error = %e, "could not save a chat completion");
+        }
+        self.store.run(&id).ok().map(|r| r.session_id)
+    }
+
+    /// The tools of a profile; the sandbox is prepared once, on first need.
+    fn tools(&mut self, profile: &Profile) -> Result<ToolBox, String> {
+        let existing = self.sandbox.clone();
+        let config = &self.config;
+        let mut made = None;
+        let tools = profile_tools(profile, || match existing {
+            Some(sandbox) => Ok::<_, String>(sandbox),
+            None => {
+                let files = assets::python_runtime(&config.paths, &mut |p| tracing::info!("{p:?}"))
+                    .map_err(|e| format!("the Python sandbox is not available: {e}"))?;
+                let spec = RuntimeSpec::cpython(files.wasm, files.sha256, files.stdlib_dir);
+                let sandbox = Sandbox::new(
+                    spec,
+                    config.sandbox_limits,
+                    &config.paths.sandbox_cache_dir(),
+                    || tracing::warn!("preparing the Python sandbox (first use, about a minute)"),
+                )
+                .map_err(|e| format!("the Python sandbox could not start: {e}"))?;
+                let sandbox = Arc::new(sandbox);
+                made = Some(sandbox.clone());
+                Ok(sandbox)
+            }
+        })?;
+        if made.is_some() {
+            self.sandbox = made;
+        }
+        Ok(tools)
+    }
+}

@@ -1,0 +1,549 @@
+//! What Catena does for a user interface, whatever carries it: start an agent run, follow its
+//! events (stored ones first, then live), cancel and rate it, list, read, delete and export
+//! sessions, list models, report health. `catena serve` maps these onto HTTP (catena-server), the
+//! desktop app onto Tauri commands and channels; neither adds behaviour of its own.
+
+mod downloads;
+mod error;
+mod inference;
+mod live;
+mod training;
+
+pub use downloads::{DownloadStatus, Downloads};
+pub use error::{ErrorKind, ServiceError};
+pub use inference::{ChatEvent, ChatJob, ChatUsage, InferenceConfig, model_id};
+pub use live::LiveRuns;
+pub use training::{StartTraining, Training, TrainingStatus};
+
+use crate::inference::{AgentJob, Inference, Job, SwitchJob};
+use catena_agent::Budgets;
+use catena_engine::{EngineError, SamplingParams};
+use catena_protocol::Profile;
+use catena_store::{
+    ExportFormat, Feedback, FeedbackFilter, NewRun, RunEnd, RunKind, Store, StoredEvent,
+};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::broadcast::error::RecvError;
+
+/// Tokens a run may generate when the request does not say.
+const DEFAULT_MAX_TOKENS: usize = 8192;
+
+/// The model, the store and the live runs, shared by every request.
+pub struct Service {
+    inference: Inference,
+    store: Arc<Store>,
+    live: Arc<LiveRuns>,
+    started: Instant,
+    paths: catena_hub::config::Paths,
+    downloads: Downloads,
+    training: Training,
+}
+
+/// A run to start.
+#[derive(Debug, Default, Deserialize)]
+pub struct StartRun {
+    pub task: String,
+    #[serde(default)]
+    pub profile: Option<String>,
+    #[serde(default)]
+    pub prefill: Option<String>,
+    /// Continue an existing session.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    pub max_tool_calls: Option<u32>,
+    pub max_tokens: Option<usize>,
+    /// Seconds.
+    pub max_time: Option<f64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub seed: Option<u32>,
+}
+
+/// A run that was queued.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StartedRun {
+    pub id: String,
+    pub session_id: String,
+    pub status: &'static str,
+}
+
+/// An export, ready to be saved.
+#[derive(Debug)]
+pub struct Export {
+    pub bytes: Vec<u8>,
+    pub content_type: &'static str,
+    pub file_name: &'static str,
+}
+
+impl Service {
+    /// Starts the model worker (waiting for it to load the model, so a bad model fails here).
+    pub fn start(config: InferenceConfig, store: Arc<Store>) -> Result<Service, EngineError> {
+        let live = Arc::new(LiveRuns::default());
+        let paths = config.paths.clone();
+        // The trainer is the same program as the worker (`catena` or `catena-desktop`).
+        let training = Training::new(config.worker.program.clone(), paths.clone());
+        let inference = Inference::start(config, store.clone(), live.clone())?;
+        Ok(Service {
+            inference,
+            store,
+            live,
+            started: Instant::now(),
+            paths,
+            downloads: Downloads::default(),
+            training,
+        })
+    }
+
+    /// The served model's name for clients.
+    pub fn model_id(&self) -> String {
+        self.inference.model_id()
+    }
+
+    /// Queues a chat completion (the OpenAI API); its events arrive on the job's channel.
+    pub fn chat(&self, job: ChatJob) -> Result<(), ServiceError> {
+        self.inference.submit(Job::Chat(job))
+    }
+
+    /// Jobs waiting for or using the model.
+    pub fn in_flight(&self) -> usize {
+        self.inference.in_flight()
+    }
+
+    /// Asks every live run to stop (shutdown).
+    pub fn cancel_all(&self) {
+        self.live.cancel_all();
+    }
+
+    /// The model, the queue and the worker process.
+    pub fn health(&self) -> Value {
+        let serving = self.inference.serving();
+        json!({
+            "status": "ok",
+            "model": serving.model_id,
+            "architecture": serving.info.architecture,
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": self.started.elapsed().as_secs(),
+            "in_flight": self.inference.in_flight(),
+            "queue_limit": self.inference.queue_limit(),
+            "live_runs": self.live.count(),
+            "worker": {
+                "pid": self.inference.worker.pid(),
+                "alive": self.inference.worker.alive(),
+                "restarts": self.inference.worker.restarts(),
+            },
+        })
+    }
+
+    /// The built-in prompt profiles.
+    pub fn profiles(&self) -> Value {
+        let list: Vec<Value> = Profile::builtin_names()
+            .filter_map(|name| Profile::builtin(name).ok())
+            .map(|p| {
+                json!({
+                    "name": p.name,
+                    "description": p.description,
+                    "tools": p.tools,
+                    "max_tool_calls": p.max_tool_calls,
+                })
+            })
+            .collect();
+        json!({"object": "list", "data": list})
+    }
+
+    /// The models on this machine and in the catalog, the served one marked. Reads files: call
+    /// it off the async threads.
+    pub fn library_models(&self) -> Result<Value, ServiceError> {
+        let catalog = catena_hub::catalog::Catalog::load(&self.paths)
+            .map_err(|e| ServiceError::internal(e.to_string()))?;
+        let rows = catena_hub::listing::rows(&catalog, &self.paths);
+        Ok(json!({
+            "object": "list",
+            "serving": self.inference.serving().info.path,
+            "data": rows,
+        }))
+    }
+
+    /// Starts downloading catalog model `reference` in the background (needs a Tokio runtime);
+    /// [`Service::downloads`] shows its progress.
+    pub fn pull_model(&self, reference: &str) -> Result<DownloadStatus, ServiceError> {
+        self.downloads.start(&self.paths, reference)
+    }
+
+    /// Starts `train sft` as a child process (one training run at a time).
+    pub fn start_training(&self, request: StartTraining) -> Result<TrainingStatus, ServiceError> {
+        self.training
+            .start(request, &self.inference.serving().info.path)
+    }
+
+    /// The files a training run may read (the exports folder's).
+    pub fn training_data(&self) -> Result<Value, ServiceError> {
+        self.training.data_files()
+    }
+
+    /// A training run and its progress events from index `from` on.
+    pub fn training_run(&self, id: &str, from: usize) -> Result<TrainingStatus, ServiceError> {
+        self.training.get(id, from)
+    }
+
+    /// The training runs this process started, newest first.
+    pub fn training_runs(&self) -> Value {
+        json!({"object": "list", "data": self.training.list()})
+    }
+
+    /// Stops a training run after its current step, with a checkpoint.
+    pub async fn stop_training(&self, id: &str) -> Result<TrainingStatus, ServiceError> {
+        self.training.stop(id).await
+    }
+
+    /// The downloads this process started, with their progress.
+    pub fn downloads(&self) -> Value {
+        json!({"object": "list", "data": self.downloads.list()})
+    }
+
+    /// Serves another installed model (a catalog id or a downloaded file's name, never a path:
+    /// a request must not make the server open arbitrary files) from now on: after the requests
+    /// queued before this one, the worker loads it in place of the current model. When it cannot
+    /// load, the current model is loaded again and the error says why.
+    pub async fn serve_model(&self, reference: &str) -> Result<Value, ServiceError> {
+        let paths = self.paths.clone();
+        let wanted = reference.trim().to_string();
+        let model_path = tokio::task::spawn_blocking(move || {
+            catena_hub::installed::resolve_installed(&wanted, &paths)
+        })
+        .await
+        .map_err(|e| ServiceError::internal(format!("resolving the model failed: {e}")))?
+        .map_err(|e| ServiceError::invalid(e.to_string()).param("id"))?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.inference
+            .submit(Job::Switch(SwitchJob { model_path, reply }))?;
+        let serving = answer
+            .await
+            .map_err(|_| ServiceError::internal("the inference thread has stopped"))?
+            .map_err(|e| {
+                ServiceError::invalid(format!("The model could not be loaded: {e}")).param("id")
+            })?;
+        Ok(json!({
+            "model": serving.model_id,
+            "architecture": serving.info.architecture,
+            "path": serving.info.path,
+        }))
+    }
+
+    /// Runs `call` with the store on Tokio's blocking pool: SQLite waits on the disk and on its
+    /// connection's lock, and an async worker must not wait with it.
+    async fn with_store<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&Store, &LiveRuns) -> Result<T, ServiceError> + Send + 'static,
+    ) -> Result<T, ServiceError> {
+        let store = self.store.clone();
+        let live = self.live.clone();
+        tokio::task::spawn_blocking(move || call(&store, &live))
+            .await
+            .map_err(|e| ServiceError::internal(format!("a session-store call failed: {e}")))?
+    }
+
+    /// Checks the request, records the run and queues it for the model.
+    pub async fn start_run(&self, start: StartRun) -> Result<StartedRun, ServiceError> {
+        let task = start.task.trim().to_string();
+        if task.is_empty() {
+            return Err(ServiceError::invalid("`task` must not be empty.").param("task"));
+        }
+        let profile_name = start.profile.as_deref().unwrap_or("math");
+        let profile = Profile::builtin(profile_name)
+            .map_err(|e| ServiceError::invalid(e.to_string()).param("profile"))?;
+        let temperature = start.temperature.unwrap_or(0.6);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(
+                ServiceError::invalid("`temperature` must be between 0 and 2.")
+                    .param("temperature"),
+            );
+        }
+        let max_time = match start.max_time.map(catena_protocol::units::positive_seconds) {
+            Some(Some(limit)) => Some(limit),
+            Some(None) => {
+                return Err(ServiceError::invalid(
+                    "`max_time` must be a positive number of seconds.",
+                )
+                .param("max_time"));
+            }
+            None => None,
+        };
+        let sampling = SamplingParams {
+            temperature,
+            top_p: start.top_p.unwrap_or(0.95),
+            top_k: start.top_k.unwrap_or(40),
+            seed: start
+                .seed
+                .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
+        };
+        let budgets = Budgets {
+            max_tool_calls: start.max_tool_calls.unwrap_or(profile.max_tool_calls),
+            max_tokens: start.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            max_time,
+        };
+        let user_prompt = profile.user_message(&task);
+        let options = json!({
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "seed": sampling.seed,
+            "max_tool_calls": budgets.max_tool_calls,
+            "max_tokens": budgets.max_tokens,
+            "max_time": start.max_time,
+            "prefill": start.prefill,
+        });
+        let model = self.inference.model_id();
+        let (name, system, user) = (
+            profile.name.clone(),
+            profile.system.clone(),
+            user_prompt.clone(),
+        );
+        let session = start.session_id.clone();
+        let run_id = self
+            .with_store(move |store, _| {
+                Ok(store.start_run(&NewRun {
+                    session: session.as_deref(),
+                    kind: RunKind::Agent,
+                    task: &task,
+                    profile: Some(&name),
+                    model: &model,
+                    adapter: None,
+                    options,
+                    system_prompt: &system,
+                    user_prompt: &user,
+                })?)
+            })
+            .await?;
+        let cancel = self.live.register(&run_id);
+        let job = Job::Agent(AgentJob {
+            run_id: run_id.clone(),
+            profile,
+            user_prompt,
+            prefill: start.prefill,
+            budgets,
+            sampling,
+            cancel,
+        });
+        if let Err(refused) = self.inference.submit(job) {
+            self.live.finish(&run_id);
+            let message = refused.message.clone();
+            let failed = run_id.clone();
+            let recorded = self
+                .with_store(move |store, _| {
+                    Ok(store.finish_run(&failed, &RunEnd::failed(&message))?)
+                })
+                .await;
+            if let Err(e) = recorded {
+                tracing::error!(error = %e, "could not record a refused run as failed");
+            }
+            return Err(refused);
+        }
+        let id = run_id.clone();
+        let run = self.with_store(move |store, _| Ok(store.run(&id)?)).await?;
+        Ok(StartedRun {
+            id: run_id,
+            session_id: run.session_id,
+            status: "queued",
+        })
+    }
+
+    /// A run as stored, with whether it is still live.
+    pub async fn run(&self, id: &str) -> Result<Value, ServiceError> {
+        let id = id.to_string();
+        self.with_store(move |store, live| {
+            let run = store.run(&id)?;
+            let mut value =
+                serde_json::to_value(run).map_err(|e| ServiceError::internal(e.to_string()))?;
+            value["live"] = json!(live.is_live(&id));
+            Ok(value)
+        })
+        .await
+    }
+
+    /// A run's events after `after`: first what is stored, then live ones until the run ends.
+    /// Nothing is lost or repeated between the two, and a follower that falls behind the live
+    /// broadcast catches up from the store. If the store cannot be read, the stream ends with
+    /// that error (never silently short): the follower can resume after the last event it got.
+    pub async fn follow(
+        &self,
+        id: &str,
+        after: u64,
+    ) -> Result<impl Stream<Item = Result<StoredEvent, ServiceError>> + Send + 'static, ServiceError>
+    {
+        let known = id.to_string();
+        self.with_store(move |store, _| Ok(store.run(&known)?))
+            .await?;
+        // Subscribe before reading the store, so nothing falls between the two.
+        let live = self.live.subscribe(id);
+        let store = self.store.clone();
+        let id = id.to_string();
+        Ok(async_stream::stream! {
+            let mut last = after;
+            let mut live = live;
+            let mut ended = live.is_none();
+            loop {
+                // What is stored after `last`: at the start, after falling behind the broadcast,
+                // and once the run has ended.
+                let (reader, run) = (store.clone(), id.clone());
+                let stored = tokio::task::spawn_blocking(move || reader.events(&run, last))
+                    .await
+                    .map_err(|e| ServiceError::internal(format!("reading the run's events failed: {e}")))
+                    .and_then(|read| read.map_err(ServiceError::from));
+                match stored {
+                    Ok(events) => for event in events {
+                        last = event.seq;
+                        yield Ok(event);
+                    },
+                    Err(e) => {
+                        yield Err(e);
+                        return;
+                    }
+                }
+                let Some(receiver) = live.as_mut().filter(|_| !ended) else {
+                    return;
+                };
+                loop {
+                    match receiver.recv().await {
+                        Ok(event) if event.seq > last => {
+                            last = event.seq;
+                            yield Ok(StoredEvent::clone(&event));
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(_)) => break,
+                        Err(RecvError::Closed) => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Asks a live run to stop.
+    pub async fn cancel(&self, id: &str) -> Result<(), ServiceError> {
+        let id = id.to_string();
+        self.with_store(move |store, live| {
+            let run = store.run(&id)?;
+            if !live.cancel(&id) {
+                return Err(ServiceError::conflict(format!(
+                    "Run `{id}` is not running (it is {}).",
+                    run.status.as_str()
+                )));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Rates a run (`None` clears the rating); returns the stored rating and note.
+    pub async fn feedback(
+        &self,
+        id: &str,
+        rating: Option<Feedback>,
+        note: Option<&str>,
+    ) -> Result<Value, ServiceError> {
+        let (id, note) = (id.to_string(), note.map(str::to_string));
+        self.with_store(move |store, _| {
+            store.set_feedback(&id, rating, note.as_deref())?;
+            let run = store.run(&id)?;
+            Ok(json!({"id": id, "feedback": run.feedback, "feedback_note": run.feedback_note}))
+        })
+        .await
+    }
+
+    /// Sessions, newest first, optionally only those whose text matches `search`.
+    pub async fn sessions(
+        &self,
+        search: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Value, ServiceError> {
+        let search = search.filter(|s| !s.trim().is_empty()).map(str::to_string);
+        let limit = limit.unwrap_or(100).min(1000);
+        self.with_store(move |store, _| {
+            let sessions = store.list_sessions(search.as_deref(), limit)?;
+            Ok(json!({"object": "list", "data": sessions}))
+        })
+        .await
+    }
+
+    /// A session's runs, oldest first.
+    pub async fn session(&self, id: &str) -> Result<Value, ServiceError> {
+        let id = id.to_string();
+        self.with_store(move |store, _| {
+            let runs = store.session_runs(&id)?;
+            Ok(json!({"id": id, "runs": runs}))
+        })
+        .await
+    }
+
+    /// Stops the session's live runs and deletes it.
+    pub async fn delete_session(&self, id: &str) -> Result<(), ServiceError> {
+        let id = id.to_string();
+        self.with_store(move |store, live| {
+            for run in store.session_runs(&id)? {
+                live.cancel(&run.id);
+            }
+            store.delete_session(&id)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs as training data: `format` is `sft` or `alpaca`, `feedback` one of `any`, `good`,
+    /// `bad`, `rated`, `unrated`.
+    pub async fn export(
+        &self,
+        format: Option<&str>,
+        feedback: Option<&str>,
+    ) -> Result<Export, ServiceError> {
+        let (format, content_type, file_name) = match format.unwrap_or("sft") {
+            "sft" => (
+                ExportFormat::Sft,
+                "application/x-ndjson",
+                "catena-sft.jsonl",
+            ),
+            "alpaca" => (
+                ExportFormat::Alpaca,
+                "application/json",
+                "catena-alpaca.json",
+            ),
+            other => {
+                return Err(ServiceError::invalid(format!(
+                    "Unknown export format `{other}` (sft or alpaca)."
+                ))
+                .param("format"));
+            }
+        };
+        let filter = match feedback.unwrap_or("any") {
+            "any" => FeedbackFilter::Any,
+            "good" => FeedbackFilter::Good,
+            "bad" => FeedbackFilter::Bad,
+            "rated" => FeedbackFilter::Rated,
+            "unrated" => FeedbackFilter::Unrated,
+            other => {
+                return Err(ServiceError::invalid(format!(
+                    "Unknown feedback filter `{other}` (any, good, bad, rated, unrated)."
+                ))
+                .param("feedback"));
+            }
+        };
+        let bytes = self
+            .with_store(move |store, _| {
+                let mut bytes = Vec::new();
+                store.export(format, filter, &mut bytes)?;
+                Ok(bytes)
+            })
+            .await?;
+        Ok(Export {
+            bytes,
+            content_type,
+            file_name,
+        })
+    }
+}

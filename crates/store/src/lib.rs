@@ -1,0 +1,624 @@
+//! Where runs outlive the terminal: SQLite (WAL) in the data directory holds sessions, runs,
+//! every event of every run, results, usage and the user's feedback.
+//!
+//! Each event is committed on its own as it streams, before anyone is shown it, so a crash or a
+//! `kill -9` loses nothing that was already shown. A run still marked `running` whose process is
+//! gone is marked `interrupted` by the next process that opens the store: every process holds an
+//! exclusive lock on a file named after it for as long as its store is open, so "is the owner
+//! alive?" is "is its lock still held?", with no process ids to be reused.
+
+mod export;
+mod recorder;
+mod schema;
+
+pub use export::{ExportFormat, ExportStats, FeedbackFilter, Message, SftRecord};
+pub use recorder::Recorder;
+
+use parking_lot::{Mutex, MutexGuard};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The database file inside the data directory.
+pub const DB_FILE: &str = "catena.db";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the session store {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("the session store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("the session store's lock folder {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no run {0}")]
+    NoRun(String),
+    #[error("no session {0}")]
+    NoSession(String),
+    #[error("writing the export: {0}")]
+    Write(#[from] std::io::Error),
+    #[error(
+        "the session store was made by a newer Catena (schema {found}, this one knows {known})"
+    )]
+    TooNew { found: i64, known: i64 },
+}
+
+/// What kind of run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// A Chain-of-Agents run (`catena run`, the agent API).
+    Agent,
+    /// A chat completion (the OpenAI-compatible API).
+    Chat,
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Finished,
+    Failed,
+    Cancelled,
+    /// Its process ended while it ran (a crash, a kill).
+    Interrupted,
+}
+
+/// The user's verdict on a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feedback {
+    Good,
+    Bad,
+}
+
+macro_rules! text_enum {
+    ($ty:ty { $($variant:ident = $text:literal),* $(,)? }) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),* }
+            }
+            fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some(Self::$variant),)* _ => None }
+            }
+        }
+    };
+}
+text_enum!(RunKind { Agent = "agent", Chat = "chat" });
+text_enum!(RunStatus {
+    Running = "running",
+    Finished = "finished",
+    Failed = "failed",
+    Cancelled = "cancelled",
+    Interrupted = "interrupted",
+});
+text_enum!(Feedback { Good = "good", Bad = "bad" });
+
+/// A run about to start.
+#[derive(Debug, Clone)]
+pub struct NewRun<'a> {
+    /// The session it belongs to; `None` starts a new session named after the task.
+    pub session: Option<&'a str>,
+    pub kind: RunKind,
+    pub task: &'a str,
+    pub profile: Option<&'a str>,
+    pub model: &'a str,
+    pub adapter: Option<&'a str>,
+    /// The settings it ran with (sampling, budgets, limits), as given.
+    pub options: Value,
+    pub system_prompt: &'a str,
+    pub user_prompt: &'a str,
+}
+
+/// Token counts of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+    pub context_tokens: u64,
+    /// Prompt tokens found already evaluated in a kept KV cache.
+    pub cached_tokens: u64,
+    pub tool_calls: u64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunEnd<'a> {
+    pub status: RunStatus,
+    pub answer: Option<&'a str>,
+    pub stop_reason: Option<&'a str>,
+    pub trajectory: Option<&'a str>,
+    pub summary: Option<Value>,
+    pub error: Option<&'a str>,
+    pub usage: Usage,
+}
+
+impl<'a> RunEnd<'a> {
+    /// The end of a run that failed (or was refused) with `error`, before it produced anything.
+    pub fn failed(error: &'a str) -> RunEnd<'a> {
+        RunEnd {
+            status: RunStatus::Failed,
+            answer: None,
+            stop_reason: None,
+            trajectory: None,
+            summary: None,
+            error: Some(error),
+            usage: Usage::default(),
+        }
+    }
+}
+
+/// A stored run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub session_id: String,
+    pub kind: RunKind,
+    pub status: RunStatus,
+    pub task: String,
+    pub profile: Option<String>,
+    pub model: String,
+    pub adapter: Option<String>,
+    pub options: Value,
+    pub system_prompt: String,
+    pub user_prompt: String,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+    pub answer: Option<String>,
+    pub stop_reason: Option<String>,
+    pub trajectory: Option<String>,
+    pub summary: Option<Value>,
+    pub error: Option<String>,
+    pub usage: Usage,
+    pub feedback: Option<Feedback>,
+    pub feedback_note: Option<String>,
+}
+
+/// A session in a list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionInfo {
+    pub id: String,
+    pub title: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub runs: u64,
+}
+
+/// One stored event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredEvent {
+    /// 1, 2, 3... within the run: the SSE event id.
+    pub seq: u64,
+    pub at_ms: i64,
+    pub data: Value,
+}
+
+/// This process's claim on its runs, held while the store is open.
+struct Owner {
+    id: String,
+    _lock: File,
+}
+
+/// The session store.
+pub struct Store {
+    conn: Mutex<Connection>,
+    owner: Owner,
+    lock_dir: PathBuf,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn new_id() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+impl Store {
+    /// Opens (creating or migrating) the store in `data_dir`, and marks runs whose process is gone
+    /// as interrupted.
+    pub fn open_in(data_dir: &Path) -> Result<Store, StoreError> {
+        Store::open(&data_dir.join(DB_FILE))
+    }
+
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let lock_dir = dir.join("catena-owners");
+        let lock_err = |source| StoreError::Lock {
+            path: lock_dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&lock_dir).map_err(lock_err)?;
+        let owner_id = new_id();
+        let lock = File::create(lock_dir.join(format!("{owner_id}.lock"))).map_err(lock_err)?;
+        lock.lock().map_err(lock_err)?;
+        let open_err = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        // NORMAL in WAL mode: a committed event survives the process dying at any moment.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(open_err)?;
+        migrate(&conn)?;
+        let store = Store {
+            conn: Mutex::new(conn),
+            owner: Owner {
+                id: owner_id,
+                _lock: lock,
+            },
+            lock_dir,
+        };
+        store.mark_orphans_interrupted()?;
+        Ok(store)
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock()
+    }
+
+    /// Marks `running` runs of processes that no longer hold their lock as `interrupted`; returns
+    /// how many.
+    pub fn mark_orphans_interrupted(&self) -> Result<usize, StoreError> {
+        let owners: Vec<String> = {
+            let conn = self.conn();
+            let mut stmt =
+                conn.prepare("SELECT DISTINCT owner FROM runs WHERE status = 'running'")?;
+            stmt.query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?
+        };
+        let mut marked = 0;
+        for owner in owners {
+            if owner == self.owner.id || self.owner_alive(&owner) {
+                continue;
+            }
+            let conn = self.conn();
+            marked += conn.execute(
+                "UPDATE runs SET status = 'interrupted', finished_ms = ?1,
+                     error = COALESCE(error, 'the process running it ended before it finished')
+                 WHERE owner = ?2 AND status = 'running'",
+                params![now_ms(), owner],
+            )?;
+            let _ = std::fs::remove_file(self.lock_dir.join(format!("{owner}.lock")));
+        }
+        Ok(marked)
+    }
+
+    /// Whether the process that owns runs as `owner` still holds its lock.
+    fn owner_alive(&self, owner: &str) -> bool {
+        let path = self.lock_dir.join(format!("{owner}.lock"));
+        let Ok(file) = File::open(&path) else {
+            return false;
+        };
+        match file.try_lock() {
+            Ok(()) => false,
+            Err(std::fs::TryLockError::WouldBlock) => true,
+            Err(std::fs::TryLockError::Error(_)) => false,
+        }
+    }
+
+    /// A new, empty session.
+    pub fn create_session(&self, title: &str) -> Result<String, StoreError> {
+        let id = new_id();
+        let now = now_ms();
+        self.conn().execute(
+            "INSERT INTO sessions (id, title, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?3)",
+            params![id, title_of(title), now],
+        )?;
+        Ok(id)
+    }
+
+    /// Records a run as started (in a new session unless one is given); returns its id.
+    pub fn start_run(&self, run: &NewRun<'_>) -> Result<String, StoreError> {
+        let session = match run.session {
+            Some(id) => {
+                if !self.session_exists(id)? {
+                    return Err(StoreError::NoSession(id.to_string()));
+                }
+                id.to_string()
+            }
+            None => self.create_session(run.task)?,
+        };
+        let id = new_id();
+        let now = now_ms();
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO runs (id, session_id, kind, status, task, profile, model, adapter,
+                 options_json, system_prompt, user_prompt, owner, started_ms)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                id,
+                session,
+                run.kind.as_str(),
+                run.task,
+                run.profile,
+                run.model,
+                run.adapter,
+                run.options.to_string(),
+                run.system_prompt,
+                run.user_prompt,
+                self.owner.id,
+                now
+            ],
+        )?;
+        conn.execute(
+            "UPDATE sessions SET updated_ms = ?1 WHERE id = ?2",
+            params![now, session],
+        )?;
+        Ok(id)
+    }
+
+    fn session_exists(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    /// Appends an event to a run and commits it; returns its sequence number.
+    pub fn append_event(&self, run: &str, kind: &str, data: &Value) -> Result<u64, StoreError> {
+        let seq: i64 = self.conn().query_row(
+            "INSERT INTO events (run_id, seq, at_ms, type, data)
+             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4)
+             RETURNING seq",
+            params![run, now_ms(), kind, data.to_string()],
+            |r| r.get(0),
+        )?;
+        Ok(seq as u64)
+    }
+
+    /// Events of a run after `after` (0 for all), in order.
+    pub fn events(&self, run: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT seq, at_ms, data FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![run, after as i64], |r| {
+            let data: String = r.get(2)?;
+            Ok(StoredEvent {
+                seq: r.get::<_, i64>(0)? as u64,
+                at_ms: r.get(1)?,
+                data: serde_json::from_str(&data).unwrap_or(Value::String(data)),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records how a run ended.
+    pub fn finish_run(&self, run: &str, end: &RunEnd<'_>) -> Result<(), StoreError> {
+        let changed = self.conn().execute(
+            "UPDATE runs SET status = ?2, finished_ms = ?3, answer = ?4, stop_reason = ?5,
+                 trajectory = ?6, summary_json = ?7, error = ?8, prompt_tokens = ?9,
+                 generated_tokens = ?10, context_tokens = ?11, cached_tokens = ?12,
+                 tool_calls = ?13
+             WHERE id = ?1",
+            params![
+                run,
+                end.status.as_str(),
+                now_ms(),
+                end.answer,
+                end.stop_reason,
+                end.trajectory,
+                end.summary.as_ref().map(Value::to_string),
+                end.error,
+                end.usage.prompt_tokens as i64,
+                end.usage.generated_tokens as i64,
+                end.usage.context_tokens as i64,
+                end.usage.cached_tokens as i64,
+                end.usage.tool_calls as i64,
+            ],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NoRun(run.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Records the user's verdict on a run (or clears it with `None`).
+    pub fn set_feedback(
+        &self,
+        run: &str,
+        feedback: Option<Feedback>,
+        note: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let changed = self.conn().execute(
+            "UPDATE runs SET feedback = ?2, feedback_note = ?3 WHERE id = ?1",
+            params![run, feedback.map(Feedback::as_str), note],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NoRun(run.to_string()));
+        }
+        Ok(())
+    }
+
+    pub fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        self.conn()
+            .query_row(&format!("{RUN_COLUMNS} WHERE id = ?1"), [id], run_from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NoRun(id.to_string()))
+    }
+
+    /// The runs of a session, oldest first.
+    pub fn session_runs(&self, session: &str) -> Result<Vec<RunRecord>, StoreError> {
+        if !self.session_exists(session)? {
+            return Err(StoreError::NoSession(session.to_string()));
+        }
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "{RUN_COLUMNS} WHERE session_id = ?1 ORDER BY started_ms, id"
+        ))?;
+        let rows = stmt.query_map([session], run_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Sessions, most recently used first; `search` matches titles, tasks and answers.
+    pub fn list_sessions(
+        &self,
+        search: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionInfo>, StoreError> {
+        let pattern = search.map(|s| format!("%{}%", s.replace('%', "\\%").replace('_', "\\_")));
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT s.id, s.title, s.created_ms, s.updated_ms,
+                    (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id)
+             FROM sessions s
+             WHERE ?1 IS NULL OR s.title LIKE ?1 ESCAPE '\\' OR EXISTS (
+                 SELECT 1 FROM runs r WHERE r.session_id = s.id
+                   AND (r.task LIKE ?1 ESCAPE '\\' OR r.answer LIKE ?1 ESCAPE '\\'))
+             ORDER BY s.updated_ms DESC, s.id DESC
+             LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![pattern, limit as i64], |r| {
+            Ok(SessionInfo {
+                id: r.get(0)?,
+                title: r.get(1)?,
+                created_ms: r.get(2)?,
+                updated_ms: r.get(3)?,
+                runs: r.get::<_, i64>(4)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Deletes a session with its runs and their events.
+    pub fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        let changed = self
+            .conn()
+            .execute("DELETE FROM sessions WHERE id = ?1", [id])?;
+        if changed == 0 {
+            return Err(StoreError::NoSession(id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Finished runs matching `filter`, oldest first (for export).
+    pub(crate) fn finished_runs(
+        &self,
+        filter: FeedbackFilter,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let clause = match filter {
+            FeedbackFilter::Any => "",
+            FeedbackFilter::Good => " AND feedback = 'good'",
+            FeedbackFilter::Bad => " AND feedback = 'bad'",
+            FeedbackFilter::Rated => " AND feedback IS NOT NULL",
+            FeedbackFilter::Unrated => " AND feedback IS NULL",
+        };
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "{RUN_COLUMNS} WHERE status = 'finished' AND trajectory IS NOT NULL{clause}
+             ORDER BY started_ms, id"
+        ))?;
+        let rows = stmt.query_map([], run_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// A session's title: the first line of its first task, shortened.
+fn title_of(task: &str) -> String {
+    let line = task
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut title: String = line.chars().take(80).collect();
+    if line.chars().count() > 80 {
+        title.push('…');
+    }
+    if title.is_empty() {
+        "untitled".into()
+    } else {
+        title
+    }
+}
+
+const RUN_COLUMNS: &str = "SELECT id, session_id, kind, status, task, profile, model, adapter,
+    options_json, system_prompt, user_prompt, started_ms, finished_ms, answer, stop_reason,
+    trajectory, summary_json, error, prompt_tokens, generated_tokens, context_tokens,
+    cached_tokens, tool_calls, feedback, feedback_note FROM runs";
+
+fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let text = |i: usize| -> rusqlite::Result<String> { r.get(i) };
+    let json = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());
+    let count = |i: usize| -> rusqlite::Result<u64> {
+        Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0).max(0) as u64)
+    };
+    let bad = |i: usize, what: &str| {
+        rusqlite::Error::FromSqlConversionFailure(
+            i,
+            rusqlite::types::Type::Text,
+            format!("unknown {what}").into(),
+        )
+    };
+    Ok(RunRecord {
+        id: text(0)?,
+        session_id: text(1)?,
+        kind: RunKind::parse(&text(2)?).ok_or_else(|| bad(2, "kind"))?,
+        status: RunStatus::parse(&text(3)?).ok_or_else(|| bad(3, "status"))?,
+        task: text(4)?,
+        profile: r.get(5)?,
+        model: text(6)?,
+        adapter: r.get(7)?,
+        options: json(r.get(8)?).unwrap_or(Value::Null),
+        system_prompt: text(9)?,
+        user_prompt: text(10)?,
+        started_ms: r.get(11)?,
+        finished_ms: r.get(12)?,
+        answer: r.get(13)?,
+        stop_reason: r.get(14)?,
+        trajectory: r.get(15)?,
+        summary: json(r.get(16)?),
+        error: r.get(17)?,
+        usage: Usage {
+            prompt_tokens: count(18)?,
+            generated_tokens: count(19)?,
+            context_tokens: count(20)?,
+            cached_tokens: count(21)?,
+            tool_calls: count(22)?,
+        },
+        feedback: r
+            .get::<_, Option<String>>(23)?
+            .and_then(|f| Feedback::parse(&f)),
+        feedback_note: r.get(24)?,
+    })
+}
+
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = schema::MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(StoreError::TooNew {
+            found: version,
+            known,
+        });
+    }
+    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,106 @@
+//! Recording a run as it happens: every event is committed before it is shown, and the end of the
+//! run is written once.
+
+use super::{RunEnd, RunStatus, Store, StoredEvent, Usage, now_ms};
+use catena_agent::{AgentEvent, RunSummary, StopReason};
+use serde_json::Value;
+
+/// Writes one run's events and result to the store.
+pub struct Recorder<'s> {
+    store: &'s Store,
+    run: String,
+    /// The next sequence number, for events the store could not take.
+    next_seq: u64,
+    /// The first store failure, reported once.
+    failure: Option<String>,
+}
+
+impl<'s> Recorder<'s> {
+    pub fn new(store: &'s Store, run: String) -> Self {
+        Recorder {
+            store,
+            run,
+            next_seq: 1,
+            failure: None,
+        }
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run
+    }
+
+    /// The first error the store gave, if any (the run went on; what follows was not saved).
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// Commits an event and returns it as stored (with its sequence number).
+    pub fn event(&mut self, event: &AgentEvent) -> StoredEvent {
+        let data = serde_json::to_value(event).unwrap_or(Value::Null);
+        self.raw(&data)
+    }
+
+    /// Commits any JSON event (`summary`, `error`); it must carry a `type` field.
+    pub fn raw(&mut self, data: &Value) -> StoredEvent {
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or("event");
+        let seq = match self.store.append_event(&self.run, kind, data) {
+            Ok(seq) => seq,
+            Err(e) => {
+                if self.failure.is_none() {
+                    tracing::error!(run = %self.run, error = %e, "could not save an event");
+                    self.failure = Some(e.to_string());
+                }
+                self.next_seq
+            }
+        };
+        self.next_seq = seq + 1;
+        StoredEvent {
+            seq,
+            at_ms: now_ms(),
+            data: data.clone(),
+        }
+    }
+
+    /// Records the run's result; returns the `summary` event that was stored.
+    pub fn finish(&mut self, summary: &RunSummary, cached_tokens: usize) -> StoredEvent {
+        let mut data = serde_json::to_value(summary).unwrap_or(Value::Null);
+        if let Value::Object(fields) = &mut data {
+            fields.insert("type".into(), "summary".into());
+        }
+        let stored = self.raw(&data);
+        let status = if summary.stop_reason == StopReason::Cancelled {
+            RunStatus::Cancelled
+        } else {
+            RunStatus::Finished
+        };
+        let stop = summary.stop_reason.to_string();
+        let end = RunEnd {
+            status,
+            answer: summary.answer.as_deref(),
+            stop_reason: Some(&stop),
+            trajectory: Some(&summary.trajectory),
+            summary: Some(data),
+            error: None,
+            usage: Usage {
+                prompt_tokens: summary.prompt_tokens as u64,
+                generated_tokens: summary.generated_tokens as u64,
+                context_tokens: summary.context_tokens as u64,
+                cached_tokens: cached_tokens as u64,
+                tool_calls: summary.tool_calls as u64,
+            },
+        };
+        if let Err(e) = self.store.finish_run(&self.run, &end) {
+            tracing::error!(run = %self.run, error = %e, "could not save the run's result");
+        }
+        stored
+    }
+
+    /// Records that the run failed; returns the `error` event that was stored.
+    pub fn fail(&mut self, message: &str) -> StoredEvent {
+        let stored = self.raw(&serde_json::json!({"type": "error", "message": message}));
+        if let Err(e) = self.store.finish_run(&self.run, &RunEnd::failed(message)) {
+            tracing::error!(run = %self.run, error = %e, "could not save the run's failure");
+        }
+        stored
+    }
+}

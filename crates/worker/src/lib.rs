@@ -1,0 +1,24 @@
+//! The model in a process of its own. llama.cpp aborts the whole process on some errors (a
+//! failed GGML assertion, a GPU out of memory, a driver fault); in `catena serve` and the desktop
+//! app that must cost the model, not the server, the user's open runs or their stored sessions.
+//! So the server keeps llama.cpp in a child (`catena worker`), talks to it with small frames over
+//! its standard input and output ([`protocol`]), and starts it again when it dies.
+//!
+//! The split: the worker owns the model and the kept KV caches ([`pool`]); the server owns
+//! everything else (the store, the sandbox, the agent runner), and drives a
+//! [`RemoteSession`](client::RemoteSession) that implements the engine's `Session` trait over the
+//! pipe.
+
+mod child;
+mod client;
+pub mod pool;
+pub mod protocol;
+// Moves stdout aside with dup/dup2 (libc), which is unsafe.
+#[allow(unsafe_code)]
+mod stdio;
+
+pub use child::{WorkerExit, run_stdio, serve};
+pub use client::{
+    OpenedSession, RemoteSession, WorkerClient, WorkerCommand, WorkerStatus, describe_exit,
+};
+pub use protocol::{Prompt, WorkerConfig};

@@ -1,0 +1,262 @@
+//! The worker's wire format: frames of a 4-byte little-endian length and a JSON body.
+//!
+//! JSON keeps the protocol readable in a debugger and costs nothing next to a decoding step (the
+//! largest frame is a prompt's token list). Lengths are checked before anything is allocated, so a
+//! corrupted stream is an error, never an out-of-memory.
+
+use catena_engine::llama::ChatMessage;
+use catena_engine::plan::Plan;
+use catena_engine::{
+    EngineError, Generation, KvCacheType, ModelInfo, PromptPart, SamplingParams, SessionOptions,
+    SessionStats, TokenRecord,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+
+/// No honest frame comes close: a 128k-token prompt is about 1.5 MB of JSON.
+pub const MAX_FRAME: usize = 64 << 20;
+
+/// What the worker needs to start; sent as the first frame, so nothing travels in argv.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerConfig {
+    pub model_path: PathBuf,
+    pub gpu_layers: Option<u32>,
+    /// Settings of every session (context size, threads, batch).
+    pub session: SessionOptions,
+    /// KV caches kept between requests.
+    pub sessions: usize,
+    /// The KV cache type, when the user chose one (otherwise the plan chooses).
+    pub kv_cache: Option<KvCacheType>,
+}
+
+/// The prompt a session starts from; the worker applies the model's chat template.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Prompt {
+    /// A whole conversation, ending with the opening of the assistant's turn.
+    Conversation { messages: Vec<ChatMessage> },
+    /// One system and one user message (an agent run).
+    Task { system: String, user: String },
+}
+
+/// From the server to the worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Start(WorkerConfig),
+    /// Opens a session for `prompt` (reusing the kept KV cache with the longest shared prefix) and
+    /// evaluates the prompt's new tokens. One session is open at a time.
+    Open {
+        prompt: Prompt,
+    },
+    /// Evaluates more text at the end of the open session.
+    Append {
+        parts: Vec<PromptPart>,
+    },
+    /// Samples; answered by `Text` frames and then `Generated`.
+    Generate {
+        stops: Vec<String>,
+        max_tokens: usize,
+        /// Milliseconds left before the caller's deadline.
+        deadline_ms: Option<u64>,
+        sampling: SamplingParams,
+    },
+    /// Stops the generation in progress between two tokens (ignored when none runs).
+    Cancel,
+    /// Ends the open session: kept for reuse (tagged with the stored conversation it belongs to)
+    /// or dropped.
+    Close {
+        keep: bool,
+        conversation: Option<String>,
+    },
+}
+
+/// The worker's view of the open session's tokens, sent after every change: the client keeps its
+/// first `keep` tokens and appends `append`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TokensDelta {
+    pub keep: usize,
+    pub append: Vec<TokenRecord>,
+}
+
+/// From the worker to the server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    /// The model is loaded, placed as the plan says (when one could be made).
+    Ready {
+        info: ModelInfo,
+        plan: Option<Plan>,
+    },
+    Opened {
+        prompt_tokens: usize,
+        /// Leading prompt tokens that were already in a kept KV cache.
+        cached: usize,
+        /// The stored conversation the prompt continues, when it extends a kept one.
+        conversation: Option<String>,
+        context_size: usize,
+        tokens: TokensDelta,
+        stats: SessionStats,
+    },
+    Appended {
+        added: usize,
+        tokens: TokensDelta,
+        stats: SessionStats,
+    },
+    /// Generated text, as it is decided.
+    Text {
+        text: String,
+    },
+    Generated {
+        generation: Generation,
+        tokens: TokensDelta,
+        stats: SessionStats,
+    },
+    Closed,
+    /// The request failed; the worker is still usable (the open session, if any, is dropped).
+    Error {
+        error: WireError,
+    },
+}
+
+/// An engine error as it crosses the pipe: the variants callers act on keep their shape, the rest
+/// keep their message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WireError {
+    ContextOverflow { context_size: usize, needed: usize },
+    Other { message: String },
+}
+
+impl From<&EngineError> for WireError {
+    fn from(e: &EngineError) -> Self {
+        match *e {
+            EngineError::ContextOverflow {
+                context_size,
+                needed,
+            } => WireError::ContextOverflow {
+                context_size,
+                needed,
+            },
+            ref other => WireError::Other {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<WireError> for EngineError {
+    fn from(e: WireError) -> Self {
+        match e {
+            WireError::ContextOverflow {
+                context_size,
+                needed,
+            } => EngineError::ContextOverflow {
+                context_size,
+                needed,
+            },
+            WireError::Other { message } => EngineError::Worker(message),
+        }
+    }
+}
+
+/// Writes one frame.
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
+    let body = serde_json::to_vec(message).map_err(io::Error::other)?;
+    if body.len() > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a {}-byte frame is over the {MAX_FRAME}-byte limit",
+                body.len()
+            ),
+        ));
+    }
+    let len = u32::try_from(body.len()).map_err(io::Error::other)?;
+    out.write_all(&len.to_le_bytes())?;
+    out.write_all(&body)?;
+    out.flush()
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream (between frames).
+pub fn read_frame<T: DeserializeOwned>(input: &mut impl Read) -> io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match input.read_exact(&mut len[..1]) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    input.read_exact(&mut len[1..])?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame claims {len} bytes, over the {MAX_FRAME}-byte limit"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    input.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("a bad frame: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &Request::Cancel).unwrap();
+        write_frame(
+            &mut wire,
+            &Request::Append {
+                parts: vec![PromptPart::plain("<observation>\n2\n</observation>")],
+            },
+        )
+        .unwrap();
+        let mut input = wire.as_slice();
+        assert!(matches!(
+            read_frame::<Request>(&mut input).unwrap(),
+            Some(Request::Cancel)
+        ));
+        match read_frame::<Request>(&mut input).unwrap() {
+            Some(Request::Append { parts }) => {
+                assert_eq!(
+                    parts,
+                    vec![PromptPart::plain("<observation>\n2\n</observation>")]
+                )
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(read_frame::<Request>(&mut input).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_huge_length_is_refused_before_allocating() {
+        let mut wire = (u32::MAX).to_le_bytes().to_vec();
+        wire.extend_from_slice(b"{}");
+        let err = read_frame::<Request>(&mut wire.as_slice()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_cut_frame_is_an_error_not_an_end() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &Request::Cancel).unwrap();
+        wire.truncate(wire.len() - 2);
+        assert!(read_frame::<Request>(&mut wire.as_slice()).is_err());
+        // Cut inside the length prefix.
+        assert!(read_frame::<Request>(&mut [7u8, 0].as_slice()).is_err());
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        let mut wire = 3u32.to_le_bytes().to_vec();
+        wire.extend_from_slice(b"{x}");
+        assert!(read_frame::<Request>(&mut wire.as_slice()).is_err());
+    }
+}
