@@ -34,6 +34,7 @@ pub(crate) fn stop_flag(json: bool) -> Arc<AtomicBool> {
     stop
 }
 
+/// The device to train on: `--device cpu|cuda`, or CUDA when this build and machine have it.
 pub(crate) fn device(choice: Option<&str>) -> Result<crate::Device> {
     match choice {
         None => Ok(crate::Device::cuda_if_available(0).unwrap_or(crate::Device::Cpu)),
@@ -45,8 +46,8 @@ pub(crate) fn device(choice: Option<&str>) -> Result<crate::Device> {
     }
 }
 
-/// How a run ends: success; [`STOPPED_EXIT_CODE`] after a requested stop (the checkpoint resumes it); or the
-/// error.
+/// How a run ends: success; [`STOPPED_EXIT_CODE`] after a requested stop (the checkpoint
+/// resumes it); or the error.
 pub(crate) fn exit_code(result: crate::Result<()>, stop: &AtomicBool) -> Result<ExitCode> {
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),

@@ -9,13 +9,15 @@ mod inference;
 mod live;
 mod training;
 
-pub use downloads::{DownloadStatus, Downloads};
+pub use downloads::DownloadStatus;
 pub use error::{ErrorKind, ServiceError};
-pub use inference::{ChatEvent, ChatJob, ChatUsage, InferenceConfig, model_id};
-pub use live::LiveRuns;
-pub use training::{StartTraining, Training, TrainingStatus};
+pub use inference::{ChatEvent, ChatJob, ChatUsage, InferenceConfig};
+pub use training::{StartTraining, TrainingStatus};
 
+use crate::downloads::Downloads;
 use crate::inference::{AgentJob, Inference, Job, SwitchJob};
+use crate::live::LiveRuns;
+use crate::training::Training;
 use catena_agent::Budgets;
 use catena_engine::{EngineError, SamplingParams};
 use catena_protocol::Profile;

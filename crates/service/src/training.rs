@@ -72,8 +72,18 @@ struct Run {
 struct State {
     status: TrainingState,
     events: Vec<SftEvent>,
+    /// The last lines the trainer wrote on stderr (and what could not be read), for a failure.
     stderr: Vec<String>,
     error: Option<String>,
+}
+
+impl State {
+    /// Keeps `line` among the last [`STDERR_TAIL`] messages.
+    fn note(&mut self, line: String) {
+        self.stderr.push(line);
+        let excess = self.stderr.len().saturating_sub(STDERR_TAIL);
+        self.stderr.drain(..excess);
+    }
 }
 
 /// The training runs of this process.
@@ -222,24 +232,50 @@ impl Training {
         let stderr = child.stderr.take();
         let watched = run.clone();
         tokio::spawn(async move {
+            // Read as bytes, so that no line (whatever its encoding) can end the reading early;
+            // what cannot be read is kept with the trainer's messages, which a failure shows.
             let lines = async {
                 if let Some(stdout) = stdout {
-                    let mut lines = BufReader::new(stdout).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        if let Ok(event) = serde_json::from_str::<SftEvent>(&line) {
-                            watched.state.lock().events.push(event);
+                    let mut lines = BufReader::new(stdout).split(b'\n');
+                    loop {
+                        match lines.next_segment().await {
+                            Ok(Some(line)) => match serde_json::from_slice::<SftEvent>(&line) {
+                                Ok(event) => watched.state.lock().events.push(event),
+                                Err(e) => watched.state.lock().note(format!(
+                                    "an unreadable progress line ({e}): {}",
+                                    String::from_utf8_lossy(&line)
+                                )),
+                            },
+                            Ok(None) => break,
+                            Err(e) => {
+                                watched
+                                    .state
+                                    .lock()
+                                    .note(format!("reading the trainer's progress failed: {e}"));
+                                break;
+                            }
                         }
                     }
                 }
             };
             let errors = async {
                 if let Some(stderr) = stderr {
-                    let mut lines = BufReader::new(stderr).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        let mut state = watched.state.lock();
-                        state.stderr.push(line);
-                        let excess = state.stderr.len().saturating_sub(STDERR_TAIL);
-                        state.stderr.drain(..excess);
+                    let mut lines = BufReader::new(stderr).split(b'\n');
+                    loop {
+                        match lines.next_segment().await {
+                            Ok(Some(line)) => watched
+                                .state
+                                .lock()
+                                .note(String::from_utf8_lossy(&line).into_owned()),
+                            Ok(None) => break,
+                            Err(e) => {
+                                watched
+                                    .state
+                                    .lock()
+                                    .note(format!("reading the trainer's messages failed: {e}"));
+                                break;
+                            }
+                        }
                     }
                 }
             };
