@@ -134,9 +134,9 @@ pub fn stand_in_note(paths: &Paths) -> String {
     match fits {
         Some((name, id, quant, size)) => note.push_str(&format!(
             " The agent model that fits this machine is {name} ({quant}, about {}). Its \
-             publishers release it as safetensors only and this version of Catena cannot convert \
-             those yet, so `catena models pull {id}` does not work today; a GGUF of it can be \
-             run with --model FILE.",
+             publishers release it as safetensors only: `catena models pull {id}` cannot fetch \
+             and convert it yet, but `catena models import FOLDER --quant {quant}` converts its \
+             checkpoint folder once you have it.",
             size.map(human_bytes)
                 .unwrap_or_else(|| "size unknown".into()),
         )),

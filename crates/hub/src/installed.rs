@@ -29,6 +29,9 @@ pub enum DigestSource {
     User,
     /// A registry asset's pinned digest.
     Registry,
+    /// Catena made the file here (a checkpoint converted and quantised by `catena models
+    /// import`); the digest was computed from the installed bytes.
+    Made,
 }
 
 impl std::fmt::Display for DigestSource {
@@ -38,6 +41,7 @@ impl std::fmt::Display for DigestSource {
             DigestSource::Server => "the server",
             DigestSource::User => "--sha256",
             DigestSource::Registry => "the registry asset",
+            DigestSource::Made => "conversion on this machine",
         })
     }
 }
@@ -126,6 +130,43 @@ pub fn write_record(paths: &Paths, record: &ModelRecord) -> Result<PathBuf, Mode
     let json = serde_json::to_vec_pretty(record).unwrap_or_default();
     write_atomic(&path, &json).map_err(io(&path))?;
     Ok(model)
+}
+
+/// Bytes free for new files in `dir` (created when missing).
+pub fn free_space(dir: &Path) -> Result<u64, ModelsError> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    fs4::available_space(dir).map_err(io(dir))
+}
+
+/// Installs `made`, a model file Catena made in the models folder under a temporary name, as
+/// `file`: its sha256 is computed, it is synced and renamed into place, then recorded. A model
+/// is listed only once this has finished, so an interrupted import never shows a half model.
+pub fn install_made(
+    paths: &Paths,
+    made: &Path,
+    file: &str,
+    quant: &str,
+) -> Result<PathBuf, ModelsError> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    let mut reader = std::fs::File::open(made).map_err(io(made))?;
+    let size = std::io::copy(&mut reader, &mut hash).map_err(io(made))?;
+    reader.sync_all().map_err(io(made))?;
+    let target = paths.models_dir().join(file);
+    std::fs::rename(made, &target).map_err(io(&target))?;
+    write_record(
+        paths,
+        &ModelRecord {
+            file: file.to_string(),
+            size,
+            sha256: hex::encode(hash.finalize()),
+            digest_source: DigestSource::Made,
+            url: String::new(),
+            catalog_id: None,
+            quant: Some(quant.to_string()),
+            installed_at: now_secs(),
+        },
+    )
 }
 
 /// The verified record of a model file, if it has one and the file still has its size.

@@ -1,8 +1,9 @@
-//! `catena models list|pull|rm|default|mirror|inspect`: the model catalog, downloads and the
-//! user's default model.
+//! `catena models list|pull|import|rm|default|mirror|inspect`: the model catalog, downloads,
+//! checkpoints converted here, and the user's default model.
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
+use catena_engine::llama::{QuantType, quantize};
 use catena_gguf::inspect::human_bytes;
 use catena_hub::assets;
 use catena_hub::catalog::{self, Catalog};
@@ -33,6 +34,8 @@ pub enum ModelsCommand {
     },
     /// Download and verify a model of the catalog, or any GGUF file by URL.
     Pull(PullArgs),
+    /// Convert a Hugging Face checkpoint folder (safetensors) to GGUF, quantise and install it.
+    Import(ImportArgs),
     /// Remove a downloaded model (and any partial download of it).
     Rm {
         /// A catalog id (`ID` or `ID:QUANT`) or a downloaded file's name.
@@ -95,10 +98,27 @@ pub struct PullArgs {
     pub json: bool,
 }
 
+#[derive(Args)]
+pub struct ImportArgs {
+    /// A Hugging Face checkpoint folder: config.json, tokenizer.json, tokenizer_config.json and
+    /// model.safetensors (or shards with model.safetensors.index.json). Qwen2, Qwen3 and Llama.
+    pub dir: PathBuf,
+    /// Q4_K_M, Q5_K_M, Q8_0, or F16 for no quantisation.
+    #[arg(long, value_name = "QUANT", default_value = "Q4_K_M")]
+    pub quant: String,
+    /// The installed model's name (default: the folder's name); the file is NAME-QUANT.gguf.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Threads for quantising (default: all cores).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
 pub fn run(args: ModelsArgs, paths: &Paths) -> Result<ExitCode> {
     match args.command {
         ModelsCommand::List { json } => list(paths, json),
         ModelsCommand::Pull(args) => pull(args, paths),
+        ModelsCommand::Import(args) => import(args, paths),
         ModelsCommand::Rm { model } => remove(&model, paths),
         ModelsCommand::Default { model, clear } => default(model, clear, paths),
         ModelsCommand::Mirror { url, clear } => mirror(url, clear, paths),
@@ -142,6 +162,143 @@ fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
         "\n* the default model; ~ a size estimated from the parameter count. \
          `catena models pull ID[:QUANT]` downloads one."
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bits per weight of each quantisation, for the disk check (llama.cpp's figures for Qwen2.5
+/// checkpoints, as in the catalog).
+fn bits_per_weight(quant: QuantType) -> f64 {
+    match quant {
+        QuantType::F16 => 16.0,
+        QuantType::Q8_0 => 8.5,
+        QuantType::Q5KM => 5.69,
+        QuantType::Q4KM => 4.85,
+    }
+}
+
+/// Removes a temporary file of an import, if it is there.
+fn remove_part(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        eprintln!("warning: could not remove {}: {e}", path.display());
+    }
+}
+
+/// `catena models import DIR`: checks the checkpoint, converts it to F16 (one tensor at a time),
+/// quantises it with llama.cpp's quantiser, installs the result. The stages write hidden
+/// `.import-*.part` files in the models folder; only the finished model is renamed into place
+/// and recorded, so an interrupted import is never listed, and running it again starts over.
+fn import(args: ImportArgs, paths: &Paths) -> Result<ExitCode> {
+    let Some(quant) = QuantType::parse(&args.quant) else {
+        bail!(
+            "--quant must be one of {}",
+            QuantType::ALL.map(QuantType::name).join(", ")
+        );
+    };
+    let mut checkpoint = catena_convert::open(&args.dir)
+        .with_context(|| format!("{} cannot be imported", args.dir.display()))?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        // The folder's name, made a plain file name.
+        None => args
+            .dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .map(|n| {
+                n.replace(|c| !plain(c), "-")
+                    .trim_start_matches('.')
+                    .to_string()
+            })
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "model".into()),
+    };
+    if name.is_empty() || name.starts_with('.') || !name.chars().all(plain) {
+        bail!("the model name `{name}` must be letters, digits, `-`, `_` and `.`");
+    }
+    let models = paths.models_dir();
+    let file = format!("{name}-{}.gguf", quant.name());
+    if models.join(&file).exists() {
+        bail!("{file} is already installed (`catena models rm {file}` removes it)");
+    }
+    // What a killed earlier import of this name left behind is started over.
+    for stage in QuantType::ALL {
+        remove_part(&models.join(format!(".import-{name}-{}.gguf.part", stage.name())));
+    }
+    let f16_bytes = checkpoint.f16_data_bytes() + (16 << 20);
+    let result_bytes = match quant {
+        QuantType::F16 => 0,
+        other => (f16_bytes as f64 * bits_per_weight(other) / 16.0) as u64,
+    };
+    let needed = f16_bytes + result_bytes + (64 << 20);
+    let free = installed::free_space(&models)?;
+    if free < needed {
+        bail!(
+            "importing needs about {} free in {} (the F16 file, then the {} file); {} is free",
+            human_bytes(needed),
+            models.display(),
+            quant.name(),
+            human_bytes(free)
+        );
+    }
+    eprintln!(
+        "Importing {} ({}, {} of weights) as {file}",
+        args.dir.display(),
+        checkpoint.architecture().gguf_name(),
+        human_bytes(checkpoint.source_bytes())
+    );
+    let f16_path = models.join(format!(".import-{name}-F16.gguf.part"));
+    let bar = ProgressBar::new(f16_bytes);
+    bar.set_style(
+        ProgressStyle::with_template("converting  {bar:30} {bytes}/{total_bytes}  ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let written = checkpoint.write_f16(&f16_path, &name, &mut |p| {
+        bar.set_length(p.total_bytes);
+        bar.set_position(p.written_bytes);
+    });
+    bar.finish_and_clear();
+    let written = match written {
+        Ok(written) => written,
+        Err(e) => {
+            remove_part(&f16_path);
+            return Err(anyhow::Error::new(e).context("converting the checkpoint failed"));
+        }
+    };
+    eprintln!(
+        "Converted to GGUF F16: {} tensors, {} in {:.0} s",
+        written.tensors,
+        human_bytes(written.bytes),
+        started.elapsed().as_secs_f64()
+    );
+    let made = if quant == QuantType::F16 {
+        f16_path
+    } else {
+        let out = models.join(format!(".import-{name}-{}.gguf.part", quant.name()));
+        let spinner = ProgressBar::new_spinner();
+        spinner.set_message(format!("quantising to {} with llama.cpp", quant.name()));
+        spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+        let started = std::time::Instant::now();
+        let result = quantize(&f16_path, &out, quant, args.threads.unwrap_or(0));
+        spinner.finish_and_clear();
+        remove_part(&f16_path);
+        if let Err(e) = result {
+            remove_part(&out);
+            return Err(anyhow::Error::new(e).context("quantising failed"));
+        }
+        eprintln!(
+            "Quantised to {} in {:.0} s",
+            quant.name(),
+            started.elapsed().as_secs_f64()
+        );
+        out
+    };
+    let installed = installed::install_made(paths, &made, &file, quant.name())?;
+    eprintln!("Installed {file}. Use it: catena run --model {file} \"...\"");
+    println!("{}", installed.display());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,8 +4,12 @@
 // Installs llama.cpp's log callback through the sys crate, which is unsafe.
 #[allow(unsafe_code)]
 mod log;
+// Calls llama.cpp's quantiser through the sys crate, which is unsafe.
+#[allow(unsafe_code)]
+mod quantize;
 mod session;
 
+pub use quantize::{QuantType, quantize};
 pub use session::LlamaSession;
 
 use super::{ChatFormat, EngineError, ModelInfo, PromptPart, SessionOptions};
