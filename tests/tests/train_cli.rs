@@ -228,3 +228,96 @@ fn a_killed_run_resumes_with_the_same_losses_and_its_adapter_runs() {
     assert!(!wrong.status.success());
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("not a LoRA adapter"));
 }
+
+/// The tensors of a GGUF file: name, dimensions and data bytes.
+fn gguf_tensors(path: &Path) -> Vec<(String, Vec<u64>, Vec<u8>)> {
+    let header = catena_gguf::GgufHeader::read(path).unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    let mut tensors: Vec<_> = header
+        .tensors
+        .iter()
+        .map(|t| {
+            let start = (header.data_offset + t.offset) as usize;
+            let len = t.data_len().unwrap() as usize;
+            (
+                t.name.clone(),
+                t.dims.clone(),
+                bytes[start..start + len].to_vec(),
+            )
+        })
+        .collect();
+    tensors.sort();
+    tensors
+}
+
+#[test]
+fn a_peft_adapter_imports_as_the_gguf_adapter_the_trainer_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write_data(dir.path());
+    let out = dir.path().join("adapter");
+    let trained = train_command(&data, &out)
+        .args(["--max-steps", "1"])
+        .output()
+        .expect("training");
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let model = common::default_model();
+    let name = format!("catena-test-peft-{}", std::process::id());
+    let peft = out.join("peft");
+    let import = common::catena(&[
+        "models",
+        "import-adapter",
+        peft.to_str().unwrap(),
+        "--base",
+        model.to_str().unwrap(),
+        "--name",
+        &name,
+    ]);
+    assert!(
+        import.status.success(),
+        "{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    let imported = std::path::PathBuf::from(String::from_utf8_lossy(&import.stdout).trim());
+    let same = gguf_tensors(&imported) == gguf_tensors(&out.join("adapter.gguf"));
+    let again = common::catena(&[
+        "models",
+        "import-adapter",
+        peft.to_str().unwrap(),
+        "--base",
+        model.to_str().unwrap(),
+        "--name",
+        &name,
+    ]);
+    std::fs::remove_dir_all(imported.parent().unwrap()).unwrap();
+    assert!(
+        same,
+        "the imported adapter's factors differ from the trainer's"
+    );
+    assert!(
+        !again.status.success(),
+        "a second import replaced the first"
+    );
+
+    // An adapter whose configuration does not match its factors is refused, and nothing stays.
+    let config_path = peft.join("adapter_config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["r"] = 8.into();
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let refused = common::catena(&[
+        "models",
+        "import-adapter",
+        peft.to_str().unwrap(),
+        "--base",
+        model.to_str().unwrap(),
+        "--name",
+        &name,
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("this adapter needs"), "{stderr}");
+    assert!(!imported.parent().unwrap().exists());
+}

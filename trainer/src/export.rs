@@ -87,6 +87,26 @@ pub fn write_gguf(params: &LoraParams, architecture: &str, path: &Path) -> Resul
     std::fs::rename(&tmp, path).map_err(TrainError::io(path))
 }
 
+/// Turns a PEFT LoRA adapter trained elsewhere (TRL, verl, PEFT: `adapter_config.json` +
+/// `adapter_model.safetensors`) into the GGUF adapter llama.cpp applies to `base` (a Qwen2 GGUF),
+/// written to `out`. Every factor is checked against the base model's shapes first, so an adapter
+/// for another model is refused with the tensor that does not fit. Returns the factors written.
+pub fn peft_to_gguf(peft: &Path, base: &Path, out: &Path) -> Result<usize> {
+    let device = candle_core::Device::Cpu;
+    let base_model = crate::base::BaseModel::load(base, &device)?;
+    let (config, tensors) = read_peft(peft, &device)?;
+    let model = crate::model::Qwen2Lora::new(&base_model, &config, 0)?;
+    model
+        .lora
+        .load(&tensors)
+        .map_err(|reason| TrainError::BadCheckpoint {
+            path: peft.to_path_buf(),
+            reason: format!("{reason} (is it an adapter for this base model?)"),
+        })?;
+    write_gguf(&model.lora, "qwen2", out)?;
+    Ok(model.lora.pairs().count() * 2)
+}
+
 /// PEFT's module path of a factor.
 pub fn peft_key(block: usize, target: Target, factor: &str) -> String {
     format!(

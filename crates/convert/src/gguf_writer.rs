@@ -1,7 +1,8 @@
 //! Writing a GGUF file (version 3): the metadata, the tensor table, then the tensor data, each
 //! piece aligned to 32 bytes as llama.cpp's loader expects (`general.alignment` is left at its
 //! default). The header is written from a plan, before any weight is read, so tensors can be
-//! streamed in one at a time.
+//! streamed in one at a time. (candle's `gguf_file::write`, which the trainer uses for adapters of
+//! a few megabytes, takes every tensor in memory at once: a 7B model's 15 GB of F16 would not fit.)
 
 use std::io::{self, Write};
 

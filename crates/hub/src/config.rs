@@ -75,6 +75,16 @@ impl Paths {
         self.data_dir.join("runtimes")
     }
 
+    /// Training data a user interface may train on, by file name.
+    pub fn exports_dir(&self) -> PathBuf {
+        self.data_dir.join("exports")
+    }
+
+    /// Adapters trained from a user interface or imported, one folder each.
+    pub fn adapters_dir(&self) -> PathBuf {
+        self.data_dir.join("adapters")
+    }
+
     /// Compiled WebAssembly modules.
     pub fn sandbox_cache_dir(&self) -> PathBuf {
         self.cache_dir.join("sandbox")

@@ -93,16 +93,6 @@ pub struct Training {
     runs: Mutex<Vec<Arc<Run>>>,
 }
 
-/// Where training data must be for a UI to train on it: `<data dir>/exports`.
-pub fn exports_dir(paths: &Paths) -> PathBuf {
-    paths.data_dir.join("exports")
-}
-
-/// Where adapters trained from a UI go: `<data dir>/adapters`.
-pub fn adapters_dir(paths: &Paths) -> PathBuf {
-    paths.data_dir.join("adapters")
-}
-
 /// Checks that `name` is one plain file or folder name: no separator, no `..`, not hidden,
 /// nothing a shell or a file system treats specially.
 fn plain_name(name: &str, field: &'static str) -> Result<(), ServiceError> {
@@ -152,11 +142,11 @@ impl Training {
         if let Some(out) = out_name {
             plain_name(out, "out")?;
         }
-        let data = exports_dir(&self.paths).join(name);
+        let data = self.paths.exports_dir().join(name);
         if !data.is_file() {
             return Err(ServiceError::invalid(format!(
                 "no training data named `{name}` in the exports folder ({})",
-                exports_dir(&self.paths).display()
+                self.paths.exports_dir().display()
             ))
             .param("data"));
         }
@@ -178,7 +168,7 @@ impl Training {
             )));
         }
         let id = format!("train-{}", uuid::Uuid::now_v7().simple());
-        let out = adapters_dir(&self.paths).join(out_name.unwrap_or(&id));
+        let out = self.paths.adapters_dir().join(out_name.unwrap_or(&id));
         let mut command = tokio::process::Command::new(&self.program);
         command
             .args(["train", "sft", "--json", "--data"])
@@ -308,7 +298,7 @@ impl Training {
     /// The training data a run may use: the files of the exports folder (created when missing,
     /// so the user can find it), by name.
     pub fn data_files(&self) -> Result<Value, ServiceError> {
-        let folder = exports_dir(&self.paths);
+        let folder = self.paths.exports_dir();
         let cannot = |e: std::io::Error| {
             ServiceError::internal(format!(
                 "cannot read the exports folder {}: {e}",

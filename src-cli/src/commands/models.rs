@@ -3,7 +3,7 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_engine::llama::{QuantType, quantize};
+use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions, QuantType, quantize};
 use catena_gguf::inspect::human_bytes;
 use catena_hub::assets;
 use catena_hub::catalog::{self, Catalog};
@@ -36,6 +36,8 @@ pub enum ModelsCommand {
     Pull(PullArgs),
     /// Convert a Hugging Face checkpoint folder (safetensors) to GGUF, quantise and install it.
     Import(ImportArgs),
+    /// Convert a PEFT LoRA adapter trained elsewhere into the GGUF adapter `--adapter` loads.
+    ImportAdapter(ImportAdapterArgs),
     /// Remove a downloaded model (and any partial download of it).
     Rm {
         /// A catalog id (`ID` or `ID:QUANT`) or a downloaded file's name.
@@ -114,11 +116,27 @@ pub struct ImportArgs {
     pub threads: Option<usize>,
 }
 
+#[derive(Args)]
+pub struct ImportAdapterArgs {
+    /// A PEFT LoRA adapter folder (TRL, verl, PEFT): adapter_config.json and
+    /// adapter_model.safetensors.
+    pub dir: PathBuf,
+    /// The Qwen2 base model it was trained on: an installed model's name, a catalog id or a GGUF
+    /// path.
+    #[arg(long)]
+    pub base: String,
+    /// The adapter's name; it goes to `<data dir>/adapters/NAME/adapter.gguf` (default: the
+    /// folder's name).
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
 pub fn run(args: ModelsArgs, paths: &Paths) -> Result<ExitCode> {
     match args.command {
         ModelsCommand::List { json } => list(paths, json),
         ModelsCommand::Pull(args) => pull(args, paths),
         ModelsCommand::Import(args) => import(args, paths),
+        ModelsCommand::ImportAdapter(args) => import_adapter(args, paths),
         ModelsCommand::Rm { model } => remove(&model, paths),
         ModelsCommand::Default { model, clear } => default(model, clear, paths),
         ModelsCommand::Mirror { url, clear } => mirror(url, clear, paths),
@@ -176,6 +194,77 @@ fn bits_per_weight(quant: QuantType) -> f64 {
     }
 }
 
+/// The name an import installs under: `--name`, or the folder's name made a plain file name.
+fn import_name(given: Option<&str>, dir: &Path, fallback: &str) -> Result<String> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let name = match given {
+        Some(name) => name.to_string(),
+        None => dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .map(|n| {
+                n.replace(|c| !plain(c), "-")
+                    .trim_start_matches('.')
+                    .to_string()
+            })
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| fallback.into()),
+    };
+    if name.is_empty() || name.starts_with('.') || !name.chars().all(plain) {
+        bail!("the name `{name}` must be letters, digits, `-`, `_` and `.`");
+    }
+    Ok(name)
+}
+
+/// `catena models import-adapter DIR --base MODEL`: the PEFT factors, checked against the base
+/// model's shapes, written as the GGUF adapter llama.cpp loads, then loaded once with the base to
+/// prove it applies.
+fn import_adapter(args: ImportAdapterArgs, paths: &Paths) -> Result<ExitCode> {
+    let base = installed::resolve(&args.base, paths)?;
+    let name = import_name(args.name.as_deref(), &args.dir, "adapter")?;
+    let folder = paths.adapters_dir().join(&name);
+    let out = folder.join("adapter.gguf");
+    if out.exists() {
+        bail!(
+            "an adapter named `{name}` exists already ({})",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(&folder).with_context(|| format!("creating {}", folder.display()))?;
+    let written = catena_trainer::export::peft_to_gguf(&args.dir, &base, &out);
+    let checked = written.map_err(anyhow::Error::new).and_then(|factors| {
+        let options = LoadOptions {
+            gpu_layers: Some(0),
+            adapter: Some(AdapterOptions {
+                path: out.clone(),
+                scale: 1.0,
+            }),
+        };
+        LlamaEngine::load(&base, &options)
+            .map(|_| factors)
+            .map_err(|e| anyhow::Error::new(e).context("llama.cpp does not accept the adapter"))
+    });
+    match checked {
+        Ok(factors) => {
+            eprintln!(
+                "Imported {factors} LoRA factors. Use it: catena run --model {} --adapter {} \"...\"",
+                args.base,
+                out.display()
+            );
+            println!("{}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            // Nothing half-made is left where runs look for adapters.
+            if let Err(remove) = std::fs::remove_dir_all(&folder) {
+                eprintln!("warning: could not remove {}: {remove}", folder.display());
+            }
+            Err(e.context(format!("{} cannot be imported", args.dir.display())))
+        }
+    }
+}
+
 /// Removes a temporary file of an import, if it is there.
 fn remove_part(path: &Path) {
     if let Err(e) = std::fs::remove_file(path)
@@ -198,26 +287,7 @@ fn import(args: ImportArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let mut checkpoint = catena_convert::open(&args.dir)
         .with_context(|| format!("{} cannot be imported", args.dir.display()))?;
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        // The folder's name, made a plain file name.
-        None => args
-            .dir
-            .canonicalize()
-            .ok()
-            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .map(|n| {
-                n.replace(|c| !plain(c), "-")
-                    .trim_start_matches('.')
-                    .to_string()
-            })
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "model".into()),
-    };
-    if name.is_empty() || name.starts_with('.') || !name.chars().all(plain) {
-        bail!("the model name `{name}` must be letters, digits, `-`, `_` and `.`");
-    }
+    let name = import_name(args.name.as_deref(), &args.dir, "model")?;
     let models = paths.models_dir();
     let file = format!("{name}-{}.gguf", quant.name());
     if models.join(&file).exists() {
