@@ -503,3 +503,43 @@ fn a_checkpoint_of_another_architecture_is_refused_before_anything_is_written() 
         "{stderr}"
     );
 }
+
+#[test]
+fn a_checkpoint_imported_under_a_catalog_id_is_that_catalog_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let catena = |args: &[&str]| {
+        std::process::Command::new(common::catena_bin())
+            .args(args)
+            .env("CATENA_DATA_DIR", dir.path())
+            .env("CATENA_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap()
+    };
+    let checkpoint = checkpoint().to_str().unwrap().to_string();
+    let import = catena(&[
+        "models",
+        "import",
+        &checkpoint,
+        "--name",
+        "afm-code-7b-sft",
+        "--quant",
+        "Q8_0",
+    ]);
+    assert!(
+        import.status.success(),
+        "{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    let list = catena(&["models", "list", "--json"]);
+    let rows: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "afm-code-7b-sft:Q8_0")
+        .unwrap_or_else(|| panic!("not listed: {rows}"));
+    assert_eq!(row["installed"], true, "{row}");
+    let pull = catena(&["models", "pull", "afm-code-7b-sft:Q8_0"]);
+    assert!(pull.status.success());
+    assert!(String::from_utf8_lossy(&pull.stderr).contains("Already installed"));
+}

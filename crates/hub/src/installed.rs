@@ -95,6 +95,23 @@ pub enum ModelsError {
     NotInstalled(String),
     #[error("the catalog entry `{0}` has no download URL")]
     NoUrl(String),
+    /// A catalog model published as a Hugging Face checkpoint, not as GGUF.
+    #[error(
+        "`{id}` is published as a Hugging Face checkpoint (safetensors), not as GGUF: the \
+         repository {repo} on the model hub (named by its publisher; not checked from this \
+         machine). This version cannot download and convert it in one step. Download that \
+         repository's files (config.json, tokenizer.json, tokenizer_config.json and the \
+         .safetensors files with their index) into a folder, then run: catena models import \
+         FOLDER --name {id} --quant {quant}. Licence: {license}.{caveat}"
+    )]
+    NeedsImport {
+        id: String,
+        repo: String,
+        quant: String,
+        license: String,
+        /// The catalog entry's note, with a leading space, or nothing.
+        caveat: String,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelsError + '_ {

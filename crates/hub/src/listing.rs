@@ -85,5 +85,6 @@ fn source_kind(entry: &CatalogEntry) -> &'static str {
         Source::Hub { .. } => "hub",
         Source::Url { .. } => "url",
         Source::Registry { .. } => "registry",
+        Source::Checkpoint { .. } => "checkpoint",
     }
 }

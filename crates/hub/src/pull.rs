@@ -38,6 +38,24 @@ pub fn plan(
     if let Some(asset) = installed::registry_asset(entry) {
         return Ok((PullPlan::Registry(asset), entry.note.clone()));
     }
+    if let catalog::Source::Checkpoint { repo, .. } = &entry.source {
+        // Installed once imported under the entry's id; otherwise the user is told how.
+        let target = paths.models_dir().join(&file.file);
+        if installed::record_of(&target).is_some() {
+            return Ok((PullPlan::Installed(target), entry.note.clone()));
+        }
+        return Err(ModelsError::NeedsImport {
+            id: entry.id.clone(),
+            repo: repo.clone(),
+            quant: file.quant.clone(),
+            license: entry.license.clone(),
+            caveat: entry
+                .note
+                .as_ref()
+                .map(|n| format!(" Note: {n}"))
+                .unwrap_or_default(),
+        });
+    }
     let base = catalog::effective_base_url(base_url, settings.mirror.as_deref(), &catalog);
     let url = entry
         .url(file, &base)

@@ -225,10 +225,12 @@ fn import_adapter(args: ImportAdapterArgs, paths: &Paths) -> Result<ExitCode> {
     let name = import_name(args.name.as_deref(), &args.dir, "adapter")?;
     let folder = paths.adapters_dir().join(&name);
     let out = folder.join("adapter.gguf");
-    if out.exists() {
+    // A folder of that name (a training run's, another import's) is never written into, so a
+    // failed import can remove what it made without touching anything else.
+    if folder.exists() {
         bail!(
-            "an adapter named `{name}` exists already ({})",
-            out.display()
+            "the name `{name}` is taken: {} exists (choose another with --name)",
+            folder.display()
         );
     }
     std::fs::create_dir_all(&folder).with_context(|| format!("creating {}", folder.display()))?;
