@@ -183,17 +183,6 @@ fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Bits per weight of each quantisation, for the disk check (llama.cpp's figures for Qwen2.5
-/// checkpoints, as in the catalog).
-fn bits_per_weight(quant: QuantType) -> f64 {
-    match quant {
-        QuantType::F16 => 16.0,
-        QuantType::Q8_0 => 8.5,
-        QuantType::Q5KM => 5.69,
-        QuantType::Q4KM => 4.85,
-    }
-}
-
 /// The name an import installs under: `--name`, or the folder's name made a plain file name.
 fn import_name(given: Option<&str>, dir: &Path, fallback: &str) -> Result<String> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
@@ -302,7 +291,11 @@ fn import(args: ImportArgs, paths: &Paths) -> Result<ExitCode> {
     let f16_bytes = checkpoint.f16_data_bytes() + (16 << 20);
     let result_bytes = match quant {
         QuantType::F16 => 0,
-        other => (f16_bytes as f64 * bits_per_weight(other) / 16.0) as u64,
+        other => {
+            // The catalog's bits per weight (llama.cpp's figures); every QuantType is listed.
+            let bits = catalog::bits_per_weight(other.name()).unwrap_or(16.0);
+            (f16_bytes as f64 * bits / 16.0) as u64
+        }
     };
     let needed = f16_bytes + result_bytes + (64 << 20);
     let free = installed::free_space(&models)?;
