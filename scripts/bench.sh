@@ -41,10 +41,8 @@ done
 
 scripts/setup.sh
 features=()
-cmake_gpu=(-DGGML_CUDA=OFF)
 if [ "$gpu" = 1 ]; then
   features=(--features cuda)
-  cmake_gpu=(-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF)
 fi
 cargo build --release --locked -p catena-cli "${features[@]}" >&2
 catena="$target/release/catena"
@@ -53,39 +51,9 @@ if [ -z "$model" ]; then
 fi
 
 # --- llama-bench from the crate's vendored llama.cpp --------------------------------------------
-sys_manifest="$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
-import json, sys
-meta = json.load(sys.stdin)
-print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-cpp-sys-2"))')"
-llama_src="$(dirname "$sys_manifest")/llama.cpp"
-work="$target/llama-bench-anchor"
-if [ "$gpu" = 1 ]; then work="$work-cuda"; fi
-bench_bin="$work/build/bin/llama-bench"
-if [ ! -x "$bench_bin" ]; then
-  echo "Building llama-bench from $llama_src ..." >&2
-  mkdir -p "$work/sdist" "$work/src"
-  python3 -m pip download -q --no-deps --no-binary :all: -d "$work/sdist" llama-cpp-python==0.3.36 >&2
-  tar -xzf "$work"/sdist/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist" \
-    --wildcards '*/vendor/llama.cpp/tools/llama-bench/*'
-  rm -rf "$work/src/llama-bench"
-  cp -r "$work"/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/tools/llama-bench "$work/src/llama-bench"
-  cat > "$work/src/CMakeLists.txt" <<EOF
-cmake_minimum_required(VERSION 3.14)
-project(llama_bench_anchor C CXX)
-add_subdirectory("$llama_src" llama.cpp)
-add_subdirectory(llama-bench)
-EOF
-  # The options the llama-cpp-sys-2 build script passes (GGML_NATIVE off, so the same AVX2/FMA/F16C
-  # defaults), the flags the cmake crate adds, and Release as Catena's release profile gets.
-  flags="-ffunction-sections -fdata-sections -fPIC -m64 -march=x86-64"
-  cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DGGML_NATIVE=OFF -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-    "${cmake_gpu[@]}" -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$work/build/bin" >&2
-  cmake --build "$work/build" --target llama-bench -j "$(nproc)" >&2
-fi
+gpu_flag=()
+if [ "$gpu" = 1 ]; then gpu_flag=(--gpu); fi
+bench_bin="$(scripts/llama-tool.sh "${gpu_flag[@]}" llama-bench llama-bench)"
 
 ngl=0
 if [ "$gpu" = 1 ]; then ngl=99; fi

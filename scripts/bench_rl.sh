@@ -14,10 +14,9 @@ tasks="${2:-}"
 steps="${3:-2}"
 target="${CARGO_TARGET_DIR:-$root/target}"
 catena="${CATENA_BIN:-$target/release/catena}"
-bench_bin="$target/llama-bench-anchor/build/bin/llama-bench"
 threads="$(nproc)"
 [ -x "$catena" ] || (cd "$root" && cargo build --release --locked -p catena-cli)
-[ -x "$bench_bin" ] || (cd "$root" && scripts/bench.sh --rounds 1 >/dev/null)
+bench_bin="$(cd "$root" && scripts/llama-tool.sh llama-bench llama-bench)"
 model="$("$catena" assets fetch model | sed -n 's/^[^:]*: //p')"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

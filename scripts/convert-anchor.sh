@@ -26,44 +26,15 @@ cargo build --release --locked -p catena-cli >&2
 catena="$target/release/catena"
 
 work="$target/convert-anchor"
-mkdir -p "$work/sdist" "$work/src" "$work/out"
-if [ ! -d "$work/sdist/llama_cpp_python-0.3.36" ]; then
-  python3 -m pip download -q --no-deps --no-binary :all: -d "$work/sdist" llama-cpp-python==0.3.36 >&2
-  tar -xzf "$work"/sdist/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist" \
-    --wildcards '*/vendor/llama.cpp/convert_hf_to_gguf.py' '*/vendor/llama.cpp/conversion/*' \
-    '*/vendor/llama.cpp/gguf-py/*' '*/vendor/llama.cpp/tools/quantize/*'
-fi
-upstream="$work/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
+mkdir -p "$work/out"
+# llama.cpp's Python converter and gguf-py, from the same source distribution llama-tool.sh uses
+# for llama-quantize (built from the crate's vendored llama.cpp tree).
+quantize_bin="$(scripts/llama-tool.sh quantize llama-quantize)"
+upstream="$target/llama-tools/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/catena-bench/convert-venv"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, transformers' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q numpy torch transformers safetensors sentencepiece protobuf >&2
-fi
-
-# llama-quantize from the crate's vendored llama.cpp (the options bench.sh uses for llama-bench).
-quantize_bin="$work/build/bin/llama-quantize"
-if [ ! -x "$quantize_bin" ]; then
-  sys_manifest="$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
-import json, sys
-meta = json.load(sys.stdin)
-print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-cpp-sys-2"))')"
-  llama_src="$(dirname "$sys_manifest")/llama.cpp"
-  rm -rf "$work/src/quantize"
-  cp -r "$upstream/tools/quantize" "$work/src/quantize"
-  cat > "$work/src/CMakeLists.txt" <<EOF
-cmake_minimum_required(VERSION 3.14)
-project(llama_quantize_anchor C CXX)
-add_subdirectory("$llama_src" llama.cpp)
-add_subdirectory(quantize)
-EOF
-  flags="-ffunction-sections -fdata-sections -fPIC -m64 -march=x86-64"
-  cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DGGML_NATIVE=OFF -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_CUDA=OFF \
-    -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$work/build/bin" >&2
-  cmake --build "$work/build" --target llama-quantize -j "$(nproc)" >&2
 fi
 
 timed() { # timed LABEL COMMAND...: wall seconds and peak MiB into $work/out/LABEL.time

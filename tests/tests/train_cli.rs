@@ -267,15 +267,18 @@ fn a_peft_adapter_imports_as_the_gguf_adapter_the_trainer_writes() {
     let model = common::default_model();
     let name = format!("catena-test-peft-{}", std::process::id());
     let peft = out.join("peft");
-    let import = common::catena(&[
-        "models",
-        "import-adapter",
-        peft.to_str().unwrap(),
-        "--base",
-        model.to_str().unwrap(),
-        "--name",
-        &name,
-    ]);
+    let import_adapter = || {
+        common::catena(&[
+            "models",
+            "import-adapter",
+            peft.to_str().unwrap(),
+            "--base",
+            model.to_str().unwrap(),
+            "--name",
+            &name,
+        ])
+    };
+    let import = import_adapter();
     assert!(
         import.status.success(),
         "{}",
@@ -283,15 +286,7 @@ fn a_peft_adapter_imports_as_the_gguf_adapter_the_trainer_writes() {
     );
     let imported = std::path::PathBuf::from(String::from_utf8_lossy(&import.stdout).trim());
     let same = gguf_tensors(&imported) == gguf_tensors(&out.join("adapter.gguf"));
-    let again = common::catena(&[
-        "models",
-        "import-adapter",
-        peft.to_str().unwrap(),
-        "--base",
-        model.to_str().unwrap(),
-        "--name",
-        &name,
-    ]);
+    let again = import_adapter();
     std::fs::remove_dir_all(imported.parent().unwrap()).unwrap();
     assert!(
         same,
@@ -307,15 +302,7 @@ fn a_peft_adapter_imports_as_the_gguf_adapter_the_trainer_writes() {
     let mut config: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
     config["r"] = 8.into();
     std::fs::write(&config_path, config.to_string()).unwrap();
-    let refused = common::catena(&[
-        "models",
-        "import-adapter",
-        peft.to_str().unwrap(),
-        "--base",
-        model.to_str().unwrap(),
-        "--name",
-        &name,
-    ]);
+    let refused = import_adapter();
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("this adapter needs"), "{stderr}");

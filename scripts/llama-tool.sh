@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds one of llama.cpp's own tools (llama-bench, llama-quantize, ...) from the VERY llama.cpp
+# tree the llama-cpp-sys-2 crate compiles into Catena, with the crate's CMake options, and prints
+# the binary's path: the anchors Catena's benchmarks and conversion checks compare against.
+# The crate ships llama.cpp without its tools; their sources come from the llama-cpp-python
+# source distribution on PyPI and compile against the crate's tree. All tools share one build
+# folder, so llama.cpp itself is compiled once.
+#
+# Usage: scripts/llama-tool.sh [--gpu] TOOL_FOLDER TARGET   (e.g. llama-bench llama-bench,
+#        quantize llama-quantize); --gpu builds with CUDA.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+target="${CARGO_TARGET_DIR:-$root/target}"
+gpu=0
+if [ "${1:-}" = --gpu ]; then gpu=1; shift; fi
+tool="$1" cmake_target="$2"
+work="$target/llama-tools"
+cmake_gpu=(-DGGML_CUDA=OFF)
+if [ "$gpu" = 1 ]; then
+  work="$work-cuda"
+  cmake_gpu=(-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF)
+fi
+bin="$work/build/bin/$cmake_target"
+if [ ! -x "$bin" ]; then
+  echo "Building $cmake_target from the crate's llama.cpp ..." >&2
+  sdist="$work/sdist/llama_cpp_python-0.3.36"
+  mkdir -p "$work/sdist" "$work/src"
+  if [ ! -d "$sdist" ]; then
+    python3 -m pip download -q --no-deps --no-binary :all: -d "$work/sdist" llama-cpp-python==0.3.36 >&2
+    tar -xzf "$work"/sdist/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist"
+  fi
+  rm -rf "$work/src/$tool"
+  cp -r "$sdist/vendor/llama.cpp/tools/$tool" "$work/src/$tool"
+  sys_manifest="$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
+import json, sys
+meta = json.load(sys.stdin)
+print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-cpp-sys-2"))')"
+  llama_src="$(dirname "$sys_manifest")/llama.cpp"
+  {
+    echo "cmake_minimum_required(VERSION 3.14)"
+    echo "project(llama_tools C CXX)"
+    echo "add_subdirectory(\"$llama_src\" llama.cpp)"
+    for dir in "$work"/src/*/; do echo "add_subdirectory($(basename "$dir"))"; done
+  } >"$work/src/CMakeLists.txt"
+  # The options the llama-cpp-sys-2 build script passes (GGML_NATIVE off, so the same
+  # AVX2/FMA/F16C defaults), the flags the cmake crate adds, and Release as Catena's release
+  # profile gets.
+  flags="-ffunction-sections -fdata-sections -fPIC -m64 -march=x86-64"
+  cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+    -DGGML_NATIVE=OFF -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    "${cmake_gpu[@]}" -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$work/build/bin" >&2
+  cmake --build "$work/build" --target "$cmake_target" -j "$(nproc)" >&2
+fi
+echo "$bin"
