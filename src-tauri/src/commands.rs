@@ -91,6 +91,43 @@ pub async fn pull_model(backend: State<'_, Backend>, id: String) -> Reply<Downlo
     Ok(backend.service().await?.pull_model(&id)?)
 }
 
+/// A checkpoint folder the user chose in the app (the HTTP server has no such route: only the
+/// person at the desktop names folders to read).
+#[derive(serde::Deserialize)]
+pub struct ImportRequest {
+    dir: std::path::PathBuf,
+    name: String,
+    quant: String,
+    profile: Option<String>,
+}
+
+/// Starts converting and installing a Hugging Face checkpoint folder in the background.
+#[tauri::command]
+pub async fn import_folder(
+    backend: State<'_, Backend>,
+    request: ImportRequest,
+) -> Reply<DownloadStatus> {
+    let Some(quant) = catena_engine::llama::QuantType::parse(&request.quant) else {
+        return Err(ServiceError::invalid(format!(
+            "{} is not one of Q4_K_M, Q5_K_M, Q8_0, F16.",
+            request.quant
+        ))
+        .param("quant")
+        .into());
+    };
+    let profile = request.profile.filter(|p| !p.is_empty());
+    Ok(backend
+        .service()
+        .await?
+        .import_folder(catena_import::FolderImport {
+            dir: request.dir,
+            name: request.name.trim().to_string(),
+            quant,
+            profile,
+            threads: 0,
+        })?)
+}
+
 #[tauri::command]
 pub async fn downloads(backend: State<'_, Backend>) -> Reply<Value> {
     Ok(backend.service().await?.downloads())

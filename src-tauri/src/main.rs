@@ -81,6 +81,7 @@ fn run() -> anyhow::Result<ExitCode> {
             commands::profiles,
             commands::library_models,
             commands::pull_model,
+            commands::import_folder,
             commands::downloads,
             commands::serve_model,
             commands::start_training,

@@ -36,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "docs" / "screenshots"
+# The model the import step installs (and removes at the end).
+IMPORT_NAME = "desktop-imported"
 POW = "1267650600228229401496703205376"
 TASK = "What is 2 to the power 100?"
 PREFILL = "<plan>compute it</plan>\n<code>\n```py\nprint(2**100)\n```\n</code>"
@@ -252,6 +254,31 @@ def flow(session, app, env, home):
     if POW not in json.dumps(first):
         raise Failed(f"the exported run lacks the answer: {first}")
 
+    step("a Hugging Face checkpoint folder imported from the Models view")
+    models = Path(env["CATENA_DATA_DIR"]) / "models"
+    imported = models / f"{IMPORT_NAME}-Q8_0.gguf"
+    checkpoint = Path(env["CATENA_CACHE_DIR"]) / "test-checkpoints" / "qwen2.5-coder-0.5b-instruct-hf"
+    if not (checkpoint / ".complete").is_file():
+        raise Failed(f"{checkpoint} is missing: the Rust end-to-end tests (tests/tests/convert.rs) make it")
+    for leftover in (imported, Path(f"{imported}.catena.json")):
+        leftover.unlink(missing_ok=True)
+    session.go("Models")
+    # Filled in as a script would: typing leaves WebKit's completion popup drawn over the page,
+    # and clicking an option leaves the select's.
+    fields = (("Folder", "input", str(checkpoint)), ("Name", "input", IMPORT_NAME),
+              ("Quantisation", "select", "Q8_0"), ("Profile", "select", "code"))
+    for label, kind, value in fields:
+        session.script("const field = document.evaluate(arguments[0], document, null, 9, null).singleNodeValue;"
+                       "field.value = arguments[1];"
+                       "field.dispatchEvent(new Event(arguments[2], { bubbles: true }));",
+                       f"//label[contains(., '{label}')]/{kind}", value, "input" if kind == "input" else "change")
+    session.click("//form[@aria-label='Import a checkpoint folder']//button[@type='submit']", "xpath")
+    session.wait_text(f"[aria-label='Import of {IMPORT_NAME}']", "converted and installed", 300)
+    session.wait_text("section[aria-label='Models'] table", f"{IMPORT_NAME}-Q8_0.gguf", 20)
+    record = json.loads(Path(f"{imported}.catena.json").read_text())
+    if record.get("profile") != "code" or record.get("quant") != "Q8_0":
+        raise Failed(f"the imported model's record: {record}")
+
     step("the other views, in both themes")
     for theme in ("light", "dark"):
         session.script(THEME, theme)
@@ -259,7 +286,11 @@ def flow(session, app, env, home):
             session.go(view)
             if view == "Models":
                 session.wait_text("section[aria-label='Models']", "afm-code-7b-rl", 20)
+                # The end of the page: the finished import under its form.
+                session.script("window.scrollTo(0, document.body.scrollHeight)")
             session.shoot(SHOTS / f"desktop-{view.lower()}-{theme}.png")
+    for made in (imported, Path(f"{imported}.catena.json")):
+        made.unlink()
 
 
 def main():

@@ -63,28 +63,19 @@ struct Server {
 
 impl Server {
     fn start(faults: Faults, payload: &[u8]) -> Server {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
         let shared = Arc::new(Shared {
             payload: Bytes::copy_from_slice(payload),
             faults: Mutex::new(faults),
             log: Mutex::new(Log::default()),
         });
         let state = shared.clone();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
         let app = axum::Router::new().fallback(move |headers: HeaderMap| {
             let state = state.clone();
             async move { serve(state, headers) }
         });
-        runtime.spawn(async move { axum::serve(listener, app).await });
+        let (base, runtime) = common::serve_on_loopback(app);
         Server {
-            base: format!("http://{addr}"),
+            base,
             shared,
             _runtime: runtime,
         }
@@ -593,18 +584,7 @@ fn catena_in(data_dir: &Path) -> Command {
 }
 
 fn listed_files(data_dir: &Path) -> Vec<String> {
-    let output = catena_in(data_dir)
-        .args(["models", "list", "--json"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let rows: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    rows.as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["installed"] == true)
-        .map(|r| r["file"].as_str().unwrap().to_string())
-        .collect()
+    common::installed_files(catena_in(data_dir))
 }
 
 /// Bytes the saved state says are on disk.
@@ -827,7 +807,8 @@ fn catalog_models_come_from_the_base_url_and_are_listed_under_their_id() {
 }
 
 #[test]
-fn an_afm_checkpoint_is_not_downloaded_and_the_user_is_told_how_to_import_it() {
+fn an_afm_pull_names_its_repository_and_licence_before_anything_is_fetched() {
+    // This server answers every path with random bytes: no hub's file list.
     let server = Server::start(Faults::default(), &payload(1000, 3));
     let dir = tempfile::tempdir().unwrap();
     let output = catena_in(dir.path())
@@ -845,8 +826,9 @@ fn an_afm_checkpoint_is_not_downloaded_and_the_user_is_told_how_to_import_it() {
     for expected in [
         "Hugging Face checkpoint",
         "PersonalAILab/AFM-MHQA-Agent-3B-sft",
-        "catena models import FOLDER --name afm-mhqa-3b-sft --quant Q4_K_M",
         "Licence: Qwen Research License",
+        "could not list the files of PersonalAILab/AFM-MHQA-Agent-3B-sft",
+        "not a file listing",
     ] {
         assert!(stderr.contains(expected), "{expected:?} missing: {stderr}");
     }

@@ -24,6 +24,20 @@ describe('TauriTransport', () => {
     expect(calls[1]).toEqual(['rate_run', { runId: 'r1', rating: 'good' }]);
   });
 
+  it('imports a folder through the app, which the HTTP transport cannot', async () => {
+    const calls: [string, unknown][] = [];
+    mockIPC((cmd, args) => {
+      calls.push([cmd, args]);
+      return { id: 'mine', state: 'running', stage: null, done_bytes: 0, total_bytes: null, message: null, path: null };
+    });
+    const request = { dir: '/ckpt/mine', name: 'mine', quant: 'Q8_0', profile: 'code' } as const;
+    const status = await new TauriTransport().importFolder(request);
+    expect(status.state).toBe('running');
+    expect(calls).toEqual([['import_folder', { request }]]);
+    const { HttpTransport } = await import('../src/lib/http');
+    expect('importFolder' in HttpTransport.prototype).toBe(false);
+  });
+
   it("turns the app's {status, message} error into an ApiError", async () => {
     mockIPC(() => {
       throw { status: 409, message: 'Run `r1` is not running (it is finished).' };

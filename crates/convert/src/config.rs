@@ -50,6 +50,9 @@ pub struct ModelConfig {
     pub vocab_size: Option<usize>,
     /// Special token ids given in `config.json` (`bos_token_id`, ...), by type.
     pub special_ids: Vec<(String, u64)>,
+    /// Bytes per weight element as saved (`torch_dtype`, or `dtype` in newer configurations):
+    /// a disk estimate before the weights are downloaded.
+    pub source_dtype_bytes: Option<u64>,
     /// The `{arch}.*` keys, in the order they are written.
     pub hyper_parameters: Vec<(String, Value)>,
 }
@@ -309,6 +312,13 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         head_count_kv,
         vocab_size: vocab_size.and_then(|n| usize::try_from(n).ok()),
         special_ids,
+        source_dtype_bytes: find(hp, &["torch_dtype", "dtype"])
+            .and_then(Json::as_str)
+            .and_then(|dtype| match dtype {
+                "float32" => Some(4),
+                "bfloat16" | "float16" => Some(2),
+                _ => None,
+            }),
         hyper_parameters: out,
     })
 }
@@ -355,6 +365,7 @@ mod tests {
         assert_eq!(c.hyper_parameters[6].1, Value::F32(1_000_000.0));
         assert_eq!(c.hyper_parameters[7].1, Value::F32(1e-6));
         assert_eq!(c.vocab_size, Some(151_936));
+        assert_eq!(c.source_dtype_bytes, Some(2));
         assert_eq!(
             c.special_ids,
             [("bos".to_string(), 151_643), ("eos".to_string(), 151_645)]

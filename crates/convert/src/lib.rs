@@ -15,7 +15,7 @@ mod names;
 mod vocab;
 mod weights;
 
-pub use config::{Architecture, read_config};
+pub use config::{Architecture, ModelConfig, read_config};
 pub use error::ConvertError;
 
 use gguf_writer::{Counting, GgmlType, TensorPlan, Value};

@@ -411,6 +411,7 @@ mod tests {
             head_count_kv: None,
             vocab_size: Some(vocab_size),
             special_ids: vec![("bos".into(), 3), ("eos".into(), 4)],
+            source_dtype_bytes: None,
             hyper_parameters: Vec::new(),
         }
     }

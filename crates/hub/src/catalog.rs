@@ -81,9 +81,9 @@ pub enum Source {
     Url { url: String },
     /// Registry packages fetched by `catena assets` (the id of an asset in [`crate::assets`]).
     Registry { asset: String },
-    /// A Hugging Face checkpoint (safetensors), not GGUF: `catena models import FOLDER --name ID`
-    /// converts a downloaded copy into the entry's files (named `ID-QUANT.gguf`); `pull` cannot
-    /// fetch and convert it in one step yet and says so.
+    /// A Hugging Face checkpoint (safetensors), not GGUF: `pull` fetches the repository at the
+    /// revision and converts it into the entry's files (named `ID-QUANT.gguf`), as
+    /// `catena models import FOLDER --name ID` does with a downloaded copy.
     Checkpoint {
         repo: String,
         #[serde(default = "main_revision")]

@@ -62,6 +62,10 @@ pub struct ModelRecord {
     pub catalog_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quant: Option<String>,
+    /// The prompt profile runs use without `--profile` (an import's `--profile`; catalog models
+    /// take their entry's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     /// Seconds since the Unix epoch.
     #[serde(default)]
     pub installed_at: u64,
@@ -95,23 +99,6 @@ pub enum ModelsError {
     NotInstalled(String),
     #[error("the catalog entry `{0}` has no download URL")]
     NoUrl(String),
-    /// A catalog model published as a Hugging Face checkpoint, not as GGUF.
-    #[error(
-        "`{id}` is published as a Hugging Face checkpoint (safetensors), not as GGUF: the \
-         repository {repo} on the model hub (named by its publisher; not checked from this \
-         machine). This version cannot download and convert it in one step. Download that \
-         repository's files (config.json, tokenizer.json, tokenizer_config.json and the \
-         .safetensors files with their index) into a folder, then run: catena models import \
-         FOLDER --name {id} --quant {quant}. Licence: {license}.{caveat}"
-    )]
-    NeedsImport {
-        id: String,
-        repo: String,
-        quant: String,
-        license: String,
-        /// The catalog entry's note, with a leading space, or nothing.
-        caveat: String,
-    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelsError + '_ {
@@ -155,32 +142,38 @@ pub fn free_space(dir: &Path) -> Result<u64, ModelsError> {
     fs4::available_space(dir).map_err(io(dir))
 }
 
+/// What Catena made: the installed name and what to record about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Made {
+    pub file: String,
+    pub quant: String,
+    pub catalog_id: Option<String>,
+    pub profile: Option<String>,
+}
+
 /// Installs `made`, a model file Catena made in the models folder under a temporary name, as
-/// `file`: its sha256 is computed, it is synced and renamed into place, then recorded. A model
-/// is listed only once this has finished, so an interrupted import never shows a half model.
-pub fn install_made(
-    paths: &Paths,
-    made: &Path,
-    file: &str,
-    quant: &str,
-) -> Result<PathBuf, ModelsError> {
+/// `what.file`: its sha256 is computed, it is synced and renamed into place, then recorded. A
+/// model is listed only once this has finished, so an interrupted import never shows a half
+/// model.
+pub fn install_made(paths: &Paths, made: &Path, what: &Made) -> Result<PathBuf, ModelsError> {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
     let mut reader = std::fs::File::open(made).map_err(io(made))?;
     let size = std::io::copy(&mut reader, &mut hash).map_err(io(made))?;
     reader.sync_all().map_err(io(made))?;
-    let target = paths.models_dir().join(file);
+    let target = paths.models_dir().join(&what.file);
     std::fs::rename(made, &target).map_err(io(&target))?;
     write_record(
         paths,
         &ModelRecord {
-            file: file.to_string(),
+            file: what.file.clone(),
             size,
             sha256: hex::encode(hash.finalize()),
             digest_source: DigestSource::Made,
             url: String::new(),
-            catalog_id: None,
-            quant: Some(quant.to_string()),
+            catalog_id: what.catalog_id.clone(),
+            quant: Some(what.quant.clone()),
+            profile: what.profile.clone(),
             installed_at: now_secs(),
         },
     )
@@ -192,6 +185,16 @@ pub fn record_of(model: &Path) -> Option<ModelRecord> {
     let record: ModelRecord = serde_json::from_slice(&text).ok()?;
     let size = std::fs::metadata(model).ok()?.len();
     (size == record.size).then_some(record)
+}
+
+/// The prompt profile a model was made for: its record's (an import's `--profile`), else its
+/// catalog entry's. `None` for a file Catena knows nothing about.
+pub fn profile_of(model: &Path, catalog: &crate::catalog::Catalog) -> Option<String> {
+    let record = record_of(model)?;
+    record.profile.or_else(|| {
+        let id = record.catalog_id?;
+        catalog.get(&id).map(|entry| entry.profile.clone())
+    })
 }
 
 /// Every downloaded model with a valid record, sorted by file name.
@@ -422,6 +425,7 @@ mod tests {
             url: "http://x/m.gguf".into(),
             catalog_id: None,
             quant: None,
+            profile: None,
             installed_at: now_secs(),
         }
     }

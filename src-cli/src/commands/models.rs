@@ -3,7 +3,7 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions, QuantType, quantize};
+use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions, QuantType};
 use catena_gguf::inspect::human_bytes;
 use catena_hub::assets;
 use catena_hub::catalog::{self, Catalog};
@@ -11,7 +11,10 @@ use catena_hub::config::Paths;
 use catena_hub::download::{self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink};
 use catena_hub::installed::{self, DigestSource, ModelSettings};
 use catena_hub::listing;
-use catena_hub::pull::{self, PullPlan};
+use catena_hub::pull::{self, CheckpointPlan, PullPlan};
+use catena_import::{
+    CheckpointPull, FolderImport, ImportError, ImportEvent, ImportSink, PullOptions, Stage,
+};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -95,6 +98,9 @@ pub struct PullArgs {
     /// Failed attempts per connection before giving up.
     #[arg(long, value_name = "N", default_value_t = 6)]
     pub retries: u32,
+    /// Threads for quantising a checkpoint (default: all cores).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// Progress as JSON lines on stdout instead of a bar.
     #[arg(long)]
     pub json: bool,
@@ -111,9 +117,16 @@ pub struct ImportArgs {
     /// The installed model's name (default: the folder's name); the file is NAME-QUANT.gguf.
     #[arg(long)]
     pub name: Option<String>,
+    /// The prompt profile `catena run` uses for it without --profile (code, math, web, mhqa,
+    /// all-tools).
+    #[arg(long)]
+    pub profile: Option<String>,
     /// Threads for quantising (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Progress as JSON lines on stdout instead of bars.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -256,115 +269,185 @@ fn import_adapter(args: ImportAdapterArgs, paths: &Paths) -> Result<ExitCode> {
     }
 }
 
-/// Removes a temporary file of an import, if it is there.
-fn remove_part(path: &Path) {
-    if let Err(e) = std::fs::remove_file(path)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        eprintln!("warning: could not remove {}: {e}", path.display());
+/// `catena models import DIR`: checks the checkpoint, converts it to F16 (one tensor at a time),
+/// quantises it with llama.cpp's quantiser, installs the result (catena-import does the work).
+fn import(args: ImportArgs, paths: &Paths) -> Result<ExitCode> {
+    let Some(quant) = QuantType::parse(&args.quant) else {
+        return Err(ImportError::BadQuant(args.quant).into());
+    };
+    if let Some(profile) = &args.profile {
+        catena_protocol::Profile::builtin(profile)?;
+    }
+    let request = FolderImport {
+        name: import_name(args.name.as_deref(), &args.dir, "model")?,
+        dir: args.dir.clone(),
+        quant,
+        profile: args.profile.clone(),
+        threads: args.threads.unwrap_or(0),
+    };
+    eprintln!(
+        "Importing {} as {}-{}.gguf",
+        args.dir.display(),
+        request.name,
+        quant.name()
+    );
+    let (events, bars) = stage_events(args.json);
+    let result = catena_import::import_folder(paths, &request, &events);
+    bars.finish();
+    let installed = result.with_context(|| format!("{} cannot be imported", args.dir.display()))?;
+    finished(&installed, args.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The last words of an import or a pull: how to use the model, and its path on stdout.
+fn finished(installed: &Path, json: bool) {
+    let file = installed
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    eprintln!("Installed {file}. Use it: catena run --model {file} \"...\"");
+    if !json {
+        // With --json the `done` event carries the path.
+        println!("{}", installed.display());
     }
 }
 
-/// `catena models import DIR`: checks the checkpoint, converts it to F16 (one tensor at a time),
-/// quantises it with llama.cpp's quantiser, installs the result. The stages write hidden
-/// `.import-*.part` files in the models folder; only the finished model is renamed into place
-/// and recorded, so an interrupted import is never listed, and running it again starts over.
-fn import(args: ImportArgs, paths: &Paths) -> Result<ExitCode> {
-    let Some(quant) = QuantType::parse(&args.quant) else {
-        bail!(
-            "--quant must be one of {}",
-            QuantType::ALL.map(QuantType::name).join(", ")
+/// The bar of the stage running: the bar, the stage's name, when it began.
+type StageBar = (ProgressBar, &'static str, std::time::Instant);
+
+/// One bar per stage of an import, on stderr: a finished stage's bar stays with its time.
+#[derive(Clone, Default)]
+struct StageBars {
+    current: Arc<parking_lot::Mutex<Option<StageBar>>>,
+}
+
+impl StageBars {
+    fn start(&self, stage: Stage, total: Option<u64>, done: u64, detail: &str) {
+        self.finish();
+        let bar = match total {
+            Some(total) => ProgressBar::new(total),
+            None => ProgressBar::new_spinner(),
+        };
+        let name = match stage {
+            Stage::Download => "download",
+            Stage::Convert => "convert",
+            Stage::Quantize => "quantise",
+        };
+        let template = format!(
+            "{name:<9} [{{bar:30}}] {{bytes}}/{{total_bytes}} {{bytes_per_sec}} ETA {{eta}}  {{msg}}"
         );
-    };
-    let mut checkpoint = catena_convert::open(&args.dir)
-        .with_context(|| format!("{} cannot be imported", args.dir.display()))?;
-    let name = import_name(args.name.as_deref(), &args.dir, "model")?;
-    let models = paths.models_dir();
-    let file = format!("{name}-{}.gguf", quant.name());
-    if models.join(&file).exists() {
-        bail!("{file} is already installed (`catena models rm {file}` removes it)");
-    }
-    // What a killed earlier import of this name left behind is started over.
-    for stage in QuantType::ALL {
-        remove_part(&models.join(format!(".import-{name}-{}.gguf.part", stage.name())));
-    }
-    let f16_bytes = checkpoint.f16_data_bytes() + (16 << 20);
-    let result_bytes = match quant {
-        QuantType::F16 => 0,
-        other => {
-            // The catalog's bits per weight (llama.cpp's figures); every QuantType is listed.
-            let bits = catalog::bits_per_weight(other.name()).unwrap_or(16.0);
-            (f16_bytes as f64 * bits / 16.0) as u64
+        bar.set_style(
+            ProgressStyle::with_template(&template)
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_position(done);
+        bar.reset_eta();
+        if bar.is_hidden() {
+            eprintln!("{detail}");
+        } else {
+            bar.println(detail);
         }
-    };
-    let needed = f16_bytes + result_bytes + (64 << 20);
-    let free = installed::free_space(&models)?;
-    if free < needed {
-        bail!(
-            "importing needs about {} free in {} (the F16 file, then the {} file); {} is free",
-            human_bytes(needed),
-            models.display(),
-            quant.name(),
-            human_bytes(free)
-        );
+        *self.current.lock() = Some((bar, name, std::time::Instant::now()));
     }
-    eprintln!(
-        "Importing {} ({}, {} of weights) as {file}",
-        args.dir.display(),
-        checkpoint.architecture().gguf_name(),
-        human_bytes(checkpoint.source_bytes())
-    );
-    let f16_path = models.join(format!(".import-{name}-F16.gguf.part"));
-    let bar = ProgressBar::new(f16_bytes);
-    bar.set_style(
-        ProgressStyle::with_template("converting  {bar:30} {bytes}/{total_bytes}  ETA {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let started = std::time::Instant::now();
-    let written = checkpoint.write_f16(&f16_path, &name, &mut |p| {
-        bar.set_length(p.total_bytes);
-        bar.set_position(p.written_bytes);
+
+    fn progress(&self, done: u64, total: Option<u64>) {
+        if let Some((bar, _, _)) = &*self.current.lock() {
+            if let Some(total) = total {
+                bar.set_length(total);
+            }
+            bar.set_position(done);
+        }
+    }
+
+    fn note(&self, text: &str) {
+        match &*self.current.lock() {
+            Some((bar, _, _)) if !bar.is_hidden() => bar.println(text),
+            _ => eprintln!("{text}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some((bar, name, started)) = self.current.lock().take() {
+            let took = format!("done in {:.0} s", started.elapsed().as_secs_f64());
+            if bar.is_hidden() {
+                eprintln!("{name}: {took}");
+            }
+            bar.finish_with_message(took);
+        }
+    }
+}
+
+/// Where an import's events go: JSON lines on stdout, or [`StageBars`].
+fn stage_events(json: bool) -> (ImportSink, StageBars) {
+    let bars = StageBars::default();
+    if json {
+        let sink: ImportSink = Arc::new(|event: ImportEvent| {
+            if let Ok(line) = serde_json::to_string(&event) {
+                println!("{line}");
+            }
+        });
+        return (sink, bars);
+    }
+    let shown = bars.clone();
+    let sink: ImportSink = Arc::new(move |event: ImportEvent| match event {
+        ImportEvent::Stage {
+            stage,
+            total,
+            done,
+            detail,
+        } => shown.start(stage, total, done, &detail),
+        ImportEvent::Progress { done, total, .. } => shown.progress(done, total),
+        ImportEvent::Note { text } => shown.note(&text),
+        ImportEvent::Done { .. } => shown.finish(),
     });
-    bar.finish_and_clear();
-    let written = match written {
-        Ok(written) => written,
-        Err(e) => {
-            remove_part(&f16_path);
-            return Err(anyhow::Error::new(e).context("converting the checkpoint failed"));
-        }
-    };
+    (sink, bars)
+}
+
+/// `catena models pull` of a checkpoint: fetch, convert, quantise, install.
+fn pull_checkpoint(
+    args: &PullArgs,
+    paths: &Paths,
+    plan: CheckpointPlan,
+    note: Option<String>,
+) -> Result<ExitCode> {
     eprintln!(
-        "Converted to GGUF F16: {} tensors, {} in {:.0} s",
-        written.tensors,
-        human_bytes(written.bytes),
-        started.elapsed().as_secs_f64()
+        "{} is published as a Hugging Face checkpoint: fetching {} ({}) from {}, then \
+         converting and quantising it to {} here. Licence: {}.",
+        plan.id, plan.repo, plan.revision, plan.base_url, plan.quant, plan.license
     );
-    let made = if quant == QuantType::F16 {
-        f16_path
-    } else {
-        let out = models.join(format!(".import-{name}-{}.gguf.part", quant.name()));
-        let spinner = ProgressBar::new_spinner();
-        spinner.set_message(format!("quantising to {} with llama.cpp", quant.name()));
-        spinner.enable_steady_tick(std::time::Duration::from_millis(200));
-        let started = std::time::Instant::now();
-        let result = quantize(&f16_path, &out, quant, args.threads.unwrap_or(0));
-        spinner.finish_and_clear();
-        remove_part(&f16_path);
-        if let Err(e) = result {
-            remove_part(&out);
-            return Err(anyhow::Error::new(e).context("quantising failed"));
-        }
-        eprintln!(
-            "Quantised to {} in {:.0} s",
-            quant.name(),
-            started.elapsed().as_secs_f64()
-        );
-        out
+    if let Some(note) = note {
+        eprintln!("Note: {note}");
+    }
+    let request = CheckpointPull::from_plan(plan)?;
+    let options = PullOptions {
+        download: download_options(args)?,
+        threads: args.threads.unwrap_or(0),
     };
-    let installed = installed::install_made(paths, &made, &file, quant.name())?;
-    eprintln!("Installed {file}. Use it: catena run --model {file} \"...\"");
-    println!("{}", installed.display());
+    let (events, bars) = stage_events(args.json);
+    let result = catena_import::pull_checkpoint(paths, &request, &options, &events);
+    bars.finish();
+    let installed = result.with_context(|| {
+        format!(
+            "{} was not installed; run the same command again to go on from what is kept in {}",
+            request.id,
+            catena_import::staging_dir(paths, &request.id).display()
+        )
+    })?;
+    finished(&installed, args.json);
     Ok(ExitCode::SUCCESS)
+}
+
+fn download_options(args: &PullArgs) -> Result<DownloadOptions> {
+    let Some(stall_timeout) = catena_protocol::units::positive_seconds(args.stall_timeout) else {
+        bail!("--stall-timeout must be a positive number of seconds");
+    };
+    Ok(DownloadOptions {
+        connections: args.connections.clamp(1, 32),
+        stall_timeout,
+        retries: args.retries,
+        ..DownloadOptions::default()
+    })
 }
 
 fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
@@ -395,6 +478,7 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
                     }
                     request
                 }
+                PullPlan::Checkpoint(plan) => return pull_checkpoint(&args, paths, plan, note),
             }
         }
         (None, Some(url)) => {
@@ -427,15 +511,7 @@ fn pull(args: PullArgs, paths: &Paths) -> Result<ExitCode> {
         (None, None) => bail!("name a catalog model or pass --url"),
     };
 
-    let Some(stall_timeout) = catena_protocol::units::positive_seconds(args.stall_timeout) else {
-        bail!("--stall-timeout must be a positive number of seconds");
-    };
-    let options = DownloadOptions {
-        connections: args.connections.clamp(1, 32),
-        stall_timeout,
-        retries: args.retries,
-        ..DownloadOptions::default()
-    };
+    let options = download_options(&args)?;
     let (events, bar) = if args.json {
         (json_events(), None)
     } else {
@@ -573,6 +649,25 @@ fn remove(reference: &str, paths: &Paths) -> Result<ExitCode> {
         None => bail!("`{reference}` is neither a catalog id nor a model file name"),
     };
     let mut removed = 0;
+    // The work folder of an unfinished checkpoint pull (downloaded shards, an F16 file).
+    if catalog.get(id).is_some() {
+        let staging = catena_import::staging_dir(paths, id);
+        if staging.is_dir() {
+            if staging.join(".lock").is_file()
+                && std::fs::File::open(staging.join(".lock"))
+                    .is_ok_and(|lock| lock.try_lock().is_err())
+            {
+                bail!("{id} is being pulled right now; stop that first");
+            }
+            std::fs::remove_dir_all(&staging)
+                .with_context(|| format!("removing {}", staging.display()))?;
+            eprintln!(
+                "Removed the unfinished pull of {id} ({})",
+                staging.display()
+            );
+            removed += 1;
+        }
+    }
     for file in &files {
         let partial = remove_partial(paths, file)?;
         let gone = installed::remove_file(paths, file)?;

@@ -24,9 +24,10 @@ pub struct RunArgs {
     /// The task; `-` reads it from stdin.
     pub task: String,
 
-    /// Prompt profile: code, math, web, mhqa or all-tools.
-    #[arg(long, default_value = "math", conflicts_with = "profile_file")]
-    pub profile: String,
+    /// Prompt profile: code, math, web, mhqa or all-tools (default: the one the model was made
+    /// for, as its catalog entry or import says; math for other models).
+    #[arg(long, conflicts_with = "profile_file")]
+    pub profile: Option<String>,
 
     /// A profile file of your own (TOML, like the shipped ones).
     #[arg(long, value_name = "FILE")]
@@ -107,9 +108,11 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let task = read_task(&args.task)?;
-    let profile = match &args.profile_file {
-        Some(file) => Profile::from_file(file)?,
-        None => Profile::builtin(&args.profile)?,
+    // A profile named on the command line is checked before any model is fetched.
+    let chosen_profile = match (&args.profile_file, &args.profile) {
+        (Some(file), _) => Some(Profile::from_file(file)?),
+        (None, Some(name)) => Some(Profile::builtin(name)?),
+        (None, None) => None,
     };
     let Some(code_timeout) = positive_seconds(args.code_timeout) else {
         bail!("--code-timeout must be a positive number of seconds");
@@ -128,6 +131,19 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let on_builtin_default = setup::uses_builtin_default(args.model.as_deref(), paths);
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
+    let profile = match chosen_profile {
+        Some(profile) => profile,
+        None => {
+            let catalog = catena_hub::catalog::Catalog::load(paths)?;
+            match catena_hub::installed::profile_of(&model_path, &catalog) {
+                Some(name) => {
+                    eprintln!("profile: {name} (the model's; --profile chooses another)");
+                    Profile::builtin(&name)?
+                }
+                None => Profile::builtin("math")?,
+            }
+        }
+    };
     let limits = Limits {
         wall: code_timeout,
         memory_bytes: args.code_memory << 20,

@@ -109,14 +109,17 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
     runtime.block_on(async move {
         let server = Server::bind(config, store).await?;
         let address = server.local_addr()?;
-        // Scripts and tests read this line to find the port.
-        println!(
+        // Scripts and tests read this line to find the port. A reader that stops reading (a
+        // closed pipe) must not stop the server, so write errors are ignored, not panicked on.
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(
+            stdout,
             "Catena is serving {} on http://{address} (OpenAI API at /v1)",
             server.model_id()
         );
         // With an API key, the address carries the web UI's per-launch token.
-        println!("Web UI: {}", server.ui_address()?);
-        let _ = std::io::stdout().flush();
+        let _ = writeln!(stdout, "Web UI: {}", server.ui_address()?);
+        let _ = stdout.flush();
         if args.api_key.is_none() && !is_loopback(&args.host) {
             eprintln!(
                 "warning: listening on {} without an API key: anyone who can reach this machine can use it",

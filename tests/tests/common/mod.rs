@@ -133,3 +133,50 @@ pub fn serve(mut command: Command, configure: impl FnOnce(&mut Command)) -> Serv
         stdout,
     }
 }
+
+/// Serves `app` on a free loopback port, on a runtime of its own: the base URL, and the runtime
+/// (dropping it stops the server).
+pub fn serve_on_loopback(app: axum::Router) -> (String, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("the port's address");
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), runtime)
+}
+
+/// The text of the first observation of a successful `catena run --json`.
+pub fn first_observation(run: &Output) -> String {
+    assert!(
+        run.status.success(),
+        "the run failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let events = json_lines(run);
+    let observation = events
+        .iter()
+        .find(|e| e["type"] == "observation")
+        .unwrap_or_else(|| panic!("no observation in {events:?}"));
+    observation["text"].as_str().unwrap_or_default().to_string()
+}
+
+/// The files `catena models list --json` shows as installed, run with `catena`'s environment.
+pub fn installed_files(mut catena: Command) -> Vec<String> {
+    let output = catena
+        .args(["models", "list", "--json"])
+        .output()
+        .expect("running catena models list");
+    assert!(output.status.success(), "{output:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON rows");
+    rows.as_array()
+        .expect("a list")
+        .iter()
+        .filter(|r| r["installed"] == true)
+        .filter_map(|r| r["file"].as_str().map(str::to_string))
+        .collect()
+}

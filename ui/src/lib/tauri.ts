@@ -3,7 +3,7 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
 
 /** One message of a followed run's channel. */
 export type FollowMessage = { seq: number; event: AgentEvent } | { end: true; error?: string };
@@ -54,6 +54,10 @@ export class TauriTransport implements Transport {
 
   async downloads(): Promise<DownloadStatus[]> {
     return (await this.command<{ data: DownloadStatus[] }>('downloads')).data;
+  }
+
+  importFolder(request: ImportRequest): Promise<DownloadStatus> {
+    return this.command('import_folder', { request });
   }
 
   serveModel(id: string): Promise<{ model: string }> {

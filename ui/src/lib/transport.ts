@@ -2,7 +2,7 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
@@ -24,6 +24,11 @@ export interface Transport {
   /** Starts downloading a catalog model; `downloads()` shows its progress. */
   pullModel(id: string): Promise<DownloadStatus>;
   downloads(): Promise<DownloadStatus[]>;
+  /**
+   * Converts and installs a checkpoint folder; `downloads()` shows its stages. Only the desktop
+   * app has it: the HTTP server never lets a request name a folder to read.
+   */
+  importFolder?(request: ImportRequest): Promise<DownloadStatus>;
   /** Serves another installed model from now on (resolves once it is loaded). */
   serveModel(id: string): Promise<{ model: string }>;
   startRun(options: RunOptions): Promise<StartedRun>;

@@ -82,14 +82,24 @@ export interface ModelRow {
   source: string;
 }
 
-/** A model download started from the UI. */
+/** A model download (or a checkpoint pull or folder import) started from the UI. */
 export interface DownloadStatus {
   id: string;
   state: 'running' | 'verifying' | 'done' | 'failed';
+  /** For checkpoints: the stage running; the bytes are that stage's. */
+  stage: 'download' | 'convert' | 'quantize' | null;
   done_bytes: number;
   total_bytes: number | null;
   message: string | null;
   path: string | null;
+}
+
+/** A Hugging Face checkpoint folder to convert and install (desktop app only). */
+export interface ImportRequest {
+  dir: string;
+  name: string;
+  quant: 'Q4_K_M' | 'Q5_K_M' | 'Q8_0' | 'F16';
+  profile: string | null;
 }
 
 export interface Health {

@@ -223,6 +223,7 @@ fn remove_if_exists(path: &Path) -> Result<(), DownloadError> {
 
 /// The lock file of a partial download, held (and removed at the end) by the one process that
 /// downloads it.
+#[derive(Debug)]
 struct LockGuard {
     _file: std::fs::File,
     path: PathBuf,
@@ -298,6 +299,62 @@ pub async fn download(
     options: &DownloadOptions,
     events: EventSink,
 ) -> Result<Installed, DownloadError> {
+    let models = paths.models_dir();
+    let verified = fetch_verified(&models, request, options, &events).await?;
+    // Into place: an old record goes first, the new record comes last.
+    let target = models.join(&request.file_name);
+    remove_if_exists(&installed::record_path(&target))?;
+    let record = ModelRecord {
+        file: request.file_name.clone(),
+        size: verified.size,
+        sha256: verified.sha256.clone(),
+        digest_source: verified.digest_source,
+        url: request.url.clone(),
+        catalog_id: request.catalog_id.clone(),
+        quant: request.quant.clone(),
+        profile: None,
+        installed_at: installed::now_secs(),
+    };
+    verified.move_to(&target)?;
+    let path = installed::write_record(paths, &record)?;
+    events(DownloadEvent::Done {
+        path: path.clone(),
+        sha256: record.sha256.clone(),
+        digest_source: record.digest_source,
+    });
+    Ok(Installed { path, record })
+}
+
+/// A downloaded file whose sha256 matched, still under its partial name (and still locked):
+/// [`Verified::move_to`] puts it where it belongs.
+#[derive(Debug)]
+pub struct Verified {
+    part_path: PathBuf,
+    state_path: PathBuf,
+    _lock: LockGuard,
+    pub size: u64,
+    pub sha256: String,
+    pub digest_source: DigestSource,
+}
+
+impl Verified {
+    /// Renames the verified bytes to `target` (in the same file system) and forgets the
+    /// partial download's state.
+    pub fn move_to(self, target: &Path) -> Result<(), DownloadError> {
+        std::fs::rename(&self.part_path, target).map_err(io_at(target))?;
+        remove_if_exists(&self.state_path)
+    }
+}
+
+/// Downloads `request.url` into `dir/.partial/` (resuming what an earlier run left there) and
+/// checks its sha256; nothing is placed in `dir` itself. Shared by model downloads and the
+/// files of a checkpoint a pull converts.
+pub async fn fetch_verified(
+    dir: &Path,
+    request: &DownloadRequest,
+    options: &DownloadOptions,
+    events: &EventSink,
+) -> Result<Verified, DownloadError> {
     let url = request.url.as_str();
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(DownloadError::BadUrl(url.into()));
@@ -313,14 +370,13 @@ pub async fn download(
         Some(sha) => Some(sha.to_ascii_lowercase()),
         None => None,
     };
-    let models = paths.models_dir();
-    let (part_path, state_path, lock_path) = partial_paths(&models, name);
-    let partial_dir = models.join(PARTIAL_DIR);
+    let (part_path, state_path, lock_path) = partial_paths(dir, name);
+    let partial_dir = dir.join(PARTIAL_DIR);
     std::fs::create_dir_all(&partial_dir).map_err(io_at(&partial_dir))?;
     let lock = LockGuard::acquire(&lock_path, name)?;
 
     let clients = Clients::new(options.connect_timeout)?;
-    let probe = probe_with_retries(&clients, url, options, &events).await?;
+    let probe = probe_with_retries(&clients, url, options, events).await?;
     let (expected, digest_source) = match (given, &probe.sha256) {
         (Some(sha), _) => (sha, request.digest_source),
         (None, Some(sha)) => (sha.clone(), DigestSource::Server),
@@ -456,30 +512,14 @@ pub async fn download(
     }
     transfer.file.sync_all().map_err(io_at(&part_path))?;
     drop(transfer);
-
-    // Into place: an old record goes first, the new record comes last.
-    let target = models.join(name);
-    remove_if_exists(&installed::record_path(&target))?;
-    std::fs::rename(&part_path, &target).map_err(io_at(&target))?;
-    let record = ModelRecord {
-        file: name.into(),
+    Ok(Verified {
+        part_path,
+        state_path,
+        _lock: lock,
         size: total,
-        sha256: expected.clone(),
-        digest_source,
-        url: url.into(),
-        catalog_id: request.catalog_id.clone(),
-        quant: request.quant.clone(),
-        installed_at: installed::now_secs(),
-    };
-    let path = installed::write_record(paths, &record)?;
-    remove_if_exists(&state_path)?;
-    drop(lock);
-    events(DownloadEvent::Done {
-        path: path.clone(),
         sha256: expected,
         digest_source,
-    });
-    Ok(Installed { path, record })
+    })
 }
 
 /// [`download`] on a runtime of its own, for callers that are not async.
