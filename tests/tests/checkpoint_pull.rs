@@ -529,3 +529,53 @@ fn an_afm_pulled_from_the_hub_survives_kills_in_every_stage_and_runs_a_code_task
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("profile: code"), "{stderr}");
 }
+
+#[test]
+fn the_ui_pulls_an_afm_through_catena_serve_stage_by_stage() {
+    let hub = Hub::start();
+    hub.publish("PersonalAILab/AFM-MHQA-Agent-3B-rl", checkpoint_files().clone());
+    let data = data_dir();
+    let data = data.path();
+    let served = common::serve(catena_in(data, &hub), |cmd| {
+        cmd.args(["--ctx-size", "2048", "--sessions", "1"]);
+    });
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::blocking::Client::new();
+    let downloads = format!("{}/v1/library/downloads", served.base);
+    let id = "afm-mhqa-3b-rl:Q8_0";
+    let started = http
+        .post(&downloads)
+        .json(&json!({ "id": id }))
+        .send()
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    // Every state the page could have drawn, until the pull ends.
+    let mut stages = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        let list: Value = http.get(&downloads).send().unwrap().json().unwrap();
+        let status = list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} is not among {list}"));
+        if let Some(stage) = status["stage"].as_str()
+            && stages.last().map(String::as_str) != Some(stage)
+        {
+            stages.push(stage.to_string());
+        }
+        if status["state"] == "done" || status["state"] == "failed" {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(stages, ["download", "convert", "quantize"], "{status}");
+    let file = "afm-mhqa-3b-rl-Q8_0.gguf";
+    assert!(status["path"].as_str().unwrap().ends_with(file), "{status}");
+    assert!(installed_files(data, &hub).contains(&file.to_string()));
+    assert!(!data.join("models/.checkpoints/afm-mhqa-3b-rl").exists());
+}
