@@ -533,7 +533,10 @@ fn an_afm_pulled_from_the_hub_survives_kills_in_every_stage_and_runs_a_code_task
 #[test]
 fn the_ui_pulls_an_afm_through_catena_serve_stage_by_stage() {
     let hub = Hub::start();
-    hub.publish("PersonalAILab/AFM-MHQA-Agent-3B-rl", checkpoint_files().clone());
+    hub.publish(
+        "PersonalAILab/AFM-MHQA-Agent-3B-rl",
+        checkpoint_files().clone(),
+    );
     let data = data_dir();
     let data = data.path();
     let served = common::serve(catena_in(data, &hub), |cmd| {

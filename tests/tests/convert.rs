@@ -8,7 +8,7 @@ mod made_checkpoint;
 
 use made_checkpoint::checkpoint;
 
-use catena_engine::llama::{LlamaEngine, LoadOptions};
+use catena_engine::llama::{LlamaEngine, LoadOptions, QuantType, quantize};
 use catena_engine::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -311,4 +311,181 @@ fn a_checkpoint_imported_under_a_catalog_id_is_that_catalog_model() {
     let pull = catena(&["models", "pull", "afm-code-7b-sft:Q8_0"]);
     assert!(pull.status.success());
     assert!(String::from_utf8_lossy(&pull.stderr).contains("Already installed"));
+}
+
+/// Text for the weights checks (written for this test; fixed so the numbers can be compared
+/// from run to run): prose, a list, code and numbers, as an agent's context holds them.
+const PERPLEXITY_TEXT: &str = "The harbour town wakes before the sun. Fishing boats leave in a \
+line, their lamps swinging, and the gulls follow them past the breakwater. By seven the market \
+hall is loud: crates of mackerel and crab are weighed, priced and sold, and the ice that kept \
+them cold runs in thin streams across the stone floor. Tourists arrive later, with cameras and \
+questions, and the fishermen answer the same questions every morning with the same patience.\n\n\
+To plan a week of meals for four people on a fixed budget, start from what keeps: rice, lentils, \
+onions, carrots and tinned tomatoes. Then add what is cheap this week, and cook twice as much as \
+one dinner needs, so that lunch the next day costs nothing.\n\n\
+def moving_average(values, window):\n    \"\"\"The mean of every run of `window` consecutive values.\"\"\"\n    \
+if window <= 0:\n        raise ValueError(\"window must be positive\")\n    total = sum(values[:window])\n    \
+averages = [total / window]\n    for i in range(window, len(values)):\n        \
+total += values[i] - values[i - window]\n        averages.append(total / window)\n    \
+return averages\n\n\
+In 1969 the first crewed landing on the Moon took place; the lunar module touched down on 20 July \
+and the crew returned on 24 July. A round trip of about 768,000 kilometres took eight days, three \
+hours and eighteen minutes.";
+
+/// The log-probability of each next token under `logits` (row `i` predicts token `i + 1`).
+fn next_token_logprobs(logits: &[Vec<f32>], ids: &[i32]) -> Vec<f64> {
+    logits
+        .iter()
+        .zip(&ids[1..])
+        .map(|(row, &next)| {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let log_sum = row
+                .iter()
+                .map(|&l| (l as f64 - max).exp())
+                .sum::<f64>()
+                .ln()
+                + max;
+            row[next as usize] as f64 - log_sum
+        })
+        .collect()
+}
+
+fn perplexity(logprobs: &[f64]) -> f64 {
+    (-logprobs.iter().sum::<f64>() / logprobs.len() as f64).exp()
+}
+
+/// llama.cpp's logits for `ids` at every position, from the GGUF at `path`.
+fn llama_logits(path: &Path, ids: &[i32]) -> Vec<Vec<f32>> {
+    let engine = load(path);
+    let mut session = engine
+        .session(&SessionOptions {
+            context_size: Some(1024),
+            batch_size: 512,
+            ..SessionOptions::default()
+        })
+        .unwrap();
+    session.logits_at_every_position(ids).unwrap()
+}
+
+/// candle-transformers' Qwen2 reading the checkpoint's safetensors directly, in F32: logits at
+/// every position.
+fn reference_logits(dir: &Path, ids: &[i32]) -> Vec<Vec<f32>> {
+    use candle_core::{DType, Device, Tensor};
+    use candle_transformers::models::qwen2;
+    let device = Device::Cpu;
+    let mut tensors = HashMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            tensors.extend(candle_core::safetensors::load(&path, &device).unwrap());
+        }
+    }
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    let int = |key: &str| config[key].as_u64().unwrap() as usize;
+    let cfg = qwen2::Config {
+        vocab_size: int("vocab_size"),
+        hidden_size: int("hidden_size"),
+        intermediate_size: int("intermediate_size"),
+        num_hidden_layers: int("num_hidden_layers"),
+        num_attention_heads: int("num_attention_heads"),
+        num_key_value_heads: int("num_key_value_heads"),
+        max_position_embeddings: int("max_position_embeddings"),
+        sliding_window: int("max_position_embeddings"),
+        max_window_layers: int("num_hidden_layers"),
+        tie_word_embeddings: config["tie_word_embeddings"].as_bool().unwrap(),
+        rope_theta: config["rope_theta"].as_f64().unwrap(),
+        rms_norm_eps: config["rms_norm_eps"].as_f64().unwrap(),
+        use_sliding_window: false,
+        hidden_act: candle_nn::Activation::Silu,
+    };
+    let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, &device);
+    let head = vb
+        .get((cfg.vocab_size, cfg.hidden_size), "lm_head.weight")
+        .unwrap();
+    let mut model = qwen2::Model::new(&cfg, vb).unwrap();
+    let input: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
+    let input = Tensor::new(input.as_slice(), &device)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let hidden = model.forward(&input, 0, None).unwrap().squeeze(0).unwrap();
+    let logits = hidden.matmul(&head.t().unwrap()).unwrap();
+    logits.to_vec2::<f32>().unwrap()
+}
+
+#[test]
+fn llama_cpp_logits_of_the_converted_file_match_a_reference_reading_the_safetensors() {
+    let engine = load(converted());
+    let ids = engine.tokenize(PERPLEXITY_TEXT, false);
+    drop(engine);
+    assert!(ids.len() > 250, "{} tokens", ids.len());
+    let ours = llama_logits(converted(), &ids);
+    let reference = reference_logits(checkpoint(), &ids);
+    assert_eq!(ours.len(), reference.len());
+    let mut same_top = 0;
+    let mut worst = 0f32;
+    let mut sum_abs = 0f64;
+    let mut count = 0usize;
+    for (a, b) in ours.iter().zip(&reference) {
+        let top = |row: &[f32]| catena_engine::greedy_pick(row).map(|(i, _)| i);
+        same_top += usize::from(top(a) == top(b));
+        for (x, y) in a.iter().zip(b) {
+            worst = worst.max((x - y).abs());
+            sum_abs += f64::from((x - y).abs());
+            count += 1;
+        }
+    }
+    let mean = sum_abs / count as f64;
+    let ppl_ours = perplexity(&next_token_logprobs(&ours, &ids));
+    let ppl_reference = perplexity(&next_token_logprobs(&reference, &ids));
+    eprintln!(
+        "{} positions: same most likely token at {same_top}; logits differ by {mean:.4} on \
+         average, {worst:.3} at most; perplexity {ppl_ours:.4} (llama.cpp, F16 GGUF) against \
+         {ppl_reference:.4} (candle-transformers, safetensors, F32)",
+        ids.len()
+    );
+    // llama.cpp multiplies F16 weights by activations rounded to F16; the reference computes in
+    // F32 from the BF16 values. Rounding, not a different model: the tolerances below are about
+    // five times what was measured here (mean 0.002, largest 0.041, perplexity 0.006% apart,
+    // the same most likely token at all 298 positions).
+    assert!(
+        same_top * 100 >= ids.len() * 99,
+        "the most likely token agrees at {same_top} of {} positions",
+        ids.len()
+    );
+    assert!(mean < 0.01, "mean logit difference {mean}");
+    assert!(worst < 0.25, "largest logit difference {worst}");
+    assert!(
+        (ppl_ours / ppl_reference - 1.0).abs() < 0.002,
+        "perplexity {ppl_ours} against {ppl_reference}"
+    );
+}
+
+#[test]
+fn quantised_files_stay_within_a_stated_perplexity_margin_of_f16() {
+    let engine = load(converted());
+    let ids = engine.tokenize(PERPLEXITY_TEXT, false);
+    drop(engine);
+    let f16 = perplexity(&next_token_logprobs(&llama_logits(converted(), &ids), &ids));
+    let dir = tempfile::tempdir().unwrap();
+    // Margins: Q8_0 within 1% of F16, Q4_K_M within 5%. Measured here: +0.27% and +0.64%. This
+    // checkpoint's weights were dequantised from a Q4_K_M file, so quantising them again loses
+    // less than it would from a trained BF16 checkpoint; the margins leave room for that.
+    for (quant, margin) in [(QuantType::Q8_0, 0.01), (QuantType::Q4KM, 0.05)] {
+        let out = dir.path().join(format!("{}.gguf", quant.name()));
+        quantize(converted(), &out, quant, 0).unwrap();
+        let ppl = perplexity(&next_token_logprobs(&llama_logits(&out, &ids), &ids));
+        eprintln!(
+            "perplexity over {} tokens: F16 {f16:.4}, {} {ppl:.4} ({:+.2}%)",
+            ids.len(),
+            quant.name(),
+            (ppl / f16 - 1.0) * 100.0
+        );
+        assert!(
+            ppl / f16 - 1.0 < margin,
+            "{} perplexity {ppl} against F16 {f16}",
+            quant.name()
+        );
+    }
 }
