@@ -51,6 +51,8 @@ enum Command {
     Sessions(commands::sessions::SessionsArgs),
     /// Download, list, inspect and choose models.
     Models(commands::models::ModelsArgs),
+    /// Build, list, search and remove the local passage indexes `<wiki_search>` reads.
+    Index(commands::index::IndexArgs),
     /// Check this machine: CPU, memory, GPUs, the model, and the plan for running it here.
     Doctor(commands::doctor::DoctorArgs),
     /// Measure a model (and adapter) on a task set: pass@1, valid chains, tokens, time.
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(args, &paths, cli.verbose),
         Command::Sessions(args) => commands::sessions::run(args, &paths),
         Command::Models(args) => commands::models::run(args, &paths),
+        Command::Index(args) => commands::index::run(args, &paths),
         Command::Doctor(args) => commands::doctor::run(args, &paths),
         Command::Eval(args) => commands::eval::run(args, &paths),
         Command::Train(args) => commands::train::run(args, &paths),

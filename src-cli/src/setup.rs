@@ -220,6 +220,32 @@ impl AdapterArgs {
     }
 }
 
+/// The search tools' indexes on the command line: `--wiki-index NAME`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SearchArgs {
+    /// The passage index `<wiki_search>` reads (`catena index list`; default: the only one).
+    #[arg(long, value_name = "NAME")]
+    pub wiki_index: Option<String>,
+}
+
+impl SearchArgs {
+    /// Gives `tools` the search backends `profile` uses and this machine has.
+    pub fn add_to(
+        &self,
+        tools: &mut catena_agent::tools::ToolBox,
+        profile: &catena_protocol::Profile,
+        paths: &Paths,
+    ) -> anyhow::Result<()> {
+        catena_agent::tools::add_wiki_search(
+            tools,
+            profile,
+            &paths.indexes_dir(),
+            self.wiki_index.as_deref(),
+        )?;
+        Ok(())
+    }
+}
+
 /// The CPython sandbox, fetched and compiled on first use (saying so, since it takes minutes).
 pub fn sandbox(paths: &Paths, limits: Limits) -> Result<Sandbox> {
     let files = assets::python_runtime(paths, &mut asset_progress)

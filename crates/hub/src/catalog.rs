@@ -340,10 +340,7 @@ pub fn is_safe_file_name(name: &str) -> bool {
 
 fn validate(entry: &CatalogEntry, origin: &str) -> Result<(), CatalogError> {
     let id = &entry.id;
-    let ok_id = !id.is_empty()
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    let ok_id = catena_protocol::units::is_plain_name(id);
     if !ok_id {
         return Err(invalid(
             origin,

@@ -85,6 +85,11 @@ impl Paths {
         self.data_dir.join("adapters")
     }
 
+    /// The search indexes `catena index` builds (one folder each).
+    pub fn indexes_dir(&self) -> PathBuf {
+        self.data_dir.join("indexes")
+    }
+
     /// Compiled WebAssembly modules.
     pub fn sandbox_cache_dir(&self) -> PathBuf {
         self.cache_dir.join("sandbox")

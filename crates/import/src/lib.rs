@@ -13,6 +13,7 @@ mod listing;
 mod pull;
 mod stages;
 
+pub use catena_protocol::units::is_plain_name;
 pub use listing::{FileDigest, Needed, RepoFile, git_blob_id, needed, parse_tree};
 pub use pull::{CheckpointPull, PullOptions, pull_checkpoint, staging_dir};
 pub use stages::{FolderImport, import_folder};
@@ -131,13 +132,4 @@ pub(crate) fn io_at(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Im
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// A plain file name part: letters, digits, `-`, `_`, `.`, not starting with a dot.
-pub fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }

@@ -5,7 +5,7 @@
 
 use crate::ServiceError;
 use crate::live::LiveRuns;
-use catena_agent::tools::{ToolBox, profile_tools};
+use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
 use catena_agent::{Budgets, PromptStart, RunRequest, run_chain};
 use catena_engine::llama::ChatMessage;
 use catena_engine::{
@@ -478,7 +478,7 @@ impl JobContext {
         let existing = self.sandbox.clone();
         let config = &self.config;
         let mut made = None;
-        let tools = profile_tools(profile, || match existing {
+        let mut tools = profile_tools(profile, || match existing {
             Some(sandbox) => Ok::<_, String>(sandbox),
             None => {
                 let files = assets::python_runtime(&config.paths, &mut |p| tracing::info!("{p:?}"))
@@ -496,6 +496,8 @@ impl JobContext {
                 Ok(sandbox)
             }
         })?;
+        add_wiki_search(&mut tools, profile, &config.paths.indexes_dir(), None)
+            .map_err(|e| format!("the wiki search index cannot be used: {e}"))?;
         if made.is_some() {
             self.sandbox = made;
         }

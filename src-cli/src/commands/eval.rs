@@ -34,6 +34,9 @@ pub struct EvalArgs {
     #[arg(long, default_value = "math")]
     profile: String,
 
+    #[command(flatten)]
+    search: setup::SearchArgs,
+
     /// A GGUF model; default: the default model.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
@@ -107,10 +110,11 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     } else {
         None
     };
-    let tools = profile_tools(&profile, || match &scoring_sandbox {
+    let mut tools = profile_tools(&profile, || match &scoring_sandbox {
         Some(sandbox) => Ok(sandbox.clone()),
         None => setup::sandbox(paths, Limits::default()).map(Arc::new),
     })?;
+    args.search.add_to(&mut tools, &profile, paths)?;
     let (engine, plan) = setup::load_planned(
         &model_path,
         Overrides {

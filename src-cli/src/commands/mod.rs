@@ -4,6 +4,7 @@ pub mod assets;
 pub mod bench;
 pub mod doctor;
 pub mod eval;
+pub mod index;
 pub mod models;
 pub mod run;
 pub mod sandbox;

@@ -199,6 +199,7 @@ fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
 /// The name an import installs under: `--name`, or the folder's name made a plain file name.
 fn import_name(given: Option<&str>, dir: &Path, fallback: &str) -> Result<String> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let is_plain = catena_protocol::units::is_plain_name;
     let name = match given {
         Some(name) => name.to_string(),
         None => dir
@@ -213,7 +214,7 @@ fn import_name(given: Option<&str>, dir: &Path, fallback: &str) -> Result<String
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| fallback.into()),
     };
-    if name.is_empty() || name.starts_with('.') || !name.chars().all(plain) {
+    if !is_plain(&name) {
         bail!("the name `{name}` must be letters, digits, `-`, `_` and `.`");
     }
     Ok(name)

@@ -104,6 +104,9 @@ pub struct RunArgs {
     /// Do not record the run in the session store.
     #[arg(long)]
     pub no_store: bool,
+
+    #[command(flatten)]
+    pub search: setup::SearchArgs,
 }
 
 pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
@@ -149,7 +152,8 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         memory_bytes: args.code_memory << 20,
         ..Limits::default()
     };
-    let tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
+    let mut tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
+    args.search.add_to(&mut tools, &profile, paths)?;
     let (engine, plan) = setup::load_planned(
         &model_path,
         Overrides {

@@ -2,9 +2,11 @@
 
 mod code;
 mod observation;
+mod wiki;
 
 pub use code::{CodeTool, code_observation};
 pub use observation::{OBSERVATION_LIMIT, cut_observation};
+pub use wiki::{WIKI_TOP_K, WikiSearchTool, add_wiki_search, wiki_observation};
 
 use catena_protocol::Tag;
 use std::collections::HashMap;
@@ -85,7 +87,10 @@ pub fn unavailable_reason(tag: Tag) -> &'static str {
         Tag::WebSearch | Tag::CrawlPage => {
             "no web search backend is configured in this version of Catena"
         }
-        Tag::WikiSearch => "no local Wikipedia index is installed",
+        Tag::WikiSearch => {
+            "no passage index is chosen: build one with `catena index add FILE` (a JSONL file of \
+             passages, such as the wiki-18 corpus) and run with --wiki-index NAME"
+        }
         _ => "no vision model is configured",
     }
 }
