@@ -258,6 +258,7 @@ fn data_dir() -> tempfile::TempDir {
         "no-weights",
         "huge",
         "absent",
+        "shard-missing",
     ] {
         catalog.push_str(&format!(
             "[[model]]\nid = \"{id}\"\nname = \"{id}\"\ndescription = \"A fault.\"\n\
@@ -346,6 +347,17 @@ fn broken_repositories_fail_clearly_and_list_nothing() {
     );
     pull_fails(&hub, data, "huge", "free in");
     pull_fails(&hub, data, "absent", "was not found on the hub");
+    let last_shard = checkpoint_files()
+        .iter()
+        .rfind(|f| f.lfs)
+        .unwrap()
+        .path
+        .clone();
+    hub.publish(
+        "tester/shard-missing",
+        variant(|f| f.retain(|f| f.path != last_shard)),
+    );
+    pull_fails(&hub, data, "shard-missing", &format!("has no {last_shard}"));
     assert_eq!(
         weight_fetches(&hub, checkpoint_files()),
         0,

@@ -86,7 +86,9 @@ pub fn needed(repo: &str, files: &[RepoFile]) -> Result<Needed, ImportError> {
     let small = SMALL_FILES.iter().filter_map(|n| find(n)).collect();
     let mut weights: Vec<RepoFile> = files
         .iter()
-        .filter(|f| f.path.ends_with(".safetensors") && !f.path.contains('/'))
+        .filter(|f| {
+            f.path.ends_with(".safetensors") && catena_hub::catalog::is_safe_file_name(&f.path)
+        })
         .cloned()
         .collect();
     weights.sort_by(|a, b| a.path.cmp(&b.path));
@@ -284,6 +286,7 @@ mod tests {
             file("README.md", 5),
             file("pytorch_model.bin", 6),
             file("sub/model.safetensors", 7),
+            file("..\\evil.safetensors", 8),
         ];
         let needed = needed("o/r", &files).unwrap();
         assert_eq!(needed.config.path, "config.json");

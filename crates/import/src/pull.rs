@@ -118,7 +118,7 @@ pub fn pull_checkpoint(
         &request.repo,
         &request.revision,
     ))?;
-    let needed = listing::needed(&request.repo, &files)?;
+    let mut needed = listing::needed(&request.repo, &files)?;
     forget_changed_files(&staging, &needed, &f16)?;
 
     // Config and tokenizer first: an architecture the converter refuses stops the pull before
@@ -129,6 +129,17 @@ pub fn pull_checkpoint(
         }
     }
     let config = catena_convert::read_config(&staging)?;
+    // Only the shards the index names (a repository may hold other safetensors files too).
+    let wanted = shards_named(&staging)?;
+    for shard in &wanted {
+        if !needed.weights.iter().any(|f| &f.path == shard) {
+            return Err(ImportError::MissingFile {
+                repo: request.repo.clone(),
+                file: shard.clone(),
+            });
+        }
+    }
+    needed.weights.retain(|f| wanted.contains(&f.path));
 
     // The whole plan's disk needs, before the first weight byte.
     let remaining: u64 = needed
@@ -188,6 +199,33 @@ fn lock(staging: &Path, id: &str) -> Result<std::fs::File, ImportError> {
         Err(std::fs::TryLockError::WouldBlock) => Err(ImportError::Busy(id.to_string())),
         Err(std::fs::TryLockError::Error(e)) => Err(io_at(&path)(e)),
     }
+}
+
+/// The weight files a conversion reads: those `model.safetensors.index.json` maps tensors to, or
+/// `model.safetensors` without an index.
+fn shards_named(staging: &Path) -> Result<Vec<String>, ImportError> {
+    let index = staging.join("model.safetensors.index.json");
+    if !index.is_file() {
+        return Ok(vec!["model.safetensors".to_string()]);
+    }
+    let bad = |reason: String| ImportError::Fetch {
+        file: "model.safetensors.index.json".into(),
+        reason,
+    };
+    let bytes = std::fs::read(&index).map_err(io_at(&index))?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let Some(map) = json.get("weight_map").and_then(|m| m.as_object()) else {
+        return Err(bad("no `weight_map`".into()));
+    };
+    let mut shards: Vec<String> = map
+        .values()
+        .filter_map(|v| v.as_str())
+        .map(str::to_string)
+        .collect();
+    shards.sort();
+    shards.dedup();
+    Ok(shards)
 }
 
 /// The F16 file's size from the weights' size and their element size (`torch_dtype`; 2 bytes
@@ -420,6 +458,23 @@ fn download_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shards_to_fetch_are_the_ones_the_index_names() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(shards_named(dir.path()).unwrap(), ["model.safetensors"]);
+        std::fs::write(
+            dir.path().join("model.safetensors.index.json"),
+            r#"{"weight_map": {"a": "s-2.safetensors", "b": "s-1.safetensors", "c": "s-2.safetensors"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            shards_named(dir.path()).unwrap(),
+            ["s-1.safetensors", "s-2.safetensors"]
+        );
+        std::fs::write(dir.path().join("model.safetensors.index.json"), "{}").unwrap();
+        assert!(shards_named(dir.path()).is_err());
+    }
 
     #[test]
     fn the_f16_estimate_follows_the_source_type() {
