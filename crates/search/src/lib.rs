@@ -207,21 +207,26 @@ fn write_index(
     register_tokenizer(&index);
     let mut writer: tantivy::IndexWriter<TantivyDocument> = index.writer(WRITER_MEMORY)?;
     let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut line = String::new();
+    let mut line = Vec::new();
     let (mut passages, mut skipped, mut read_bytes, mut number) = (0u64, 0u64, 0u64, 0u64);
     let mut first_problem: Option<(u64, String)> = None;
     loop {
         line.clear();
-        let n = reader.read_line(&mut line).map_err(io_at(source))?;
+        // Bytes, not a String: a line that is not UTF-8 is a bad line, skipped and counted like
+        // any other, not the end of the build.
+        let n = reader.read_until(b'\n', &mut line).map_err(io_at(source))?;
         if n == 0 {
             break;
         }
         number += 1;
         read_bytes += n as u64;
-        if line.trim().is_empty() {
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match parse_passage_line(&line) {
+        let parsed = std::str::from_utf8(&line)
+            .map_err(|e| format!("not UTF-8: {e}"))
+            .and_then(parse_passage_line);
+        match parsed {
             Ok(p) => {
                 let mut doc = TantivyDocument::default();
                 doc.add_text(fields.id, &p.id);
@@ -420,7 +425,10 @@ mod tests {
             "not json at all",
             r#"{"id": "4", "title": "Lighthouse", "text": "The lighthouse keeper climbs 112 steps every evening."}"#,
         ];
-        std::fs::write(&path, lines.join("\n")).unwrap();
+        let mut bytes = lines.join("\n").into_bytes();
+        // A line that is not UTF-8 (0xff never is).
+        bytes.extend_from_slice(b"\n{\"id\": \"9\", \"contents\": \"\\\"Bad\\\"\\nbyte \xff\"}\n");
+        std::fs::write(&path, bytes).unwrap();
         path
     }
 
@@ -430,7 +438,7 @@ mod tests {
         let indexes = dir.path().join("indexes");
         let source = corpus(dir.path());
         let info = build_passages(&indexes, "wiki", &source, &mut |_| {}).unwrap();
-        assert_eq!((info.passages, info.skipped_lines), (4, 1));
+        assert_eq!((info.passages, info.skipped_lines), (4, 2));
         assert_eq!(list(&indexes), vec![info.clone()]);
         let index = PassageIndex::open(&indexes, "wiki").unwrap();
         let hits = index
