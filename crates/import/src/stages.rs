@@ -73,7 +73,7 @@ pub(crate) fn convert(
         detail: format!(
             "converting {} weights ({}) to GGUF F16",
             checkpoint.architecture().gguf_name(),
-            human_mib(checkpoint.source_bytes())
+            catena_gguf::inspect::human_bytes(checkpoint.source_bytes())
         ),
     });
     let written = checkpoint.write_f16(&part, name, &mut |p| {
@@ -164,14 +164,6 @@ fn watch_growth<T>(file: &Path, estimate: u64, events: &ImportSink, work: impl F
     stop.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     result
-}
-
-pub(crate) fn human_mib(bytes: u64) -> String {
-    if bytes >= 10 << 30 {
-        format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
-    } else {
-        format!("{} MiB", bytes >> 20)
-    }
 }
 
 /// A local checkpoint folder to import.
