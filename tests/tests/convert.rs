@@ -15,20 +15,22 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// The checkpoint converted by Catena, once per test process.
+/// The checkpoint converted by Catena, once per test process. The file (1.2 GB) goes to a fixed
+/// place in cargo's test folder, replaced by the next run: a temporary folder held in a static
+/// is never dropped, and left one such file behind per run.
 fn converted() -> &'static Path {
-    static FILE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, path) = FILE.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("converted-f16.gguf");
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("convert-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("converted-f16.gguf");
         let mut checkpoint = catena_convert::open(checkpoint()).unwrap();
         let written = checkpoint
             .write_f16(&path, "qwen2.5-coder-0.5b-instruct", &mut |_| {})
             .unwrap();
         assert_eq!(written.bytes, std::fs::metadata(&path).unwrap().len());
-        (dir, path)
-    });
-    path
+        path
+    })
 }
 
 fn load(path: &Path) -> LlamaEngine {

@@ -6,7 +6,7 @@ use catena_hub::assets::{self, AssetProgress};
 use catena_hub::config::Paths;
 use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Output, Stdio};
 
 pub fn paths() -> Paths {
@@ -58,11 +58,23 @@ pub fn catena_bin() -> PathBuf {
     bin
 }
 
-/// A session store for this test process, so tests never write into the user's own history.
+/// A session store for this test process, so tests never write into the user's own history. One
+/// fixed folder per test binary in cargo's test folder, emptied on first use: a temporary folder
+/// held in a static is never dropped, and each run left one behind.
 pub fn test_store_dir() -> &'static std::path::Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary folder"))
-        .path()
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let binary = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "tests".into());
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("stores")
+            .join(binary);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the test store folder");
+        dir
+    })
 }
 
 /// Runs `catena` with `args` (recording into this process's test store).
