@@ -9,6 +9,7 @@ use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 
 /// Logs go to stderr; `RUST_LOG` overrides the level chosen with `-v`.
@@ -220,30 +221,110 @@ impl AdapterArgs {
     }
 }
 
-/// The search tools' indexes on the command line: `--wiki-index NAME`.
+/// The search tools on the command line: the wiki index, the web search backend, the document
+/// index and what the page reader may open. Keys are never options (argv is visible to every
+/// user of the machine): they come from the environment or the settings file.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SearchArgs {
     /// The passage index `<wiki_search>` reads (`catena index list`; default: the only one).
     #[arg(long, value_name = "NAME")]
     pub wiki_index: Option<String>,
+
+    /// The `<web_search>` backend: `local` (the default: a document index built with `catena
+    /// index add FOLDER`), `searxng` (CATENA_SEARXNG_URL), `serper` (SERPER_API_KEY), `brave`
+    /// (BRAVE_API_KEY) or `tavily` (TAVILY_API_KEY); keys may also be set in the [web] table of
+    /// the settings file. The online clients follow each service's published API and were
+    /// tested against local stand-ins, not the live services.
+    #[arg(long, value_name = "BACKEND")]
+    pub search: Option<String>,
+
+    /// The document index local web search and `<crawl_page>` read (default: the only one).
+    #[arg(long, value_name = "NAME")]
+    pub doc_index: Option<String>,
+
+    /// Let `<crawl_page>` read web pages over the network (always on with an online backend).
+    #[arg(long)]
+    pub online: bool,
+
+    /// A loopback or private address `<crawl_page>` may open (repeatable; such addresses are
+    /// refused otherwise, so a model cannot reach this machine's services).
+    #[arg(long = "allow-address", value_name = "IP")]
+    pub allow_addresses: Vec<std::net::IpAddr>,
 }
 
 impl SearchArgs {
-    /// Gives `tools` the search backends `profile` uses and this machine has.
+    /// Gives `tools` the search tools `profile` uses and this machine has: `<wiki_search>` over
+    /// the passage index, `<web_search>` over the chosen backend, and `<crawl_page>` with
+    /// `summarizer` (the run's own model).
     pub fn add_to(
         &self,
         tools: &mut catena_agent::tools::ToolBox,
         profile: &catena_protocol::Profile,
         paths: &Paths,
+        summarizer: impl FnOnce() -> Arc<dyn catena_agent::summarize::PageSummarizer>,
     ) -> anyhow::Result<()> {
+        use catena_protocol::Tag;
         catena_agent::tools::add_wiki_search(
             tools,
             profile,
             &paths.indexes_dir(),
             self.wiki_index.as_deref(),
         )?;
+        if !profile.tools.contains(&Tag::WebSearch) && !profile.tools.contains(&Tag::CrawlPage) {
+            return Ok(());
+        }
+        let mut settings = web_settings(paths)?;
+        if self.doc_index.is_some() {
+            settings.index = self.doc_index.clone();
+        }
+        settings.online |= self.online;
+        let setup = settings.setup(
+            self.search.as_deref(),
+            &paths.indexes_dir(),
+            &|name| std::env::var(name).ok(),
+            &catena_hub::installed::settings_path(paths),
+        )?;
+        let mut fetch = settings.fetch_options();
+        fetch.allowed_addresses.extend(&self.allow_addresses);
+        catena_agent::tools::add_web_tools(tools, profile, &setup, fetch, summarizer())?;
         Ok(())
     }
+}
+
+/// The `[web]` settings; warns when the file holds keys others can read.
+pub fn web_settings(paths: &Paths) -> anyhow::Result<catena_web::WebSettings> {
+    let settings: catena_web::WebSettings = catena_hub::installed::settings_section(paths, "web")?;
+    let has_keys = settings.serper_key.is_some()
+        || settings.brave_key.is_some()
+        || settings.tavily_key.is_some();
+    #[cfg(unix)]
+    if has_keys {
+        use std::os::unix::fs::PermissionsExt;
+        let path = catena_hub::installed::settings_path(paths);
+        if let Ok(meta) = std::fs::metadata(&path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            eprintln!(
+                "warning: {} holds API keys and other users can read it: chmod 600 it",
+                path.display()
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = has_keys;
+    Ok(settings)
+}
+
+/// The page summariser of a local run: the run's own model in a session of its own.
+pub fn local_summarizer(
+    engine: &Arc<catena_engine::llama::LlamaEngine>,
+    threads: Option<i32>,
+) -> Arc<dyn catena_agent::summarize::PageSummarizer> {
+    use catena_agent::summarize::{LocalChat, ModelSummarizer};
+    Arc::new(ModelSummarizer::new(Box::new(LocalChat::new(
+        engine.clone(),
+        threads,
+    ))))
 }
 
 /// The CPython sandbox, fetched and compiled on first use (saying so, since it takes minutes).

@@ -119,7 +119,8 @@ fn a_prefilled_wiki_search_gets_the_top_three_passages_in_the_protocols_format()
         .unwrap();
     let indexes: Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(indexes[0]["name"], "wiki-small", "{indexes}");
-    assert_eq!(indexes[0]["passages"], 8, "{indexes}");
+    assert_eq!(indexes[0]["entries"], 8, "{indexes}");
+    assert_eq!(indexes[0]["kind"], "passages", "{indexes}");
 
     let query = "Who designed the Analytical Engine?";
     let search = catena_in(data)

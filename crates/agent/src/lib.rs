@@ -3,13 +3,14 @@
 //! context and lets the model go on, within budgets (PROTOCOL.md §2).
 
 mod events;
+pub mod summarize;
 mod summary;
 pub mod tools;
 
 pub use events::{AgentEvent, Source};
 pub use summary::{RunSummary, StopReason, Timings};
 
-use crate::tools::ToolBox;
+use crate::tools::{CallContext, ToolBox};
 use catena_engine::llama::{LlamaEngine, LlamaSession};
 use catena_engine::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
@@ -314,7 +315,18 @@ impl<'a> Chain<'a> {
         {
             return (notice, false, true, Duration::ZERO);
         }
-        let output = tool.call(raw);
+        let last_content = |tag: Tag| {
+            self.blocks
+                .iter()
+                .rev()
+                .find(|b| b.tag == tag)
+                .map(|b| b.content.trim())
+        };
+        let context = CallContext {
+            last_think: last_content(Tag::Think),
+            last_search: last_content(Tag::WebSearch),
+        };
+        let output = tool.call(raw, &context);
         (output.observation, output.success, false, output.elapsed)
     }
 

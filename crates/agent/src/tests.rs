@@ -118,7 +118,7 @@ impl Tool for Echo {
         self.tag
     }
 
-    fn call(&self, input: &str) -> ToolOutput {
+    fn call(&self, input: &str, _context: &crate::tools::CallContext<'_>) -> ToolOutput {
         self.calls.lock().unwrap().push(input.to_string());
         ToolOutput {
             observation: format!("ran: {}", input.trim()),

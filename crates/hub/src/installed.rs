@@ -326,31 +326,51 @@ fn read_settings_table(path: &Path) -> Result<toml::Table, ModelsError> {
 
 /// Reads the model settings (defaults when there is no file).
 pub fn settings(paths: &Paths) -> Result<ModelSettings, ModelsError> {
+    settings_section(paths, "models")
+}
+
+/// Saves the model settings, keeping every other table of the file as it was.
+pub fn save_settings(paths: &Paths, settings: &ModelSettings) -> Result<(), ModelsError> {
+    save_settings_section(paths, "models", settings)
+}
+
+/// Reads the `[name]` table of the settings file (defaults when there is no file or no such
+/// table).
+pub fn settings_section<T: serde::de::DeserializeOwned + Default>(
+    paths: &Paths,
+    name: &str,
+) -> Result<T, ModelsError> {
     let path = settings_path(paths);
     let table = read_settings_table(&path)?;
-    match table.get("models") {
-        None => Ok(ModelSettings::default()),
+    match table.get(name) {
+        None => Ok(T::default()),
         Some(value) => {
             value
                 .clone()
                 .try_into()
                 .map_err(|e: toml::de::Error| ModelsError::Settings {
                     path,
-                    message: e.to_string(),
+                    message: format!("[{name}]: {e}"),
                 })
         }
     }
 }
 
-/// Saves the model settings, keeping every other table of the file as it was.
-pub fn save_settings(paths: &Paths, settings: &ModelSettings) -> Result<(), ModelsError> {
+/// Saves the `[name]` table, keeping every other table of the file as it was. The file is
+/// readable by its owner only (it may hold API keys): the temporary file it is renamed from is
+/// created that way.
+pub fn save_settings_section<T: Serialize>(
+    paths: &Paths,
+    name: &str,
+    section: &T,
+) -> Result<(), ModelsError> {
     let path = settings_path(paths);
     let mut table = read_settings_table(&path)?;
-    let value = toml::Value::try_from(settings).map_err(|e| ModelsError::Settings {
+    let value = toml::Value::try_from(section).map_err(|e| ModelsError::Settings {
         path: path.clone(),
         message: e.to_string(),
     })?;
-    table.insert("models".into(), value);
+    table.insert(name.into(), value);
     let text = toml::to_string(&table).map_err(|e| ModelsError::Settings {
         path: path.clone(),
         message: e.to_string(),
@@ -470,6 +490,15 @@ mod tests {
         )
         .unwrap();
         let text = std::fs::read_to_string(settings_path(&paths)).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(settings_path(&paths))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "the settings file may hold keys");
+        }
         assert!(text.contains("theme = \"dark\""), "{text}");
         assert_eq!(
             default_model_path(&paths),

@@ -114,7 +114,6 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         Some(sandbox) => Ok(sandbox.clone()),
         None => setup::sandbox(paths, Limits::default()).map(Arc::new),
     })?;
-    args.search.add_to(&mut tools, &profile, paths)?;
     let (engine, plan) = setup::load_planned(
         &model_path,
         Overrides {
@@ -125,6 +124,10 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         },
         args.adapter.options(),
     )?;
+    let engine = Arc::new(engine);
+    args.search.add_to(&mut tools, &profile, paths, || {
+        setup::local_summarizer(&engine, None)
+    })?;
     let base_sampling = SamplingParams {
         temperature,
         top_p: 0.95,

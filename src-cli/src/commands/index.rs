@@ -1,12 +1,14 @@
-//! `catena index add|list|rm|search`: the local passage indexes `<wiki_search>` reads.
+//! `catena index add|list|rm|search`: the local indexes the search tools read: passage files
+//! for `<wiki_search>`, the user's documents for `<web_search>` and `<crawl_page>`.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use catena_hub::config::Paths;
-use catena_search::{BuildProgress, PassageIndex};
+use catena_search::{BuildProgress, DocumentIndex, IndexKind, PassageIndex};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct IndexArgs {
@@ -16,13 +18,19 @@ pub struct IndexArgs {
 
 #[derive(Subcommand)]
 pub enum IndexCommand {
-    /// Build a BM25 index of a passage file (JSON lines: the wiki-18 layout `id`, `contents` with
-    /// the title on its first line; or `id`, `title`, `text`).
+    /// Build a BM25 index: of a passage file (`.jsonl`: the wiki-18 layout `id`, `contents`
+    /// with the title on its first line; or `id`, `title`, `text`) for `<wiki_search>`, or of
+    /// documents (Markdown, text and HTML files, and folders of them) for `<web_search>` and
+    /// `<crawl_page>`.
     Add {
-        file: PathBuf,
-        /// The index's name (default: the file's name without its extension).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// The index's name (default: the first path's name without its extension).
         #[arg(long)]
         name: Option<String>,
+        /// What to build (default: passages for one `.jsonl` file, documents otherwise).
+        #[arg(long, value_enum)]
+        kind: Option<KindArg>,
     },
     /// The indexes on this machine.
     List {
@@ -31,22 +39,28 @@ pub enum IndexCommand {
     },
     /// Remove an index.
     Rm { name: String },
-    /// Search an index as `<wiki_search>` does.
+    /// Search an index as `<wiki_search>` (passages) or `<web_search>` (documents) does.
     Search {
         name: String,
         query: String,
-        /// How many passages.
-        #[arg(short, default_value_t = 3)]
-        k: usize,
+        /// How many results (default: 3 passages, 10 documents).
+        #[arg(short)]
+        k: Option<usize>,
         #[arg(long)]
         json: bool,
     },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum KindArg {
+    Passages,
+    Documents,
+}
+
 pub fn run(args: IndexArgs, paths: &Paths) -> Result<ExitCode> {
     let dir = paths.indexes_dir();
     match args.command {
-        IndexCommand::Add { file, name } => add(&dir, &file, name),
+        IndexCommand::Add { paths, name, kind } => add(&dir, &paths, name, kind),
         IndexCommand::List { json } => {
             let indexes = catena_search::list(&dir);
             if json {
@@ -54,13 +68,19 @@ pub fn run(args: IndexArgs, paths: &Paths) -> Result<ExitCode> {
             } else if indexes.is_empty() {
                 eprintln!("No indexes yet: `catena index add FILE` builds one.");
             } else {
-                println!("{:<24} {:>12}  SOURCE", "NAME", "PASSAGES");
+                println!("{:<24} {:<10} {:>10}  SOURCES", "NAME", "KIND", "ENTRIES");
                 for index in indexes {
+                    let sources: Vec<String> = index
+                        .sources
+                        .iter()
+                        .map(|s| s.display().to_string())
+                        .collect();
                     println!(
-                        "{:<24} {:>12}  {}",
+                        "{:<24} {:<10} {:>10}  {}",
                         index.name,
-                        index.passages,
-                        index.source.display()
+                        index.kind.entries_noun(),
+                        index.entries,
+                        sources.join(", ")
                     );
                 }
             }
@@ -77,22 +97,63 @@ pub fn run(args: IndexArgs, paths: &Paths) -> Result<ExitCode> {
             k,
             json,
         } => {
-            let index = PassageIndex::open(&dir, &name)?;
-            let hits = index.search(&query, k)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&hits)?);
-            } else {
-                println!("{}", catena_agent::tools::wiki_observation(&query, &hits));
+            let kind = catena_search::list(&dir)
+                .into_iter()
+                .find(|i| i.name == name)
+                .map_or(IndexKind::Passages, |i| i.kind);
+            match kind {
+                IndexKind::Passages => {
+                    let index = PassageIndex::open(&dir, &name)?;
+                    let hits = index.search(&query, k.unwrap_or(3))?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&hits)?);
+                    } else {
+                        println!("{}", catena_agent::tools::wiki_observation(&query, &hits));
+                    }
+                }
+                IndexKind::Documents => {
+                    let index = Arc::new(DocumentIndex::open(&dir, &name)?);
+                    let k = k.unwrap_or(catena_agent::tools::WEB_RESULTS);
+                    let backend = catena_web::LocalSearch::new(index);
+                    let hits = catena_web::SearchBackend::search(&backend, &query, k)?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&hits)?);
+                    } else {
+                        print!("{}", catena_agent::tools::web_observation(&query, &hits));
+                    }
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn add(dir: &Path, file: &Path, name: Option<String>) -> Result<ExitCode> {
+fn add(
+    dir: &Path,
+    sources: &[PathBuf],
+    name: Option<String>,
+    kind: Option<KindArg>,
+) -> Result<ExitCode> {
+    let first = &sources[0];
+    let kind = match kind {
+        Some(KindArg::Passages) => IndexKind::Passages,
+        Some(KindArg::Documents) => IndexKind::Documents,
+        None if sources.len() == 1
+            && first.is_file()
+            && first.extension().is_some_and(|e| e == "jsonl") =>
+        {
+            IndexKind::Passages
+        }
+        None => IndexKind::Documents,
+    };
+    if kind == IndexKind::Passages && sources.len() != 1 {
+        bail!("a passage index is built from one file");
+    }
     let name = match name {
         Some(name) => name,
-        None => file
+        None => first
+            .canonicalize()
+            .unwrap_or_else(|_| first.clone())
             .file_stem()
             .map(|s| {
                 s.to_string_lossy().replace(
@@ -100,7 +161,7 @@ fn add(dir: &Path, file: &Path, name: Option<String>) -> Result<ExitCode> {
                     "-",
                 )
             })
-            .unwrap_or_else(|| "passages".into()),
+            .unwrap_or_else(|| kind.entries_noun().into()),
     };
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let bar = ProgressBar::new(0);
@@ -109,32 +170,40 @@ fn add(dir: &Path, file: &Path, name: Option<String>) -> Result<ExitCode> {
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let started = std::time::Instant::now();
-    let built = catena_search::build_passages(dir, &name, file, &mut |p: BuildProgress| {
+    let mut progress = |p: BuildProgress| {
         bar.set_length(p.total_bytes);
         bar.set_position(p.read_bytes);
-        bar.set_message(format!("{} passages", p.passages));
-    });
+        bar.set_message(kind.count(p.entries));
+    };
+    let started = std::time::Instant::now();
+    let built = match kind {
+        IndexKind::Passages => catena_search::build_passages(dir, &name, first, &mut progress),
+        IndexKind::Documents => catena_search::build_documents(dir, &name, sources, &mut progress),
+    };
     bar.finish_and_clear();
-    let info = built.with_context(|| format!("{} was not indexed", file.display()))?;
+    let shown: Vec<String> = sources.iter().map(|s| s.display().to_string()).collect();
+    let info = built.with_context(|| format!("{} was not indexed", shown.join(", ")))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let skipped = match (kind, info.skipped) {
+        (_, 0) => String::new(),
+        (IndexKind::Passages, n) => format!(" ({n} lines that were not passages skipped)"),
+        (IndexKind::Documents, n) => format!(" ({n} files that could not be read skipped)"),
+    };
     eprintln!(
-        "Indexed {} passages of {} as `{}` in {:.1} s{}.",
-        info.passages,
-        file.display(),
+        "Indexed {} of {} as `{}` in {seconds:.1} s{skipped}.",
+        kind.count(info.entries),
+        shown.join(", "),
         info.name,
-        started.elapsed().as_secs_f64(),
-        if info.skipped_lines > 0 {
-            format!(
-                " ({} lines that were not passages skipped)",
-                info.skipped_lines
-            )
-        } else {
-            String::new()
-        }
     );
-    eprintln!(
-        "Use it: catena run --profile mhqa --wiki-index {} \"...\"",
-        info.name
-    );
+    match kind {
+        IndexKind::Passages => eprintln!(
+            "Use it: catena run --profile mhqa --wiki-index {} \"...\"",
+            info.name
+        ),
+        IndexKind::Documents => eprintln!(
+            "Use it: catena run --profile web --doc-index {} \"...\"",
+            info.name
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,7 @@
 //! following ```` ```sh ```` fence is its stdin, and the observation is written in the exact
 //! words the AFM code agents were trained on (PROTOCOL.md §3).
 
-use super::{Tool, ToolOutput, cut_observation};
+use super::{CallContext, Tool, ToolOutput, cut_observation};
 use catena_protocol::Tag;
 use catena_protocol::fence::program_and_stdin;
 use catena_sandbox::{Execution, Exit, Sandbox};
@@ -32,7 +32,7 @@ impl Tool for CodeTool {
         Tag::Code
     }
 
-    fn call(&self, input: &str) -> ToolOutput {
+    fn call(&self, input: &str, _context: &CallContext<'_>) -> ToolOutput {
         let started = Instant::now();
         let Some((program, stdin)) = program_and_stdin(input) else {
             return ToolOutput {

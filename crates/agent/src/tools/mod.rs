@@ -1,11 +1,15 @@
 //! Tools a trajectory can call. One trait; the agent runner looks tools up by their tag.
 
 mod code;
+mod crawl;
 mod observation;
+mod web;
 mod wiki;
 
 pub use code::{CodeTool, code_observation};
-pub use observation::{OBSERVATION_LIMIT, cut_observation};
+pub use crawl::{CrawlPageTool, MAX_PAGES_PER_CALL, crawl_urls};
+pub use observation::{OBSERVATION_LIMIT, SEARCH_ALREADY_DONE, cut_observation, no_results};
+pub use web::{WEB_RESULTS, WebSearchTool, add_web_tools, web_observation};
 pub use wiki::{WIKI_TOP_K, WikiSearchTool, add_wiki_search, wiki_observation};
 
 use catena_protocol::Tag;
@@ -22,12 +26,22 @@ pub struct ToolOutput {
     pub elapsed: Duration,
 }
 
+/// What a tool may know of the trajectory before its call: the page reader summarises against
+/// the last search and the last thought (PROTOCOL.md §3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallContext<'a> {
+    /// The content of the last `<think>` block.
+    pub last_think: Option<&'a str>,
+    /// The query of the last `<web_search>`.
+    pub last_search: Option<&'a str>,
+}
+
 /// A tool the model calls with a tag.
 pub trait Tool: Send + Sync {
     fn tag(&self) -> Tag;
 
     /// Runs the call. `input` is the block's raw content.
-    fn call(&self, input: &str) -> ToolOutput;
+    fn call(&self, input: &str, context: &CallContext<'_>) -> ToolOutput;
 
     /// For tools where repeating an identical call is wasted effort (searches, crawls), the
     /// observation to give instead of running it again (PROTOCOL.md §2, step 6).
@@ -48,7 +62,7 @@ impl Tool for UnavailableTool {
         self.tag
     }
 
-    fn call(&self, _input: &str) -> ToolOutput {
+    fn call(&self, _input: &str, _context: &CallContext<'_>) -> ToolOutput {
         ToolOutput {
             observation: format!(
                 "The {} tool is not available here: {}",
@@ -84,9 +98,12 @@ pub fn profile_tools<E>(
 /// Why a tool has no backend in this version.
 pub fn unavailable_reason(tag: Tag) -> &'static str {
     match tag {
-        Tag::WebSearch | Tag::CrawlPage => {
-            "no web search backend is configured in this version of Catena"
+        Tag::WebSearch => {
+            "no search backend is set up: build a local document index with `catena index add \
+             FOLDER` (Markdown, text and HTML files), or choose an online backend with --search \
+             (searxng, serper, brave, tavily)"
         }
+        Tag::CrawlPage => "no page summariser is set up for this run",
         Tag::WikiSearch => {
             "no passage index is chosen: build one with `catena index add FILE` (a JSONL file of \
              passages, such as the wiki-18 corpus) and run with --wiki-index NAME"

@@ -1,4 +1,46 @@
-//! The length limit on observations (PROTOCOL.md §3).
+//! What observations share (PROTOCOL.md §3): the length limit, and the line a search with no
+//! results gets.
+
+use super::ToolOutput;
+use catena_protocol::Tag;
+use std::time::Instant;
+
+/// The observation of a search (web or wiki) that found nothing.
+pub fn no_results(query: &str) -> String {
+    format!("No results found for query: '{query}'. Use a less specific query.")
+}
+
+/// What the duplicate guard answers to a repeated search (PROTOCOL.md §2, step 6).
+pub const SEARCH_ALREADY_DONE: &str =
+    "This query was already searched; its results are above. Try a more varied query.";
+
+/// A search tool's call: an empty query gets a note saying how to write one; any other is
+/// given to `search`, which returns the observation and whether it found anything.
+pub(crate) fn search_call(
+    input: &str,
+    tag: Tag,
+    search: impl FnOnce(&str) -> (String, bool),
+) -> ToolOutput {
+    let started = Instant::now();
+    let query = input.trim();
+    let (observation, success) = if query.is_empty() {
+        (
+            format!(
+                "The search needs a query: write the words to look for inside {}{}.",
+                tag.open(),
+                tag.close()
+            ),
+            false,
+        )
+    } else {
+        search(query)
+    };
+    ToolOutput {
+        observation,
+        success,
+        elapsed: started.elapsed(),
+    }
+}
 
 /// Observations longer than this many characters are cut.
 pub const OBSERVATION_LIMIT: usize = 1536;

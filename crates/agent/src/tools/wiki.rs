@@ -1,12 +1,12 @@
 //! `<wiki_search>`: BM25 over a local passage index, the top three passages as
 //! `Doc {k} (Title: {title})\n{text}` joined by blank lines (docs/PROTOCOL.md §3).
 
-use super::{Tool, ToolBox, ToolOutput};
+use super::observation::search_call;
+use super::{CallContext, SEARCH_ALREADY_DONE, Tool, ToolBox, ToolOutput};
 use catena_protocol::{Profile, Tag};
 use catena_search::{Hit, PassageIndex, SearchError};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Passages per observation, as the multi-hop QA agents were trained.
 pub const WIKI_TOP_K: usize = 3;
@@ -34,7 +34,7 @@ pub fn add_wiki_search(
     if !profile.tools.contains(&Tag::WikiSearch) {
         return Ok(());
     }
-    if let Some(index) = catena_search::choose(indexes_dir, chosen)? {
+    if let Some(index) = PassageIndex::choose(indexes_dir, chosen)? {
         tools.add(Box::new(WikiSearchTool::new(Arc::new(index))));
     }
     Ok(())
@@ -43,7 +43,7 @@ pub fn add_wiki_search(
 /// The observation for `hits` of `query`.
 pub fn wiki_observation(query: &str, hits: &[Hit]) -> String {
     if hits.is_empty() {
-        return format!("No results found for query: '{query}'. Use a less specific query.");
+        return super::no_results(query);
     }
     hits.iter()
         .enumerate()
@@ -57,34 +57,17 @@ impl Tool for WikiSearchTool {
         Tag::WikiSearch
     }
 
-    fn call(&self, input: &str) -> ToolOutput {
-        let started = Instant::now();
-        let query = input.trim();
-        let (observation, success) = if query.is_empty() {
-            (
-                "The wiki search needs a query: write the words to look for inside \
-                 <wiki_search></wiki_search>."
-                    .to_string(),
-                false,
-            )
-        } else {
+    fn call(&self, input: &str, _context: &CallContext<'_>) -> ToolOutput {
+        search_call(input, Tag::WikiSearch, |query| {
             match self.index.search(query, WIKI_TOP_K) {
                 Ok(hits) => (wiki_observation(query, &hits), !hits.is_empty()),
                 Err(e) => (format!("The wiki search failed: {e}"), false),
             }
-        };
-        ToolOutput {
-            observation,
-            success,
-            elapsed: started.elapsed(),
-        }
+        })
     }
 
     fn duplicate_notice(&self) -> Option<String> {
-        Some(
-            "This query was already searched; its results are above. Try a more varied query."
-                .into(),
-        )
+        Some(SEARCH_ALREADY_DONE.into())
     }
 }
 

@@ -1,0 +1,292 @@
+//! Files to searchable documents: Markdown, plain text and HTML, each with a title, readable
+//! text and, where the file states one, a publication date. The crawler reads fetched web pages
+//! through the same [`html_to_text`], so a page reads the same whether it came from the index or
+//! from the network.
+
+use std::path::{Path, PathBuf};
+
+/// The file name endings indexed as documents.
+pub const DOCUMENT_EXTENSIONS: &[&str] = &[
+    "md", "markdown", "txt", "text", "rst", "html", "htm", "xhtml",
+];
+
+/// Files larger than this are not indexed (a document that big is a data dump, not something a
+/// model reads).
+pub const MAX_DOCUMENT_BYTES: u64 = 20 << 20;
+
+/// Width the HTML renderer wraps lines at: wide, so sentences stay whole for the model.
+const RENDER_WIDTH: usize = 120;
+
+/// A document ready to index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Document {
+    /// `file://` URL of the file: what search hits show and `<crawl_page>` opens again.
+    pub url: String,
+    pub title: String,
+    pub text: String,
+    /// As the file states it (`2024-05-01`), when it does.
+    pub date: Option<String>,
+}
+
+/// How a file is read, by its name's ending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Markdown,
+    Text,
+    Html,
+}
+
+fn format_of(path: &Path) -> Option<Format> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    match ext.as_str() {
+        "md" | "markdown" => Some(Format::Markdown),
+        "txt" | "text" | "rst" => Some(Format::Text),
+        "html" | "htm" | "xhtml" => Some(Format::Html),
+        _ => None,
+    }
+}
+
+/// Whether `path`'s name ends like a document Catena indexes.
+pub fn is_document(path: &Path) -> bool {
+    format_of(path).is_some()
+}
+
+/// Reads the document at `path` (absolute, so its URL is). The error says why it is not one.
+pub fn read_document(path: &Path) -> Result<Document, String> {
+    let format = format_of(path).ok_or("not a Markdown, text or HTML file")?;
+    let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if size > MAX_DOCUMENT_BYTES {
+        return Err(format!("larger than {} MiB", MAX_DOCUMENT_BYTES >> 20));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let url = url::Url::from_file_path(path)
+        .map_err(|()| "the path is not absolute".to_string())?
+        .to_string();
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (title, text, date) = match format {
+        Format::Html => {
+            let meta = html_metadata(&bytes);
+            (meta.title, html_to_text(&bytes), meta.date)
+        }
+        Format::Markdown => {
+            let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text")?;
+            markdown_parts(&text)
+        }
+        Format::Text => {
+            let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text")?;
+            let first = text.lines().map(str::trim).find(|l| !l.is_empty());
+            let title = first
+                .filter(|l| l.chars().count() <= 100)
+                .map(str::to_string);
+            (title, text, None)
+        }
+    };
+    if text.trim().is_empty() {
+        return Err("no text".into());
+    }
+    Ok(Document {
+        url,
+        title: title.filter(|t| !t.trim().is_empty()).unwrap_or(stem),
+        text,
+        date,
+    })
+}
+
+/// The documents under `roots` (files, and folders walked without following links or entering
+/// hidden folders), in a stable order.
+pub fn document_files(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for root in roots {
+        let walk = walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .sort_by_file_name()
+            .into_iter()
+            .filter_entry(|e| e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.'));
+        for entry in walk.filter_map(Result::ok) {
+            if entry.file_type().is_file() && is_document(entry.path()) {
+                files.push(entry.into_path());
+            }
+        }
+    }
+    files
+}
+
+/// HTML as readable text: paragraphs and headings as lines, links as numbered references with
+/// their targets listed at the end (so a summary can name them), scripts and styles dropped.
+/// Bytes that are not HTML give whatever text they hold; it never fails.
+pub fn html_to_text(html: &[u8]) -> String {
+    let rendered = html2text::config::plain()
+        .no_table_borders()
+        .no_link_wrapping()
+        .allow_width_overflow()
+        .string_from_read(html, RENDER_WIDTH);
+    match rendered {
+        Ok(text) => text,
+        Err(_) => String::from_utf8_lossy(html).into_owned(),
+    }
+}
+
+/// The text of an HTML fragment (a snippet with `<strong>` and `&amp;` in it), on one line.
+pub fn html_fragment_text(fragment: &str) -> String {
+    let parsed = scraper::Html::parse_fragment(fragment);
+    let text: String = parsed.root_element().text().collect();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What an HTML page says about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HtmlMetadata {
+    pub title: Option<String>,
+    pub date: Option<String>,
+}
+
+/// The page's `<title>` (else its first `<h1>`) and publication date from the usual places:
+/// `article:published_time`, `date`/`dc.date` meta tags, `datePublished`, `<time datetime>`.
+pub fn html_metadata(html: &[u8]) -> HtmlMetadata {
+    let document = scraper::Html::parse_document(&String::from_utf8_lossy(html));
+    let first_text = |selector: &str| {
+        let selector = scraper::Selector::parse(selector).ok()?;
+        let element = document.select(&selector).next()?;
+        let text = element.text().collect::<String>();
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        (!text.is_empty()).then_some(text)
+    };
+    let first_attr = |selector: &str, attr: &str| {
+        let selector = scraper::Selector::parse(selector).ok()?;
+        document
+            .select(&selector)
+            .filter_map(|e| e.value().attr(attr))
+            .map(str::trim)
+            .find(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let title = first_text("title").or_else(|| first_text("h1"));
+    let date = [
+        ("meta[property='article:published_time']", "content"),
+        ("meta[name='date']", "content"),
+        ("meta[name='dc.date']", "content"),
+        ("meta[name='DC.date']", "content"),
+        ("meta[itemprop='datePublished']", "content"),
+        ("time[datetime]", "datetime"),
+    ]
+    .iter()
+    .find_map(|(selector, attr)| first_attr(selector, attr))
+    .map(|d| short_date(&d));
+    HtmlMetadata { title, date }
+}
+
+/// `2024-05-01T10:00:00Z` → `2024-05-01`; anything else as written.
+fn short_date(date: &str) -> String {
+    let day = date.get(..10).unwrap_or(date);
+    let is_day = day.len() == 10
+        && day.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        });
+    if is_day {
+        day.to_string()
+    } else {
+        date.to_string()
+    }
+}
+
+/// Title, body and date of a Markdown file: YAML front matter (`title:`, `date:`) when present,
+/// else the first `# ` heading as the title.
+fn markdown_parts(text: &str) -> (Option<String>, String, Option<String>) {
+    let (front, body) = match text
+        .strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---"))
+    {
+        Some((front, rest)) => (Some(front), rest.trim_start_matches(['-', '\n'])),
+        None => (None, text),
+    };
+    let field = |name: &str| {
+        front?.lines().find_map(|line| {
+            let value = line.strip_prefix(name)?.strip_prefix(':')?.trim();
+            let value = value.trim_matches(|c| c == '"' || c == '\'');
+            (!value.is_empty()).then(|| value.to_string())
+        })
+    };
+    let heading = body
+        .lines()
+        .find_map(|l| l.strip_prefix("# "))
+        .map(|h| h.trim().to_string());
+    let date = field("date").map(|d| short_date(&d));
+    (field("title").or(heading), body.to_string(), date)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_gives_title_date_text_and_links() {
+        let html = br#"<html><head><title>The  Harbour
+            Guide</title><meta property="article:published_time" content="2024-05-01T10:00:00Z">
+            <script>var secret = 1;</script><style>p { color: red }</style></head>
+            <body><h1>Boats</h1><p>Fishing boats leave <a href="/tides.html">before sunrise</a>.</p>
+            </body></html>"#;
+        let meta = html_metadata(html);
+        assert_eq!(meta.title.as_deref(), Some("The Harbour Guide"));
+        assert_eq!(meta.date.as_deref(), Some("2024-05-01"));
+        let text = html_to_text(html);
+        assert!(text.contains("Fishing boats leave"), "{text}");
+        assert!(text.contains("/tides.html"), "{text}");
+        assert!(
+            !text.contains("secret") && !text.contains("color"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn hostile_html_does_not_crash() {
+        let deep = "<div>".repeat(20_000) + "deep text";
+        assert!(html_to_text(deep.as_bytes()).contains("deep text"));
+        let _ = html_to_text(b"\xff\xfe<p>\x00binary</p><<<>>>");
+        assert_eq!(html_metadata(b"\xff<title>").title, None);
+    }
+
+    #[test]
+    fn markdown_front_matter_and_headings() {
+        let (title, body, date) =
+            markdown_parts("---\ntitle: \"Tides\"\ndate: 2023-02-03\n---\n# Other\nText.\n");
+        assert_eq!(title.as_deref(), Some("Tides"));
+        assert_eq!(date.as_deref(), Some("2023-02-03"));
+        assert!(body.starts_with("# Other"), "{body}");
+        let (title, _, date) = markdown_parts("Intro\n# Heading One\nmore");
+        assert_eq!((title.as_deref(), date), (Some("Heading One"), None));
+    }
+
+    #[test]
+    fn files_are_read_by_their_ending() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("notes/.hidden")).unwrap();
+        std::fs::write(root.join("notes/a.md"), "# Alpha\nbody").unwrap();
+        std::fs::write(root.join("notes/b.txt"), "\nBeta title\nbody").unwrap();
+        std::fs::write(root.join("notes/c.bin"), [0u8, 1, 2]).unwrap();
+        std::fs::write(root.join("notes/.hidden/d.md"), "# Hidden").unwrap();
+        std::fs::write(root.join("notes/e.txt"), [0xffu8, 0xfe]).unwrap();
+        let files = document_files(&[root.join("notes")]);
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.md", "b.txt", "e.txt"]);
+        let a = read_document(&files[0]).unwrap();
+        assert_eq!(a.title, "Alpha");
+        assert!(
+            a.url.starts_with("file:///") && a.url.ends_with("/notes/a.md"),
+            "{}",
+            a.url
+        );
+        assert_eq!(read_document(&files[1]).unwrap().title, "Beta title");
+        assert!(read_document(&files[2]).unwrap_err().contains("UTF-8"));
+    }
+}

@@ -1,0 +1,213 @@
+//! The user's choices for the web tools (the `[web]` table of the settings file) and the search
+//! backend they give. Keys come from the environment or that file, never from the command line
+//! (where every user of the machine can read them), and are never logged or stored in a run.
+
+use crate::FetchOptions;
+use crate::search::{ApiKey, LocalSearch, OnlineSearch, SearchBackend, Service};
+use catena_search::{DocumentIndex, SearchError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The `[web]` settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSettings {
+    /// The search backend: `local` (the default), `searxng`, `serper`, `brave` or `tavily`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<String>,
+    /// The document index `local` searches (default: the only one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
+    /// Read web pages over the network. Off by default: a run with the local backend stays on
+    /// the machine unless the user turns this on; choosing an online backend turns it on.
+    pub online: bool,
+    /// The user's SearXNG instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub searxng_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serper_key: Option<ApiKey>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub brave_key: Option<ApiKey>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tavily_key: Option<ApiKey>,
+    /// Endpoints other than the documented ones (a proxy of one's own), by service name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub base_urls: BTreeMap<String, String>,
+    /// Seconds the page reader waits for one page (default 20).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page_timeout: Option<u64>,
+    /// Let the page reader open loopback, private and link-local addresses.
+    pub allow_private_addresses: bool,
+    /// Private addresses the page reader may open, one by one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_addresses: Vec<IpAddr>,
+}
+
+/// Why the chosen backend cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WebSetupError {
+    #[error("unknown search backend `{0}`: choose local, searxng, serper, brave or tavily")]
+    UnknownBackend(String),
+    #[error(
+        "{service} needs {what}: set {env} in the environment or `{setting}` in the [web] table of {settings}"
+    )]
+    Missing {
+        service: &'static str,
+        what: &'static str,
+        env: &'static str,
+        setting: &'static str,
+        settings: String,
+    },
+    #[error("the document index cannot be used: {0}")]
+    Index(#[from] SearchError),
+    #[error("{0}")]
+    Client(String),
+}
+
+/// What the web tools of a run are built from.
+pub struct WebSetup {
+    /// `None` for the local backend with no document index yet (the tool then says how to
+    /// build one).
+    pub backend: Option<Arc<dyn SearchBackend>>,
+    /// The document index `<crawl_page>` reads `file://` pages from.
+    pub local_index: Option<Arc<DocumentIndex>>,
+    /// Whether web pages are read over the network.
+    pub online: bool,
+}
+
+impl WebSettings {
+    /// The page reader's limits these settings give.
+    pub fn fetch_options(&self) -> FetchOptions {
+        let defaults = FetchOptions::default();
+        FetchOptions {
+            timeout: self
+                .page_timeout
+                .filter(|&s| s > 0)
+                .map_or(defaults.timeout, std::time::Duration::from_secs),
+            allow_private: self.allow_private_addresses,
+            allowed_addresses: self.allowed_addresses.clone(),
+            ..defaults
+        }
+    }
+
+    /// The search backend named `chosen` (else the settings' choice, else `local`), with keys
+    /// from `env` (the process environment in practice) before the settings file.
+    /// `settings_file` is only named in errors.
+    pub fn setup(
+        &self,
+        chosen: Option<&str>,
+        indexes_dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        settings_file: &Path,
+    ) -> Result<WebSetup, WebSetupError> {
+        let name = chosen.or(self.search.as_deref()).unwrap_or("local");
+        let local_index = DocumentIndex::choose(indexes_dir, self.index.as_deref())?.map(Arc::new);
+        if name == "local" {
+            return Ok(WebSetup {
+                backend: local_index
+                    .clone()
+                    .map(|index| Arc::new(LocalSearch::new(index)) as Arc<dyn SearchBackend>),
+                local_index,
+                online: self.online,
+            });
+        }
+        let service =
+            Service::from_name(name).ok_or_else(|| WebSetupError::UnknownBackend(name.into()))?;
+        let missing = |what, setting| WebSetupError::Missing {
+            service: service.display_name(),
+            what,
+            env: service.env_var(),
+            setting,
+            settings: settings_file.display().to_string(),
+        };
+        let from_env = env(service.env_var()).filter(|v| !v.trim().is_empty());
+        let (base_url, key) = match service {
+            Service::Searxng => {
+                let url = from_env
+                    .or_else(|| self.searxng_url.clone())
+                    .ok_or_else(|| missing("its instance's address", "searxng_url"))?;
+                (url, None)
+            }
+            _ => {
+                let stored = match service {
+                    Service::Serper => &self.serper_key,
+                    Service::Brave => &self.brave_key,
+                    _ => &self.tavily_key,
+                };
+                let key = from_env
+                    .and_then(ApiKey::new)
+                    .or_else(|| stored.clone())
+                    .ok_or_else(|| {
+                        missing(
+                            "an API key",
+                            match service {
+                                Service::Serper => "serper_key",
+                                Service::Brave => "brave_key",
+                                _ => "tavily_key",
+                            },
+                        )
+                    })?;
+                let base = self
+                    .base_urls
+                    .get(service.name())
+                    .cloned()
+                    .or_else(|| service.documented_base_url().map(str::to_string))
+                    .unwrap_or_default();
+                (base, Some(key))
+            }
+        };
+        let client = OnlineSearch::new(service, &base_url, key)
+            .map_err(|e| WebSetupError::Client(e.to_string()))?;
+        Ok(WebSetup {
+            backend: Some(Arc::new(client)),
+            local_index,
+            online: true,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_from_the_environment_first_and_missing_ones_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("settings.toml");
+        let settings: WebSettings =
+            toml::from_str("search = \"serper\"\nserper_key = \"from-file\"\n").unwrap();
+        assert!(!format!("{settings:?}").contains("from-file"));
+        let no_env = |_: &str| None;
+        let setup = settings.setup(None, dir.path(), &no_env, &file).unwrap();
+        assert_eq!(setup.backend.unwrap().name(), "serper");
+        assert!(setup.online);
+        let err = WebSettings::default()
+            .setup(Some("brave"), dir.path(), &no_env, &file)
+            .err()
+            .unwrap();
+        let message = err.to_string();
+        assert!(
+            message.contains("BRAVE_API_KEY") && message.contains("brave_key"),
+            "{message}"
+        );
+        let env = |name: &str| (name == "BRAVE_API_KEY").then(|| "k".to_string());
+        assert!(
+            WebSettings::default()
+                .setup(Some("brave"), dir.path(), &env, &file)
+                .is_ok()
+        );
+        assert!(matches!(
+            WebSettings::default().setup(Some("bing"), dir.path(), &no_env, &file),
+            Err(WebSetupError::UnknownBackend(_))
+        ));
+        // Local with no document index: no backend (the tool explains), and offline.
+        let local = WebSettings::default()
+            .setup(None, dir.path(), &no_env, &file)
+            .unwrap();
+        assert!(local.backend.is_none() && !local.online);
+        assert!(toml::from_str::<WebSettings>("serch = \"local\"").is_err());
+    }
+}

@@ -1,0 +1,350 @@
+//! The fetcher and the online search clients against real HTTP servers on loopback: a small
+//! website with its traps, and stand-ins for SearXNG, Serper, Brave and Tavily that answer with
+//! each service's documented request and response shapes and check the key where the service
+//! expects it.
+// The helpers' panics are the tests' failure reports, as in the tests themselves.
+#![allow(clippy::unwrap_used)]
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use catena_web::{
+    ApiKey, FetchError, FetchOptions, Fetcher, OnlineSearch, SearchBackend, SearchFailure, Service,
+};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Serves `app` on a loopback port from a thread of its own; the server lives as long as the
+/// test process.
+fn serve(app: Router) -> SocketAddr {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            sender.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    receiver.recv().unwrap()
+}
+
+fn website() -> Router {
+    Router::new()
+        .route(
+            "/page.html",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    "<html><head><title>Harbour notes</title></head><body><h1>Tides</h1>\
+                     <p>High water is at 06:12.</p><a href=\"/other.html\">other</a></body></html>",
+                )
+            }),
+        )
+        .route("/r1", get(|| async { Redirect::temporary("/r2") }))
+        .route("/r2", get(|| async { Redirect::temporary("/page.html") }))
+        .route("/loop", get(|| async { Redirect::temporary("/loop") }))
+        .route(
+            "/to-machine",
+            get(|| async { Redirect::temporary("http://127.0.0.2:9/secret") }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "late"
+            }),
+        )
+        .route(
+            "/big",
+            get(|| async {
+                let chunk = "x".repeat(1 << 20);
+                let body: String = (0..50).map(|_| chunk.as_str()).collect();
+                ([(header::CONTENT_TYPE, "text/plain")], body)
+            }),
+        )
+        .route(
+            "/binary",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "application/octet-stream")],
+                    vec![0u8, 159, 146, 150],
+                )
+            }),
+        )
+        .route("/missing", get(|| async { StatusCode::NOT_FOUND }))
+}
+
+fn fetcher(allowed: IpAddr, timeout: Duration) -> Fetcher {
+    Fetcher::new(FetchOptions {
+        timeout,
+        allowed_addresses: vec![allowed],
+        ..FetchOptions::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn the_fetcher_reads_pages_and_says_why_it_cannot() {
+    let site = serve(website());
+    let fetcher = fetcher(site.ip(), Duration::from_secs(2));
+    let url = |path: &str| format!("http://{site}{path}");
+
+    let page = fetcher.fetch(&url("/page.html")).unwrap();
+    assert_eq!(page.title.as_deref(), Some("Harbour notes"));
+    assert!(
+        page.text.contains("High water is at 06:12."),
+        "{}",
+        page.text
+    );
+    assert!(
+        page.text
+            .contains(&format!("[1]: http://{site}/other.html")),
+        "{}",
+        page.text
+    );
+
+    let redirected = fetcher.fetch(&url("/r1")).unwrap();
+    assert_eq!(redirected.url, url("/page.html"));
+
+    let err = |path: &str| fetcher.fetch(&url(path)).unwrap_err();
+    assert_eq!(err("/loop"), FetchError::TooManyRedirects(5));
+    // Allowing the test site's address allows that address only: a redirect to another
+    // loopback address is refused, and says why.
+    let refused = err("/to-machine");
+    assert!(
+        matches!(refused, FetchError::Refused { ip, .. } if ip.to_string() == "127.0.0.2"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("loopback"), "{refused}");
+    assert_eq!(err("/slow"), FetchError::Timeout(2));
+    assert_eq!(err("/big"), FetchError::TooLarge(5));
+    assert!(matches!(err("/binary"), FetchError::NotText(t) if t == "application/octet-stream"));
+    assert_eq!(err("/missing"), FetchError::Status(404));
+    // A private network address is refused before any connection is tried.
+    let private = fetcher.fetch("http://10.20.30.40/").unwrap_err();
+    assert!(matches!(private, FetchError::Refused { .. }), "{private:?}");
+
+    // With no address allowed, the site itself is the machine.
+    let strict = Fetcher::new(FetchOptions::default()).unwrap();
+    assert!(matches!(
+        strict.fetch(&url("/page.html")).unwrap_err(),
+        FetchError::Refused { .. }
+    ));
+}
+
+/// One request a stand-in service saw: the service, its headers, its query or body.
+type Request = (String, HashMap<String, String>, Value);
+
+/// What the stand-in services saw.
+#[derive(Default)]
+struct Seen {
+    requests: Mutex<Vec<Request>>,
+}
+
+type Shared = Arc<Seen>;
+
+fn record(seen: &Seen, service: &str, headers: &HeaderMap, body: Value) {
+    let headers = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    seen.requests
+        .lock()
+        .unwrap()
+        .push((service.to_string(), headers, body));
+}
+
+/// The query decides the answer: `limit` → 429, `broken` → 500, `empty` → no results.
+fn scripted(query: &str) -> Option<Response> {
+    match query {
+        "limit" => Some(
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "7")],
+                "slow down",
+            )
+                .into_response(),
+        ),
+        "broken" => Some(
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                r#"{"message": "backend exploded"}"#,
+            )
+                .into_response(),
+        ),
+        _ => None,
+    }
+}
+
+fn services(seen: Shared) -> Router {
+    Router::new()
+        .route(
+            "/searxng/search",
+            get(|State(seen): State<Shared>, Query(q): Query<HashMap<String, String>>, headers: HeaderMap| async move {
+                record(&seen, "searxng", &headers, json!(q));
+                let query = q.get("q").cloned().unwrap_or_default();
+                if q.get("format").map(String::as_str) != Some("json") {
+                    return StatusCode::FORBIDDEN.into_response();
+                }
+                if let Some(r) = scripted(&query) {
+                    return r;
+                }
+                let results = if query == "empty" { json!([]) } else {
+                    json!([{"title": "Tide <b>tables</b>", "url": "https://example.org/tides", "content": "High water &amp; low water", "engine": "wikipedia", "publishedDate": "2024-01-02"}])
+                };
+                axum::Json(json!({"query": query, "results": results})).into_response()
+            }),
+        )
+        .route(
+            "/serper/search",
+            post(|State(seen): State<Shared>, headers: HeaderMap, axum::Json(body): axum::Json<Value>| async move {
+                record(&seen, "serper", &headers, body.clone());
+                if headers.get("x-api-key").and_then(|v| v.to_str().ok()) != Some("serper-key") {
+                    return (StatusCode::FORBIDDEN, r#"{"message": "Unauthorized."}"#).into_response();
+                }
+                let query = body["q"].as_str().unwrap_or_default().to_string();
+                if let Some(r) = scripted(&query) {
+                    return r;
+                }
+                if query == "empty" {
+                    return axum::Json(json!({"searchParameters": {"q": query}})).into_response();
+                }
+                let organic: Vec<Value> = (1..=12).map(|i| json!({"title": format!("Result {i}"), "link": format!("https://example.org/{i}"), "snippet": format!("Snippet {i}"), "position": i})).collect();
+                axum::Json(json!({"searchParameters": {"q": query}, "organic": organic})).into_response()
+            }),
+        )
+        .route(
+            "/brave/res/v1/web/search",
+            get(|State(seen): State<Shared>, Query(q): Query<HashMap<String, String>>, headers: HeaderMap| async move {
+                record(&seen, "brave", &headers, json!(q));
+                if headers.get("x-subscription-token").and_then(|v| v.to_str().ok()) != Some("brave-key") {
+                    return (StatusCode::UNAUTHORIZED, r#"{"type": "ErrorResponse", "error": {"detail": "The provided subscription token is invalid."}}"#).into_response();
+                }
+                let query = q.get("q").cloned().unwrap_or_default();
+                if let Some(r) = scripted(&query) {
+                    return r;
+                }
+                axum::Json(json!({"type": "search", "web": {"results": [{"title": "Brave <strong>tides</strong>", "url": "https://example.net/t", "description": "Tides &amp; <strong>moon</strong>", "page_age": "2023-11-05T00:00:00"}]}})).into_response()
+            }),
+        )
+        .route(
+            "/tavily/search",
+            post(|State(seen): State<Shared>, headers: HeaderMap, axum::Json(body): axum::Json<Value>| async move {
+                record(&seen, "tavily", &headers, body.clone());
+                if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some("Bearer tvly-key") {
+                    return (StatusCode::UNAUTHORIZED, r#"{"detail": {"error": "Unauthorized: missing or invalid API key."}}"#).into_response();
+                }
+                let query = body["query"].as_str().unwrap_or_default().to_string();
+                if let Some(r) = scripted(&query) {
+                    return r;
+                }
+                axum::Json(json!({"query": query, "results": [{"title": "Tavily tides", "url": "https://example.com/t", "content": "Spring tides", "score": 0.9, "published_date": "2022-06-01"}]})).into_response()
+            }),
+        )
+        .with_state(seen)
+}
+
+#[test]
+fn online_clients_speak_each_services_shape_and_surface_failures() {
+    let seen: Shared = Arc::default();
+    let address = serve(services(seen.clone()));
+    let base = |service: &str| format!("http://{address}/{service}");
+    let client = |service: Service, key: &str| {
+        OnlineSearch::new(service, &base(service.name()), ApiKey::new(key)).unwrap()
+    };
+
+    let searxng = client(Service::Searxng, "");
+    let hits = searxng.search("tides", 10).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].title, "Tide tables");
+    assert_eq!(hits[0].snippet, "High water & low water");
+    assert_eq!(hits[0].date.as_deref(), Some("2024-01-02"));
+    assert_eq!(hits[0].source.as_deref(), Some("wikipedia"));
+    assert!(searxng.search("empty", 10).unwrap().is_empty());
+
+    let serper = client(Service::Serper, "serper-key");
+    let hits = serper.search("tides", 10).unwrap();
+    assert_eq!(hits.len(), 10, "ten hits of the twelve");
+    assert_eq!(
+        (hits[0].title.as_str(), hits[0].url.as_str()),
+        ("Result 1", "https://example.org/1")
+    );
+    assert!(serper.search("empty", 10).unwrap().is_empty());
+
+    let brave = client(Service::Brave, "brave-key");
+    let hits = brave.search("tides", 10).unwrap();
+    assert_eq!(hits[0].title, "Brave tides");
+    assert_eq!(hits[0].snippet, "Tides & moon");
+    assert_eq!(hits[0].date.as_deref(), Some("2023-11-05T00:00:00"));
+
+    let tavily = client(Service::Tavily, "tvly-key");
+    let hits = tavily.search("tides", 10).unwrap();
+    assert_eq!(
+        (hits[0].url.as_str(), hits[0].date.as_deref()),
+        ("https://example.com/t", Some("2022-06-01"))
+    );
+
+    // What each service received: the key where the service expects it, the query and count.
+    {
+        let requests = seen.requests.lock().unwrap();
+        let first = |name: &str| requests.iter().find(|r| r.0 == name).unwrap().clone();
+        let (_, _, searx_query) = first("searxng");
+        assert_eq!(searx_query, json!({"q": "tides", "format": "json"}));
+        let (_, serper_headers, serper_body) = first("serper");
+        assert_eq!(serper_headers["x-api-key"], "serper-key");
+        assert_eq!(serper_body, json!({"q": "tides", "num": 10}));
+        let (_, brave_headers, brave_query) = first("brave");
+        assert_eq!(brave_headers["accept"], "application/json");
+        assert_eq!(brave_query, json!({"q": "tides", "count": "10"}));
+        let (_, tavily_headers, tavily_body) = first("tavily");
+        assert!(
+            !tavily_body.to_string().contains("tvly-key"),
+            "the key goes in the header only"
+        );
+        assert_eq!(tavily_headers["authorization"], "Bearer tvly-key");
+        assert_eq!(tavily_body, json!({"query": "tides", "max_results": 10}));
+    }
+
+    // Failures come back typed, with words for the model.
+    for service in [Service::Serper, Service::Brave, Service::Tavily] {
+        let wrong = client(service, "wrong");
+        let failure = wrong.search("tides", 10).unwrap_err();
+        assert!(
+            matches!(failure, SearchFailure::Unauthorized { .. }),
+            "{failure:?}"
+        );
+        assert!(
+            !failure.to_string().contains("wrong"),
+            "the key is never shown: {failure}"
+        );
+    }
+    let limited = serper.search("limit", 10).unwrap_err();
+    assert_eq!(
+        limited,
+        SearchFailure::RateLimited {
+            service: "Serper",
+            retry_after: Some(7)
+        }
+    );
+    assert!(limited.to_string().contains("retry after 7 s"), "{limited}");
+    let broken = tavily.search("broken", 10).unwrap_err();
+    assert!(
+        broken.to_string().contains("HTTP 500: backend exploded"),
+        "{broken}"
+    );
+    let nowhere = OnlineSearch::new(Service::Searxng, "http://127.0.0.1:9", None).unwrap();
+    assert!(matches!(
+        nowhere.search("tides", 10).unwrap_err(),
+        SearchFailure::Network { .. }
+    ));
+}
