@@ -9,7 +9,6 @@ use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 
 /// Logs go to stderr; `RUST_LOG` overrides the level chosen with `-v`.
@@ -254,14 +253,12 @@ pub struct SearchArgs {
 
 impl SearchArgs {
     /// Gives `tools` the search tools `profile` uses and this machine has: `<wiki_search>` over
-    /// the passage index, `<web_search>` over the chosen backend, and `<crawl_page>` with
-    /// `summarizer` (the run's own model).
+    /// the passage index, `<web_search>` over the chosen backend, and `<crawl_page>`.
     pub fn add_to(
         &self,
         tools: &mut catena_agent::tools::ToolBox,
         profile: &catena_protocol::Profile,
         paths: &Paths,
-        summarizer: impl FnOnce() -> Arc<dyn catena_agent::summarize::PageSummarizer>,
     ) -> anyhow::Result<()> {
         use catena_protocol::Tag;
         catena_agent::tools::add_wiki_search(
@@ -273,7 +270,7 @@ impl SearchArgs {
         if !profile.tools.contains(&Tag::WebSearch) && !profile.tools.contains(&Tag::CrawlPage) {
             return Ok(());
         }
-        let mut settings = web_settings(paths)?;
+        let mut settings = catena_service::web_settings(paths)?;
         if self.doc_index.is_some() {
             settings.index = self.doc_index.clone();
         }
@@ -286,45 +283,9 @@ impl SearchArgs {
         )?;
         let mut fetch = settings.fetch_options();
         fetch.allowed_addresses.extend(&self.allow_addresses);
-        catena_agent::tools::add_web_tools(tools, profile, &setup, fetch, summarizer())?;
+        catena_agent::tools::add_web_tools(tools, profile, &setup, fetch)?;
         Ok(())
     }
-}
-
-/// The `[web]` settings; warns when the file holds keys others can read.
-pub fn web_settings(paths: &Paths) -> anyhow::Result<catena_web::WebSettings> {
-    let settings: catena_web::WebSettings = catena_hub::installed::settings_section(paths, "web")?;
-    let has_keys = settings.serper_key.is_some()
-        || settings.brave_key.is_some()
-        || settings.tavily_key.is_some();
-    #[cfg(unix)]
-    if has_keys {
-        use std::os::unix::fs::PermissionsExt;
-        let path = catena_hub::installed::settings_path(paths);
-        if let Ok(meta) = std::fs::metadata(&path)
-            && meta.permissions().mode() & 0o077 != 0
-        {
-            eprintln!(
-                "warning: {} holds API keys and other users can read it: chmod 600 it",
-                path.display()
-            );
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = has_keys;
-    Ok(settings)
-}
-
-/// The page summariser of a local run: the run's own model in a session of its own.
-pub fn local_summarizer(
-    engine: &Arc<catena_engine::llama::LlamaEngine>,
-    threads: Option<i32>,
-) -> Arc<dyn catena_agent::summarize::PageSummarizer> {
-    use catena_agent::summarize::{LocalChat, ModelSummarizer};
-    Arc::new(ModelSummarizer::new(Box::new(LocalChat::new(
-        engine.clone(),
-        threads,
-    ))))
 }
 
 /// The CPython sandbox, fetched and compiled on first use (saying so, since it takes minutes).

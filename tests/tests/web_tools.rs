@@ -385,3 +385,88 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     files
 }
+
+/// The same page reader behind `catena serve` (and so the desktop app, which runs the same
+/// service): the model is in the worker process, and the summary is its answer beside the run.
+#[test]
+fn the_server_reads_and_summarises_a_local_document() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path();
+    let docs = documents(data);
+    let add = catena_in(data)
+        .args(["index", "add"])
+        .arg(&docs)
+        .output()
+        .unwrap();
+    assert!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let server = common::serve(catena_in(data), |_| {});
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let tides = file_url(&docs.join("tides.md"));
+    let started: Value = client
+        .post(format!("{}/v1/agent/runs", server.base))
+        .json(&json!({
+            "task": "What time is high water at the north pier on Tuesday?",
+            "profile": "web",
+            "prefill": format!(
+                "<think>The tide table should say when high water comes.</think>\n\
+                 <web_search>north pier high water</web_search>\n<crawl_page>{tides}</crawl_page>"
+            ),
+            "max_tokens": 4,
+            "temperature": 0,
+        }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let run = started["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_string();
+    let record = loop {
+        let record: Value = client
+            .get(format!("{}/v1/agent/runs/{run}", server.base))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        if record["live"] == false {
+            break record;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(record["status"], "finished", "{record}");
+    let events = client
+        .get(format!("{}/v1/agent/runs/{run}/events", server.base))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let observations: Vec<String> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .filter(|e| e["type"] == "observation")
+        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(observations.len(), 2, "{events}");
+    assert!(
+        observations[0].starts_with("Found 2 results:\n\n## Web Results\n1. [Tide tables]"),
+        "{}",
+        observations[0]
+    );
+    let summary = observations[1]
+        .strip_prefix(&format!("Page 1 [{tides}] Summary:\n"))
+        .unwrap_or_else(|| panic!("{}", observations[1]));
+    assert!(
+        !summary.trim().is_empty() && !TIDES.contains(summary.trim()),
+        "{summary}"
+    );
+}

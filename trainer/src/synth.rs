@@ -237,7 +237,10 @@ pub fn task(seed: u64, index: usize) -> Task {
 /// A written trajectory, or why the task was dropped.
 pub fn trajectory(task: &Task, code: &dyn Tool) -> Result<String, String> {
     let code_block = format!("\n```py\n{}\n```\n", task.program);
-    let output = code.call(&code_block, &catena_agent::tools::CallContext::default());
+    let output = code.call(
+        &code_block,
+        &mut catena_agent::tools::CallContext::default(),
+    );
     if !output.success {
         return Err(format!("the program failed: {}", output.observation));
     }

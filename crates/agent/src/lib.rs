@@ -10,6 +10,7 @@ pub mod tools;
 pub use events::{AgentEvent, Source};
 pub use summary::{RunSummary, StopReason, Timings};
 
+use crate::summarize::SideModel;
 use crate::tools::{CallContext, ToolBox};
 use catena_engine::llama::{LlamaEngine, LlamaSession};
 use catena_engine::{
@@ -271,7 +272,7 @@ impl<'a> Chain<'a> {
                 input: call.content.clone(),
             });
             let (text, success, duplicate, elapsed) =
-                self.call_tool(call.tag, &call.content, &input);
+                self.call_tool(session, call.tag, &call.content, &input);
             self.tool_time += elapsed;
             emit(AgentEvent::Observation {
                 index,
@@ -301,7 +302,13 @@ impl<'a> Chain<'a> {
     }
 
     /// (observation, success, answered by the duplicate guard, time).
-    fn call_tool(&mut self, tag: Tag, raw: &str, key: &str) -> (String, bool, bool, Duration) {
+    fn call_tool(
+        &mut self,
+        session: &mut dyn Session,
+        tag: Tag,
+        raw: &str,
+        key: &str,
+    ) -> (String, bool, bool, Duration) {
         let Some(tool) = self.tools.get(tag) else {
             return (
                 format!("The {tag} tool is not available in this runtime."),
@@ -322,11 +329,13 @@ impl<'a> Chain<'a> {
                 .find(|b| b.tag == tag)
                 .map(|b| b.content.trim())
         };
-        let context = CallContext {
+        let mut model = SideModel(session);
+        let mut context = CallContext {
             last_think: last_content(Tag::Think),
             last_search: last_content(Tag::WebSearch),
+            model: Some(&mut model),
         };
-        let output = tool.call(raw, &context);
+        let output = tool.call(raw, &mut context);
         (output.observation, output.success, false, output.elapsed)
     }
 

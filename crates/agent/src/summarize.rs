@@ -2,15 +2,11 @@
 //! last thought is first turned into what it hopes to find on the page (its intent), then the page
 //! is summarised against the last search query and that intent into query-related information,
 //! clue-related information and relevant links, or "No relevant information". The model is the
-//! run's own, in a session of its own, so the agent's context never holds the raw page.
+//! run's own, answering in a context of its own ([`SideModel`]), so the agent's context never
+//! holds the raw page.
 
-use catena_engine::llama::LlamaEngine;
-use catena_engine::{
-    EngineError, GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher,
-};
+use catena_engine::{EngineError, Session, SideChat};
 use catena_protocol::profile::QWEN_SYSTEM;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A page to summarise and what the agent was after.
 #[derive(Debug, Clone, Copy)]
@@ -24,12 +20,6 @@ pub struct PageToSummarize<'a> {
     pub thought: Option<&'a str>,
 }
 
-/// Turns a page into what the agent reads of it.
-pub trait PageSummarizer: Send + Sync {
-    /// The summary, or why there is none (the page reader shows it as the page's error).
-    fn summarize(&self, page: &PageToSummarize<'_>) -> Result<String, String>;
-}
-
 /// Why a chat call gave no text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChatError {
@@ -39,8 +29,26 @@ pub enum ChatError {
 }
 
 /// One instruction in, one answer out: the model calls the summariser makes.
-pub trait ChatModel: Send + Sync {
-    fn chat(&self, instruction: &str, max_tokens: usize) -> Result<String, ChatError>;
+pub trait ChatModel {
+    fn chat(&mut self, instruction: &str, max_tokens: usize) -> Result<String, ChatError>;
+}
+
+/// The run's own model, answering beside the run's session ([`Session::side_chat`]): the
+/// summariser's instructions and the page never enter the agent's context.
+pub struct SideModel<'s>(pub &'s mut dyn Session);
+
+impl ChatModel for SideModel<'_> {
+    fn chat(&mut self, instruction: &str, max_tokens: usize) -> Result<String, ChatError> {
+        let chat = SideChat {
+            system: QWEN_SYSTEM.to_string(),
+            user: instruction.to_string(),
+            max_tokens,
+        };
+        self.0.side_chat(&chat).map_err(|e| match e {
+            EngineError::ContextOverflow { .. } => ChatError::TooLong,
+            e => ChatError::Failed(e.to_string()),
+        })
+    }
 }
 
 /// Tokens the intent may take.
@@ -51,25 +59,15 @@ const SUMMARY_TOKENS: usize = 640;
 /// longer page is cut, and the prompt says so.
 pub const PAGE_CHARS: usize = 12_000;
 
-/// The summariser over a chat model.
-pub struct ModelSummarizer {
-    model: Box<dyn ChatModel>,
-}
-
-impl ModelSummarizer {
-    pub fn new(model: Box<dyn ChatModel>) -> ModelSummarizer {
-        ModelSummarizer { model }
-    }
-
-    fn intent(&self, thought: &str) -> Result<String, ChatError> {
-        let instruction = format!(
-            "An agent wrote the reasoning below just before it chose to open a web page. In one \
-             or two sentences, say what it hopes to find there: the fact it is after and the \
-             clues it follows. Write only those sentences.\n\nReasoning:\n{}",
-            cut_chars(thought, 4_000).0
-        );
-        self.model.chat(&instruction, INTENT_TOKENS)
-    }
+/// What the agent's last thought hopes to find on a page, in the model's words.
+fn intent(model: &mut dyn ChatModel, thought: &str) -> Result<String, ChatError> {
+    let instruction = format!(
+        "An agent wrote the reasoning below just before it chose to open a web page. In one \
+         or two sentences, say what it hopes to find there: the fact it is after and the \
+         clues it follows. Write only those sentences.\n\nReasoning:\n{}",
+        cut_chars(thought, 4_000).0
+    );
+    model.chat(&instruction, INTENT_TOKENS)
 }
 
 /// The summary instruction for `page`, its text cut to `page_chars`.
@@ -109,31 +107,34 @@ pub fn summary_instruction(
     instruction
 }
 
-impl PageSummarizer for ModelSummarizer {
-    fn summarize(&self, page: &PageToSummarize<'_>) -> Result<String, String> {
-        if page.text.trim().is_empty() {
-            return Err("the page has no text".into());
-        }
-        let failed = |e: ChatError| match e {
-            ChatError::TooLong => "the summariser's context is too small for this page".to_string(),
-            ChatError::Failed(reason) => format!("the summariser failed: {reason}"),
-        };
-        let intent = match page.thought.filter(|t| !t.trim().is_empty()) {
-            Some(thought) => Some(self.intent(thought).map_err(failed)?),
-            None => None,
-        };
-        // A page whose words take more tokens than usual (code, other scripts) gets less text.
-        let mut page_chars = PAGE_CHARS;
-        loop {
-            let instruction = summary_instruction(page, intent.as_deref(), page_chars);
-            match self.model.chat(&instruction, SUMMARY_TOKENS) {
-                Err(ChatError::TooLong) if page_chars > 1_000 => page_chars /= 2,
-                Err(e) => return Err(failed(e)),
-                Ok(summary) if summary.trim().is_empty() => {
-                    return Err("the summariser wrote nothing".into());
-                }
-                Ok(summary) => return Ok(clean_summary(&summary, page)),
+/// Summarises `page` with `model`: the thought into an intent (when there is a thought), then
+/// the page against the query and the intent. The error is what the observation shows.
+pub fn summarize_page(
+    model: &mut dyn ChatModel,
+    page: &PageToSummarize<'_>,
+) -> Result<String, String> {
+    if page.text.trim().is_empty() {
+        return Err("the page has no text".into());
+    }
+    let failed = |e: ChatError| match e {
+        ChatError::TooLong => "the summariser's context is too small for this page".to_string(),
+        ChatError::Failed(reason) => format!("the summariser failed: {reason}"),
+    };
+    let intent = match page.thought.filter(|t| !t.trim().is_empty()) {
+        Some(thought) => Some(intent(model, thought).map_err(failed)?),
+        None => None,
+    };
+    // A page whose words take more tokens than usual (code, other scripts) gets less text.
+    let mut page_chars = PAGE_CHARS;
+    loop {
+        let instruction = summary_instruction(page, intent.as_deref(), page_chars);
+        match model.chat(&instruction, SUMMARY_TOKENS) {
+            Err(ChatError::TooLong) if page_chars > 1_000 => page_chars /= 2,
+            Err(e) => return Err(failed(e)),
+            Ok(summary) if summary.trim().is_empty() => {
+                return Err("the summariser wrote nothing".into());
             }
+            Ok(summary) => return Ok(clean_summary(&summary, page)),
         }
     }
 }
@@ -184,119 +185,32 @@ fn cut_chars(text: &str, limit: usize) -> (&str, bool) {
     }
 }
 
-/// The run's own model, in a fresh session per call: greedy, so a page summarises the same way
-/// every time.
-pub struct LocalChat {
-    engine: Arc<LlamaEngine>,
-    options: SessionOptions,
-}
-
-impl LocalChat {
-    /// Context of the summariser's session: the page, the instruction and the answer.
-    pub const CONTEXT: u32 = 8_192;
-
-    pub fn new(engine: Arc<LlamaEngine>, threads: Option<i32>) -> LocalChat {
-        LocalChat {
-            engine,
-            options: SessionOptions {
-                context_size: Some(Self::CONTEXT),
-                sampling: SamplingParams {
-                    temperature: 0.0,
-                    ..SamplingParams::default()
-                },
-                threads,
-                ..SessionOptions::default()
-            },
-        }
-    }
-}
-
-impl ChatModel for LocalChat {
-    fn chat(&self, instruction: &str, max_tokens: usize) -> Result<String, ChatError> {
-        let failed = |e: EngineError| ChatError::Failed(e.to_string());
-        let prompt = self
-            .engine
-            .chat_prompt(QWEN_SYSTEM, instruction)
-            .map_err(failed)?;
-        let ids = self.engine.tokenize_parts(&prompt);
-        let context = self.options.context_size.unwrap_or(Self::CONTEXT) as usize;
-        if ids.len() + max_tokens > context {
-            return Err(ChatError::TooLong);
-        }
-        let mut session = self.engine.session(&self.options).map_err(failed)?;
-        session.start_prompt(&ids).map_err(failed)?;
-        let mut text = String::new();
-        // A small model can fall into repeating one line; the third time ends the answer.
-        let looping = Arc::new(AtomicBool::new(false));
-        let limits = GenerateLimits {
-            cancel: Some(looping.clone()),
-            ..GenerateLimits::tokens(max_tokens)
-        };
-        session
-            .generate(
-                &StopMatcher::new(Vec::<String>::new()),
-                limits,
-                &mut |piece| {
-                    text.push_str(piece);
-                    if piece.contains('\n') && repeats_a_line(&text, 3) {
-                        looping.store(true, Ordering::Relaxed);
-                    }
-                },
-            )
-            .map_err(failed)?;
-        Ok(text)
-    }
-}
-
-/// Whether a complete non-empty line of `text` occurs `times` times.
-fn repeats_a_line(text: &str, times: usize) -> bool {
-    let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
-    let mut counts = std::collections::HashMap::new();
-    complete
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .any(|line| {
-            let count = counts.entry(line).or_insert(0);
-            *count += 1;
-            *count >= times
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     /// Records instructions; answers `TooLong` while they are longer than `fits`.
     struct Recorder {
-        seen: Mutex<Vec<String>>,
+        seen: Vec<String>,
         fits: usize,
     }
 
     impl ChatModel for Recorder {
-        fn chat(&self, instruction: &str, _max_tokens: usize) -> Result<String, ChatError> {
-            self.seen.lock().unwrap().push(instruction.to_string());
+        fn chat(&mut self, instruction: &str, _max_tokens: usize) -> Result<String, ChatError> {
+            self.seen.push(instruction.to_string());
             if instruction.chars().count() > self.fits {
                 return Err(ChatError::TooLong);
             }
-            Ok(format!(" answer {} \n", self.seen.lock().unwrap().len()))
+            Ok(format!(" answer {} \n", self.seen.len()))
         }
     }
 
     #[test]
     fn the_thought_becomes_an_intent_and_a_long_page_is_cut_until_it_fits() {
-        let recorder = Arc::new(Recorder {
-            seen: Mutex::new(Vec::new()),
+        let mut recorder = Recorder {
+            seen: Vec::new(),
             fits: 5_000,
-        });
-        struct Shared(Arc<Recorder>);
-        impl ChatModel for Shared {
-            fn chat(&self, instruction: &str, max_tokens: usize) -> Result<String, ChatError> {
-                self.0.chat(instruction, max_tokens)
-            }
-        }
-        let summarizer = ModelSummarizer::new(Box::new(Shared(recorder.clone())));
+        };
         let text = "word ".repeat(4_000);
         let page = PageToSummarize {
             url: "https://example.org/t",
@@ -305,8 +219,8 @@ mod tests {
             query: Some("tide times"),
             thought: Some("I need the high water time."),
         };
-        let summary = summarizer.summarize(&page).unwrap();
-        let seen = recorder.seen.lock().unwrap();
+        let summary = summarize_page(&mut recorder, &page).unwrap();
+        let seen = &recorder.seen;
         // Intent, then the summary at 12,000 characters, 6,000, then 3,000.
         assert_eq!(
             seen.len(),
@@ -355,19 +269,14 @@ mod tests {
             ]
             .join("\n")
         );
-        assert!(repeats_a_line("a\nb\na\n\na\n", 3));
-        assert!(
-            !repeats_a_line("a\nb\na\na", 3),
-            "the last line is not complete yet"
-        );
     }
 
     #[test]
     fn an_empty_page_is_not_sent_to_the_model() {
-        let summarizer = ModelSummarizer::new(Box::new(Recorder {
-            seen: Mutex::new(Vec::new()),
+        let mut recorder = Recorder {
+            seen: Vec::new(),
             fits: 0,
-        }));
+        };
         let page = PageToSummarize {
             url: "u",
             title: None,
@@ -376,8 +285,9 @@ mod tests {
             thought: None,
         };
         assert_eq!(
-            summarizer.summarize(&page).unwrap_err(),
+            summarize_page(&mut recorder, &page).unwrap_err(),
             "the page has no text"
         );
+        assert!(recorder.seen.is_empty());
     }
 }

@@ -28,6 +28,12 @@ impl Scripted {
 }
 
 impl Session for Scripted {
+    fn side_chat(&mut self, _chat: &catena_engine::SideChat) -> Result<String, EngineError> {
+        Err(EngineError::Backend(
+            "the scripted session has no model beside it".into(),
+        ))
+    }
+
     fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
         let n: usize = parts.iter().map(|p| p.text.chars().count()).sum();
         if self.stats.context_tokens + n > self.context_size {
@@ -118,7 +124,7 @@ impl Tool for Echo {
         self.tag
     }
 
-    fn call(&self, input: &str, _context: &crate::tools::CallContext<'_>) -> ToolOutput {
+    fn call(&self, input: &str, _context: &mut crate::tools::CallContext<'_>) -> ToolOutput {
         self.calls.lock().unwrap().push(input.to_string());
         ToolOutput {
             observation: format!("ran: {}", input.trim()),

@@ -107,6 +107,21 @@ pub struct SessionStats {
 /// A flag a caller sets to stop a generation between two tokens.
 pub type CancelFlag = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
+/// A one-off chat answer beside a session, in a context of its own: the page summariser's calls
+/// (its instructions and a page must not enter the agent's context). Greedy, so a page reads the
+/// same every time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideChat {
+    pub system: String,
+    pub user: String,
+    pub max_tokens: usize,
+}
+
+impl SideChat {
+    /// Context of a side chat: its prompt and its answer.
+    pub const CONTEXT: u32 = 8_192;
+}
+
 /// One conversation's context.
 pub trait Session {
     /// Evaluates new text at the end of the context; returns how many tokens it added.
@@ -132,6 +147,11 @@ pub trait Session {
 
     /// Every token in the context, in order, pending ones included.
     fn tokens(&self) -> &[TokenRecord];
+
+    /// Answers `chat` with the same model in a context of its own ([`SideChat::CONTEXT`]
+    /// tokens), leaving this session as it is. A prompt that does not fit with room for the
+    /// answer is a [`EngineError::ContextOverflow`].
+    fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError>;
 }
 
 /// Bounds of one [`Session::generate`] call.

@@ -8,11 +8,13 @@ mod error;
 mod inference;
 mod live;
 mod training;
+mod web;
 
 pub use downloads::DownloadStatus;
 pub use error::{ErrorKind, ServiceError};
 pub use inference::{ChatEvent, ChatJob, ChatUsage, InferenceConfig};
 pub use training::{StartTraining, TrainingStatus};
+pub use web::web_settings;
 
 use crate::downloads::Downloads;
 use crate::inference::{AgentJob, Inference, Job, SwitchJob};

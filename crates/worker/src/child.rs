@@ -187,6 +187,14 @@ impl<W: Write> Worker<W> {
         let reply = match request {
             Request::Start(_) => Err(EngineError::Worker("the worker is already started".into())),
             Request::Cancel => return Ok(()),
+            // Beside the open session, which an error here must not drop.
+            Request::SideChat { chat } => {
+                let reply = match self.engine.side_chat(&chat) {
+                    Ok(text) => Reply::SideAnswer { text },
+                    Err(e) => Reply::Error { error: (&e).into() },
+                };
+                return write_frame(&mut self.output, &reply);
+            }
             Request::Open { prompt } => self.open(prompt),
             Request::Append { parts } => self.with_open(|open| {
                 let added = open.session.append(&parts)?;

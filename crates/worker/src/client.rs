@@ -472,6 +472,15 @@ impl Drop for RemoteSession<'_> {
 }
 
 impl Session for RemoteSession<'_> {
+    fn side_chat(&mut self, chat: &catena_engine::SideChat) -> Result<String, EngineError> {
+        self.client
+            .send(&Request::SideChat { chat: chat.clone() })?;
+        match self.client.receive(&mut |_| {})? {
+            Reply::SideAnswer { text } => Ok(text),
+            other => Err(self.client.unexpected(&other)),
+        }
+    }
+
     fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
         self.client.send(&Request::Append {
             parts: parts.to_vec(),

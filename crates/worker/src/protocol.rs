@@ -8,7 +8,7 @@ use catena_engine::llama::ChatMessage;
 use catena_engine::plan::Plan;
 use catena_engine::{
     EngineError, Generation, KvCacheType, ModelInfo, PromptPart, SamplingParams, SessionOptions,
-    SessionStats, TokenRecord,
+    SessionStats, SideChat, TokenRecord,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -65,6 +65,11 @@ pub enum Request {
     },
     /// Stops the generation in progress between two tokens (ignored when none runs).
     Cancel,
+    /// A one-off answer in a context of its own, beside the open session (which it leaves as
+    /// it is): the page summariser's calls. Answered by `SideAnswer`.
+    SideChat {
+        chat: SideChat,
+    },
     /// Ends the open session: kept for reuse (tagged with the stored conversation it belongs to)
     /// or dropped.
     Close {
@@ -115,6 +120,9 @@ pub enum Reply {
         stats: SessionStats,
     },
     Closed,
+    SideAnswer {
+        text: String,
+    },
     /// The request failed; the worker is still usable (the open session, if any, is dropped).
     Error {
         error: WireError,

@@ -114,6 +114,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         Some(sandbox) => Ok(sandbox.clone()),
         None => setup::sandbox(paths, Limits::default()).map(Arc::new),
     })?;
+    args.search.add_to(&mut tools, &profile, paths)?;
     let (engine, plan) = setup::load_planned(
         &model_path,
         Overrides {
@@ -124,10 +125,6 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         },
         args.adapter.options(),
     )?;
-    let engine = Arc::new(engine);
-    args.search.add_to(&mut tools, &profile, paths, || {
-        setup::local_summarizer(&engine, None)
-    })?;
     let base_sampling = SamplingParams {
         temperature,
         top_p: 0.95,

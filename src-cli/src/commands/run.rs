@@ -153,6 +153,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         ..Limits::default()
     };
     let mut tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
+    args.search.add_to(&mut tools, &profile, paths)?;
     let (engine, plan) = setup::load_planned(
         &model_path,
         Overrides {
@@ -163,10 +164,6 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         },
         args.adapter.options(),
     )?;
-    let engine = Arc::new(engine);
-    args.search.add_to(&mut tools, &profile, paths, || {
-        setup::local_summarizer(&engine, args.threads)
-    })?;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     // First Ctrl-C stops the run cleanly (the summary is still printed); a second one exits.

@@ -32,7 +32,7 @@ impl Tool for CodeTool {
         Tag::Code
     }
 
-    fn call(&self, input: &str, _context: &CallContext<'_>) -> ToolOutput {
+    fn call(&self, input: &str, _context: &mut CallContext<'_>) -> ToolOutput {
         let started = Instant::now();
         let Some((program, stdin)) = program_and_stdin(input) else {
             return ToolOutput {

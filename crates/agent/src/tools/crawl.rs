@@ -9,7 +9,7 @@
 //! through the fetcher, which refuses the machine's own and private addresses.
 
 use super::{CallContext, Tool, ToolOutput};
-use crate::summarize::{PageSummarizer, PageToSummarize};
+use crate::summarize::{PageToSummarize, summarize_page};
 use catena_protocol::Tag;
 use catena_search::DocumentIndex;
 use catena_web::Fetcher;
@@ -25,20 +25,12 @@ pub struct CrawlPageTool {
     local: Option<Arc<DocumentIndex>>,
     /// How http(s) pages are read; `None` in a run without network access.
     fetcher: Option<Fetcher>,
-    summarizer: Arc<dyn PageSummarizer>,
 }
 
 impl CrawlPageTool {
-    pub fn new(
-        local: Option<Arc<DocumentIndex>>,
-        fetcher: Option<Fetcher>,
-        summarizer: Arc<dyn PageSummarizer>,
-    ) -> CrawlPageTool {
-        CrawlPageTool {
-            local,
-            fetcher,
-            summarizer,
-        }
+    /// Pages are summarised by the run's model (the call's [`CallContext::model`]).
+    pub fn new(local: Option<Arc<DocumentIndex>>, fetcher: Option<Fetcher>) -> CrawlPageTool {
+        CrawlPageTool { local, fetcher }
     }
 
     /// The page at `url` as (title, text), or why it cannot be read.
@@ -97,7 +89,7 @@ impl Tool for CrawlPageTool {
         Tag::CrawlPage
     }
 
-    fn call(&self, input: &str, context: &CallContext<'_>) -> ToolOutput {
+    fn call(&self, input: &str, context: &mut CallContext<'_>) -> ToolOutput {
         let started = Instant::now();
         let urls = crawl_urls(input);
         if urls.is_empty() {
@@ -120,14 +112,21 @@ impl Tool for CrawlPageTool {
                 ));
                 continue;
             }
+            let (query, thought) = (context.last_search, context.last_think);
             let summary = self.read(url).and_then(|(title, text)| {
-                self.summarizer.summarize(&PageToSummarize {
-                    url,
-                    title: title.as_deref(),
-                    text: &text,
-                    query: context.last_search,
-                    thought: context.last_think,
-                })
+                let Some(model) = context.model.as_deref_mut() else {
+                    return Err("no model is there to summarise the page".to_string());
+                };
+                summarize_page(
+                    model,
+                    &PageToSummarize {
+                        url,
+                        title: title.as_deref(),
+                        text: &text,
+                        query,
+                        thought,
+                    },
+                )
             });
             match summary {
                 Ok(summary) => {
@@ -161,6 +160,7 @@ impl Tool for CrawlPageTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::summarize::{ChatError, ChatModel};
 
     #[test]
     fn urls_are_split_and_unwrapped() {
@@ -171,17 +171,14 @@ mod tests {
         assert!(crawl_urls(" | ").is_empty());
     }
 
-    /// Says what it was asked.
-    struct Echo;
+    /// Keeps what it was asked; answers with how many questions it had.
+    #[derive(Default)]
+    struct Echo(Vec<String>);
 
-    impl PageSummarizer for Echo {
-        fn summarize(&self, page: &PageToSummarize<'_>) -> Result<String, String> {
-            Ok(format!(
-                "{} chars; query {:?}; thought {:?}",
-                page.text.len(),
-                page.query,
-                page.thought
-            ))
+    impl ChatModel for Echo {
+        fn chat(&mut self, instruction: &str, _: usize) -> Result<String, ChatError> {
+            self.0.push(instruction.to_string());
+            Ok(format!("answer {}", self.0.len()))
         }
     }
 
@@ -195,22 +192,29 @@ mod tests {
         catena_search::build_documents(&indexes, "docs", std::slice::from_ref(&docs), &mut |_| {})
             .unwrap();
         let index = Arc::new(DocumentIndex::open(&indexes, "docs").unwrap());
-        let tool = CrawlPageTool::new(Some(index), None, Arc::new(Echo));
+        let tool = CrawlPageTool::new(Some(index), None);
         let indexed = url::Url::from_file_path(docs.join("tides.md")).unwrap();
         let input = format!("{indexed} | file:///etc/passwd | https://example.org/");
-        let context = CallContext {
+        let mut echo = Echo::default();
+        let mut context = CallContext {
             last_think: Some("find the tide"),
             last_search: Some("tide times"),
+            model: Some(&mut echo),
         };
-        let output = tool.call(&input, &context);
+        let output = tool.call(&input, &mut context);
         assert!(output.success);
         assert_eq!(
             output.observation,
             format!(
-                "Page 1 [{indexed}] Summary:\n28 chars; query Some(\"tide times\"); thought Some(\"find the tide\")\n\n\
+                "Page 1 [{indexed}] Summary:\nanswer 2\n\n\
                  Page 2 [file:///etc/passwd]: [Page content not accessible: this file is not in the local index `docs`; only indexed documents are read]\n\n\
                  Page 3 [https://example.org/]: [Page content not accessible: this run reads no web pages (offline)]"
             )
         );
+        // The thought became the intent; the page was summarised against the query and it.
+        assert!(echo.0[0].contains("find the tide"));
+        assert!(echo.0[1].contains("High water at 06:12."));
+        assert!(echo.0[1].contains("The agent's search query: tide times"));
+        assert!(echo.0[1].contains("What the agent is looking for: answer 1"));
     }
 }

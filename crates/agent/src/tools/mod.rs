@@ -26,14 +26,16 @@ pub struct ToolOutput {
     pub elapsed: Duration,
 }
 
-/// What a tool may know of the trajectory before its call: the page reader summarises against
-/// the last search and the last thought (PROTOCOL.md §3).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a tool may know of the run before its call: the page reader summarises with the run's
+/// model against the last search and the last thought (PROTOCOL.md §3).
+#[derive(Default)]
 pub struct CallContext<'a> {
     /// The content of the last `<think>` block.
     pub last_think: Option<&'a str>,
     /// The query of the last `<web_search>`.
     pub last_search: Option<&'a str>,
+    /// The run's model, answering beside the run's context.
+    pub model: Option<&'a mut dyn crate::summarize::ChatModel>,
 }
 
 /// A tool the model calls with a tag.
@@ -41,7 +43,7 @@ pub trait Tool: Send + Sync {
     fn tag(&self) -> Tag;
 
     /// Runs the call. `input` is the block's raw content.
-    fn call(&self, input: &str, context: &CallContext<'_>) -> ToolOutput;
+    fn call(&self, input: &str, context: &mut CallContext<'_>) -> ToolOutput;
 
     /// For tools where repeating an identical call is wasted effort (searches, crawls), the
     /// observation to give instead of running it again (PROTOCOL.md §2, step 6).
@@ -62,7 +64,7 @@ impl Tool for UnavailableTool {
         self.tag
     }
 
-    fn call(&self, _input: &str, _context: &CallContext<'_>) -> ToolOutput {
+    fn call(&self, _input: &str, _context: &mut CallContext<'_>) -> ToolOutput {
         ToolOutput {
             observation: format!(
                 "The {} tool is not available here: {}",

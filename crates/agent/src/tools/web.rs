@@ -5,21 +5,19 @@ use super::observation::search_call;
 use super::{
     CallContext, CrawlPageTool, SEARCH_ALREADY_DONE, Tool, ToolBox, ToolOutput, no_results,
 };
-use crate::summarize::PageSummarizer;
 use catena_protocol::{Profile, Tag};
 use catena_web::{FetchError, FetchOptions, Fetcher, SearchBackend, WebHit, WebSetup};
 use std::sync::Arc;
 
 /// Gives `tools` the web tools `profile` uses: `<web_search>` over `setup`'s backend, and
 /// `<crawl_page>` reading indexed documents (and web pages when `setup` is online), each page
-/// summarised by `summarizer`. A tool with nothing behind it stays the one that says how to
-/// set it up.
+/// summarised by the run's own model. A search with nothing behind it stays the tool that says
+/// how to set one up.
 pub fn add_web_tools(
     tools: &mut ToolBox,
     profile: &Profile,
     setup: &WebSetup,
     fetch: FetchOptions,
-    summarizer: Arc<dyn PageSummarizer>,
 ) -> Result<(), FetchError> {
     if profile.tools.contains(&Tag::WebSearch)
         && let Some(backend) = &setup.backend
@@ -35,7 +33,6 @@ pub fn add_web_tools(
         tools.add(Box::new(CrawlPageTool::new(
             setup.local_index.clone(),
             fetcher,
-            summarizer,
         )));
     }
     Ok(())
@@ -81,7 +78,7 @@ impl Tool for WebSearchTool {
         Tag::WebSearch
     }
 
-    fn call(&self, input: &str, _context: &CallContext<'_>) -> ToolOutput {
+    fn call(&self, input: &str, _context: &mut CallContext<'_>) -> ToolOutput {
         search_call(input, Tag::WebSearch, |query| {
             match self.backend.search(query, WEB_RESULTS) {
                 Ok(hits) => (web_observation(query, &hits), !hits.is_empty()),

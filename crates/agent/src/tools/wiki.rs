@@ -57,7 +57,7 @@ impl Tool for WikiSearchTool {
         Tag::WikiSearch
     }
 
-    fn call(&self, input: &str, _context: &CallContext<'_>) -> ToolOutput {
+    fn call(&self, input: &str, _context: &mut CallContext<'_>) -> ToolOutput {
         search_call(input, Tag::WikiSearch, |query| {
             match self.index.search(query, WIKI_TOP_K) {
                 Ok(hits) => (wiki_observation(query, &hits), !hits.is_empty()),

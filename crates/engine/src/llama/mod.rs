@@ -12,7 +12,10 @@ mod session;
 pub use quantize::{QuantType, quantize};
 pub use session::LlamaSession;
 
-use super::{ChatFormat, EngineError, ModelInfo, PromptPart, SessionOptions};
+use super::{
+    ChatFormat, EngineError, GenerateLimits, ModelInfo, PromptPart, SamplingParams, Session,
+    SessionOptions, SideChat, StopMatcher,
+};
 use catena_gguf::GgufHeader;
 use catena_gguf::inspect::{NOT_GENERATIVE, llama_supports};
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -178,6 +181,48 @@ impl LlamaEngine {
     /// Opens a session with an empty context.
     pub fn session(&self, options: &SessionOptions) -> Result<LlamaSession<'_>, EngineError> {
         LlamaSession::new(self, options)
+    }
+
+    /// Answers `chat` in a fresh session of [`SideChat::CONTEXT`] tokens, greedily. A small
+    /// model can fall into repeating one line: the third repeat ends the answer.
+    pub fn side_chat(&self, chat: &SideChat) -> Result<String, EngineError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let prompt = self.chat_prompt(&chat.system, &chat.user)?;
+        let ids = self.tokenize_parts(&prompt);
+        let context = SideChat::CONTEXT as usize;
+        if ids.len() + chat.max_tokens > context {
+            return Err(EngineError::ContextOverflow {
+                context_size: context,
+                needed: ids.len() + chat.max_tokens,
+            });
+        }
+        let options = SessionOptions {
+            context_size: Some(SideChat::CONTEXT),
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            ..SessionOptions::default()
+        };
+        let mut session = self.session(&options)?;
+        session.start_prompt(&ids)?;
+        let looping = std::sync::Arc::new(AtomicBool::new(false));
+        let limits = GenerateLimits {
+            cancel: Some(looping.clone()),
+            ..GenerateLimits::tokens(chat.max_tokens)
+        };
+        let mut text = String::new();
+        session.generate(
+            &StopMatcher::new(Vec::<String>::new()),
+            limits,
+            &mut |piece| {
+                text.push_str(piece);
+                if piece.contains('\n') && repeats_a_line(&text, 3) {
+                    looping.store(true, Ordering::Relaxed);
+                }
+            },
+        )?;
+        Ok(text)
     }
 
     /// The prompt of a single-turn chat, up to the opening of the assistant turn.
@@ -417,4 +462,31 @@ fn preflight(path: &Path) -> Result<GgufHeader, EngineError> {
         .check_data_present()
         .map_err(|e| bad(e.to_string()))?;
     Ok(header)
+}
+
+/// Whether a complete non-empty line of `text` occurs `times` times.
+fn repeats_a_line(text: &str, times: usize) -> bool {
+    let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
+    let mut counts = std::collections::HashMap::new();
+    complete
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .any(|line| {
+            let count = counts.entry(line).or_insert(0);
+            *count += 1;
+            *count >= times
+        })
+}
+
+#[cfg(test)]
+mod side_chat_tests {
+    #[test]
+    fn a_line_seen_three_times_is_a_loop() {
+        assert!(super::repeats_a_line("a\nb\na\n\na\n", 3));
+        assert!(
+            !super::repeats_a_line("a\nb\na\na", 3),
+            "the last line is not complete yet"
+        );
+    }
 }

@@ -381,6 +381,10 @@ impl Session for LlamaSession<'_> {
         self.context_size
     }
 
+    fn side_chat(&mut self, chat: &crate::SideChat) -> Result<String, EngineError> {
+        self.engine.side_chat(chat)
+    }
+
     fn tokens(&self) -> &[TokenRecord] {
         &self.tokens
     }
