@@ -143,6 +143,22 @@ fn local_documents_are_searched_and_read_offline() {
     );
     assert!(shown.ends_with("\n\n"), "{shown:?}");
     assert!(!shown.contains("Lighthouse"), "{shown}");
+    // Many queries at once, as the search benchmark runs them: one JSON line each, timed.
+    let queries = data.join("queries.txt");
+    std::fs::write(&queries, format!("{query}\n\nlighthouse steps\n")).unwrap();
+    let batch = catena_in(data)
+        .args(["index", "search", "docs", "--json", "-k", "1", "--queries"])
+        .arg(&queries)
+        .output()
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&batch.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["hits"][0]["title"], "Tide tables");
+    assert_eq!(lines[1]["hits"][0]["title"], "Lighthouse");
+    assert!(lines[1]["seconds"].as_f64().unwrap() >= 0.0);
 
     // A web-profile run with no network: the search is the local index, the repeat is answered
     // by the duplicate guard.

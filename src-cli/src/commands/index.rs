@@ -42,7 +42,12 @@ pub enum IndexCommand {
     /// Search an index as `<wiki_search>` (passages) or `<web_search>` (documents) does.
     Search {
         name: String,
-        query: String,
+        #[arg(required_unless_present = "queries")]
+        query: Option<String>,
+        /// Run every line of FILE as a query instead; with --json, one line per query with its
+        /// hits and the seconds the search took (the index opened once, before the clock).
+        #[arg(long, value_name = "FILE", conflicts_with = "query")]
+        queries: Option<PathBuf>,
         /// How many results (default: 3 passages, 10 documents).
         #[arg(short)]
         k: Option<usize>,
@@ -94,38 +99,76 @@ pub fn run(args: IndexArgs, paths: &Paths) -> Result<ExitCode> {
         IndexCommand::Search {
             name,
             query,
+            queries,
             k,
             json,
         } => {
-            let kind = catena_search::list(&dir)
-                .into_iter()
-                .find(|i| i.name == name)
-                .map_or(IndexKind::Passages, |i| i.kind);
-            match kind {
-                IndexKind::Passages => {
-                    let index = PassageIndex::open(&dir, &name)?;
-                    let hits = index.search(&query, k.unwrap_or(3))?;
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&hits)?);
-                    } else {
-                        println!("{}", catena_agent::tools::wiki_observation(&query, &hits));
-                    }
-                }
-                IndexKind::Documents => {
-                    let index = Arc::new(DocumentIndex::open(&dir, &name)?);
-                    let k = k.unwrap_or(catena_agent::tools::WEB_RESULTS);
-                    let backend = catena_web::LocalSearch::new(index);
-                    let hits = catena_web::SearchBackend::search(&backend, &query, k)?;
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&hits)?);
-                    } else {
-                        print!("{}", catena_agent::tools::web_observation(&query, &hits));
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+            let queries = match (query, queries) {
+                (Some(query), _) => vec![query],
+                (None, Some(file)) => std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                (None, None) => bail!("give a query or --queries FILE"),
+            };
+            search(&dir, &name, &queries, k, json)
         }
     }
+}
+
+/// One query's hits as JSON and the observation the tool would show.
+type QueryRunner = dyn Fn(&str) -> Result<(serde_json::Value, String)>;
+
+/// Runs `queries` against index `name`, printing what the tool would show or, with `json`, the
+/// hits (one JSON line per query with its time when there are several).
+fn search(
+    dir: &Path,
+    name: &str,
+    queries: &[String],
+    k: Option<usize>,
+    json: bool,
+) -> Result<ExitCode> {
+    let kind = catena_search::list(dir)
+        .into_iter()
+        .find(|i| i.name == name)
+        .map_or(IndexKind::Passages, |i| i.kind);
+    let run: Box<QueryRunner> = match kind {
+        IndexKind::Passages => {
+            let index = PassageIndex::open(dir, name)?;
+            let k = k.unwrap_or(catena_agent::tools::WIKI_TOP_K);
+            Box::new(move |query| {
+                let hits = index.search(query, k)?;
+                let shown = catena_agent::tools::wiki_observation(query, &hits) + "\n";
+                Ok((serde_json::to_value(&hits)?, shown))
+            })
+        }
+        IndexKind::Documents => {
+            let backend = catena_web::LocalSearch::new(Arc::new(DocumentIndex::open(dir, name)?));
+            let k = k.unwrap_or(catena_agent::tools::WEB_RESULTS);
+            Box::new(move |query| {
+                let hits = catena_web::SearchBackend::search(&backend, query, k)?;
+                let shown = catena_agent::tools::web_observation(query, &hits);
+                Ok((serde_json::to_value(&hits)?, shown))
+            })
+        }
+    };
+    for query in queries {
+        let started = std::time::Instant::now();
+        let (hits, shown) = run(query)?;
+        let seconds = started.elapsed().as_secs_f64();
+        match (json, queries.len()) {
+            (true, 1) => println!("{}", serde_json::to_string_pretty(&hits)?),
+            (true, _) => println!(
+                "{}",
+                serde_json::json!({"query": query, "hits": hits, "seconds": seconds})
+            ),
+            (false, _) => print!("{shown}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn add(
