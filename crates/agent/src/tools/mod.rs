@@ -77,8 +77,8 @@ impl Tool for UnavailableTool {
 }
 
 /// The tools of `profile`: `<code>` runs in the sandbox `sandbox` gives (asked only when the
-/// profile has code); tools with no backend in this version answer every call with an
-/// observation saying so.
+/// profile has code); every other tool starts as one that answers each call with why it is not
+/// there, until the command adds it (`add_wiki_search`, `add_web_tools`).
 pub fn profile_tools<E>(
     profile: &catena_protocol::Profile,
     sandbox: impl FnOnce() -> Result<std::sync::Arc<catena_sandbox::Sandbox>, E>,
@@ -97,7 +97,7 @@ pub fn profile_tools<E>(
     Ok(tools)
 }
 
-/// Why a tool has no backend in this version.
+/// Why a tool is not there.
 pub fn unavailable_reason(tag: Tag) -> &'static str {
     match tag {
         Tag::WebSearch => {
@@ -105,7 +105,9 @@ pub fn unavailable_reason(tag: Tag) -> &'static str {
              FOLDER` (Markdown, text and HTML files), or choose an online backend with --search \
              (searxng, serper, brave, tavily)"
         }
-        Tag::CrawlPage => "no page summariser is set up for this run",
+        Tag::CrawlPage => {
+            "pages are not read in this command (catena run, eval and serve read them)"
+        }
         Tag::WikiSearch => {
             "no passage index is chosen: build one with `catena index add FILE` (a JSONL file of \
              passages, such as the wiki-18 corpus) and run with --wiki-index NAME"
