@@ -3,7 +3,9 @@
 // Screenshots of every view in both themes go to docs/screenshots/.
 
 import { expect, test, type Page } from '@playwright/test';
-import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
 const SHOTS = resolve(import.meta.dirname, '../../docs/screenshots');
@@ -71,6 +73,55 @@ test('a real task streams its chain: code, the sandbox observation, the answer',
     await theme(page, t);
     await page.evaluate(() => document.documentElement.setAttribute('data-theme', JSON.parse(localStorage.getItem('catena.settings')!).theme));
     await shoot(page, `run-${t}`);
+  }
+});
+
+test('web search hits are links and each page read shows its address and the model\'s summary', async ({ page }) => {
+  // A document index the server searches: it must be the only one in this data folder.
+  const bin = process.env.CATENA_BIN ?? resolve(import.meta.dirname, '../../target/release/catena');
+  const listed = JSON.parse(execFileSync(bin, ['index', 'list', '--json']).toString()) as { name: string; kind: string }[];
+  const others = listed.filter((i) => i.kind === 'documents').map((i) => i.name);
+  expect(others, 'the server uses the only document index; remove these first').toEqual([]);
+  const docs = mkdtempSync(join(tmpdir(), 'catena-ui-docs-'));
+  const name = `e2e-docs-${Date.now()}`;
+  mkdirSync(join(docs, 'notes'));
+  writeFileSync(
+    join(docs, 'notes', 'tides.html'),
+    '<title>Tide tables</title><p>High water at the north pier comes forty minutes after the south pier.</p>' +
+      '<p>See <a href="https://tides.example/north">the north pier page</a>.</p>',
+  );
+  execFileSync(bin, ['index', 'add', join(docs, 'notes'), '--name', name]);
+  try {
+    const url = `file://${join(docs, 'notes', 'tides.html')}`;
+    await page.goto(base());
+    await go(page, 'Run');
+    await page.getByRole('textbox', { name: 'Task' }).fill('When is high water at the north pier?');
+    await page.getByLabel('Profile').selectOption('web');
+    await page.getByText('Start the answer with…').click();
+    await page
+      .getByLabel(/Prefill/)
+      .fill(`<think>The tide table should say.</think>\n<web_search>north pier high water</web_search>\n<crawl_page>${url} | http://127.0.0.1:1/admin</crawl_page>`);
+    await page.getByRole('textbox', { name: 'Task' }).press('Control+Enter');
+    const hits = page.getByTestId('web-hits');
+    await expect(hits).toContainText('Tide tables', { timeout: 120_000 });
+    await expect(hits).toContainText(url);
+    const pages = page.getByTestId('pages-read');
+    await expect(pages).toContainText('Not read: this run reads no web pages (offline)', { timeout: 120_000 });
+    await expect(pages.locator('.page-summary')).not.toBeEmpty();
+    // A page that was not read is not a link (this one is the machine's own address).
+    await expect(pages.locator('a', { hasText: '127.0.0.1' })).toHaveCount(0);
+    // The page's own link is kept by the summary only if the model wrote it; a link is always a web address.
+    for (const href of await page.locator('.hits a, .pages a').evaluateAll((as) => as.map((a) => a.getAttribute('href')))) {
+      expect(href).toMatch(/^https?:\/\//);
+    }
+    for (const t of ['light', 'dark'] as const) {
+      await theme(page, t);
+      await page.evaluate(() => document.documentElement.setAttribute('data-theme', JSON.parse(localStorage.getItem('catena.settings')!).theme));
+      await shoot(page, `web-run-${t}`);
+    }
+  } finally {
+    execFileSync(bin, ['index', 'rm', name]);
+    rmSync(docs, { recursive: true, force: true });
   }
 });
 

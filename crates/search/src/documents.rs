@@ -154,7 +154,10 @@ impl DocumentIndex {
             body: field(&schema, &dir, "body")?,
             date: field(&schema, &dir, "date")?,
         };
-        let reader = index.reader()?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(tantivy::ReloadPolicy::Manual)
+            .try_into()?;
         Ok(DocumentIndex {
             index,
             reader,

@@ -158,7 +158,10 @@ impl PassageIndex {
             text: field(&schema, &dir, "text")?,
             contents: field(&schema, &dir, "contents")?,
         };
-        let reader = index.reader()?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(tantivy::ReloadPolicy::Manual)
+            .try_into()?;
         Ok(PassageIndex {
             index,
             reader,
