@@ -189,7 +189,8 @@ impl<W: Write> Worker<W> {
             Request::Cancel => return Ok(()),
             // Beside the open session, which an error here must not drop.
             Request::SideChat { chat } => {
-                let reply = match self.engine.side_chat(&chat) {
+                // On the physical cores, as the worker's own sessions (serve has no thread option).
+                let reply = match self.engine.side_chat(&chat, None) {
                     Ok(text) => Reply::SideAnswer { text },
                     Err(e) => Reply::Error { error: (&e).into() },
                 };

@@ -183,9 +183,10 @@ impl LlamaEngine {
         LlamaSession::new(self, options)
     }
 
-    /// Answers `chat` in a fresh session of [`SideChat::CONTEXT`] tokens, greedily. A small
-    /// model can fall into repeating one line: the third repeat ends the answer.
-    pub fn side_chat(&self, chat: &SideChat) -> Result<String, EngineError> {
+    /// Answers `chat` in a fresh session of [`SideChat::CONTEXT`] tokens on `threads` (`None`:
+    /// the physical cores), greedily. A small model can fall into repeating one line: the third
+    /// repeat ends the answer.
+    pub fn side_chat(&self, chat: &SideChat, threads: Option<i32>) -> Result<String, EngineError> {
         use std::sync::atomic::{AtomicBool, Ordering};
         let prompt = self.chat_prompt(&chat.system, &chat.user)?;
         let ids = self.tokenize_parts(&prompt);
@@ -202,6 +203,7 @@ impl LlamaEngine {
                 temperature: 0.0,
                 ..SamplingParams::default()
             },
+            threads,
             ..SessionOptions::default()
         };
         let mut session = self.session(&options)?;

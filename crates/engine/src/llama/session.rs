@@ -38,6 +38,8 @@ pub struct LlamaSession<'m> {
     /// Batch index of the logits of the last evaluated token, when they are current.
     logits_at: Option<i32>,
     stats: SessionStats,
+    /// The caller's thread count, for side chats too.
+    threads: Option<i32>,
 }
 
 impl<'m> LlamaSession<'m> {
@@ -88,6 +90,7 @@ impl<'m> LlamaSession<'m> {
             evaluated: 0,
             logits_at: None,
             stats: SessionStats::default(),
+            threads: options.threads,
         })
     }
 
@@ -382,7 +385,7 @@ impl Session for LlamaSession<'_> {
     }
 
     fn side_chat(&mut self, chat: &crate::SideChat) -> Result<String, EngineError> {
-        self.engine.side_chat(chat)
+        self.engine.side_chat(chat, self.threads)
     }
 
     fn tokens(&self) -> &[TokenRecord] {
