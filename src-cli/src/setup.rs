@@ -260,30 +260,20 @@ impl SearchArgs {
         profile: &catena_protocol::Profile,
         paths: &Paths,
     ) -> anyhow::Result<()> {
-        use catena_protocol::Tag;
         catena_agent::tools::add_wiki_search(
             tools,
             profile,
             &paths.indexes_dir(),
             self.wiki_index.as_deref(),
         )?;
-        if !profile.tools.contains(&Tag::WebSearch) && !profile.tools.contains(&Tag::CrawlPage) {
-            return Ok(());
-        }
-        let mut settings = catena_service::web_settings(paths)?;
-        if self.doc_index.is_some() {
-            settings.index = self.doc_index.clone();
-        }
-        settings.online |= self.online;
-        let setup = settings.setup(
-            self.search.as_deref(),
-            &paths.indexes_dir(),
-            &|name| std::env::var(name).ok(),
-            &catena_hub::installed::settings_path(paths),
-        )?;
-        let mut fetch = settings.fetch_options();
-        fetch.allowed_addresses.extend(&self.allow_addresses);
-        catena_agent::tools::add_web_tools(tools, profile, &setup, fetch)?;
+        let adjust = |settings: &mut catena_web::WebSettings| {
+            if self.doc_index.is_some() {
+                settings.index = self.doc_index.clone();
+            }
+            settings.online |= self.online;
+            settings.allowed_addresses.extend(&self.allow_addresses);
+        };
+        catena_service::add_web_tools(tools, profile, paths, adjust, self.search.as_deref())?;
         Ok(())
     }
 }

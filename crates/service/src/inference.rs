@@ -5,7 +5,7 @@
 
 use crate::ServiceError;
 use crate::live::LiveRuns;
-use catena_agent::tools::{ToolBox, add_web_tools, add_wiki_search, profile_tools};
+use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
 use catena_agent::{Budgets, PromptStart, RunRequest, run_chain};
 use catena_engine::llama::ChatMessage;
 use catena_engine::{
@@ -14,7 +14,7 @@ use catena_engine::{
 };
 use catena_hub::assets;
 use catena_hub::config::Paths;
-use catena_protocol::{Profile, Tag};
+use catena_protocol::Profile;
 use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use catena_store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
 use catena_worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
@@ -498,21 +498,9 @@ impl JobContext {
         })?;
         add_wiki_search(&mut tools, profile, &config.paths.indexes_dir(), None)
             .map_err(|e| format!("the wiki search index cannot be used: {e}"))?;
-        if profile.tools.contains(&Tag::WebSearch) || profile.tools.contains(&Tag::CrawlPage) {
-            // The settings file only: a request never names a backend, a key or an address.
-            let settings = crate::web_settings(&config.paths)
-                .map_err(|e| format!("the web settings cannot be read: {e}"))?;
-            let setup = settings
-                .setup(
-                    None,
-                    &config.paths.indexes_dir(),
-                    &|name| std::env::var(name).ok(),
-                    &catena_hub::installed::settings_path(&config.paths),
-                )
-                .map_err(|e| format!("the web tools cannot be set up: {e}"))?;
-            add_web_tools(&mut tools, profile, &setup, settings.fetch_options())
-                .map_err(|e| format!("the page reader cannot start: {e}"))?;
-        }
+        // The settings file only: a request never names a backend, a key or an address.
+        crate::add_web_tools(&mut tools, profile, &config.paths, |_| {}, None)
+            .map_err(|e| e.to_string())?;
         if made.is_some() {
             self.sandbox = made;
         }

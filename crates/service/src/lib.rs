@@ -14,7 +14,7 @@ pub use downloads::DownloadStatus;
 pub use error::{ErrorKind, ServiceError};
 pub use inference::{ChatEvent, ChatJob, ChatUsage, InferenceConfig};
 pub use training::{StartTraining, TrainingStatus};
-pub use web::web_settings;
+pub use web::{WebToolsError, add_web_tools, web_settings};
 
 use crate::downloads::Downloads;
 use crate::inference::{AgentJob, Inference, Job, SwitchJob};

@@ -67,10 +67,6 @@ impl LocalSearch {
     pub fn new(index: Arc<DocumentIndex>) -> LocalSearch {
         LocalSearch { index }
     }
-
-    pub fn index(&self) -> &Arc<DocumentIndex> {
-        &self.index
-    }
 }
 
 impl SearchBackend for LocalSearch {
