@@ -46,6 +46,8 @@ if $tests; then
   command -v Xvfb >/dev/null 2>&1 || need+=(xvfb xauth)
   command -v WebKitWebDriver >/dev/null 2>&1 || need+=(webkit2gtk-driver)
   command -v xwd >/dev/null 2>&1 || need+=(x11-apps)
+  # The ZIM archive tests pack a folder of HTML with zim-tools' zimwriterfs, as Kiwix does.
+  command -v zimwriterfs >/dev/null 2>&1 || need+=(zim-tools)
   # The server tests signal the server process with kill(1).
   [ -x /bin/kill ] || [ -x /usr/bin/kill ] || need+=(procps)
 fi

@@ -205,6 +205,14 @@ fn the_converted_file_holds_every_tensor_of_the_original() {
 fn an_imported_checkpoint_is_installed_quantised_and_runs_a_code_task() {
     let name = format!("catena-test-import-{}", std::process::id());
     let file = format!("{name}-Q4_K_M.gguf");
+    // The user's models folder gets the import: removed again even when an assertion fails.
+    struct RemoveOnDrop(String);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = common::catena(&["models", "rm", &self.0]);
+        }
+    }
+    let _installed = RemoveOnDrop(file.clone());
     let checkpoint = checkpoint().to_str().unwrap().to_string();
     let output = common::catena(&["models", "import", &checkpoint, "--name", &name]);
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -203,6 +203,123 @@ fn local_documents_are_searched_and_read_offline() {
     println!("summary by the model:\n{summary}");
 }
 
+/// A folder of HTML packed into a ZIM archive by Debian's `zim-tools`, as Kiwix's archives are:
+/// a guide page linking to an article in a folder.
+fn harbour_archive(dir: &Path) -> PathBuf {
+    let site = dir.join("harbour-site");
+    std::fs::create_dir_all(site.join("wiki")).unwrap();
+    std::fs::write(
+        site.join("index.html"),
+        "<html><head><title>Harbour guide</title></head><body><p>Everything about the harbour: boats, high water \
+         and the lighthouse. See <a href=\"wiki/Tides.html\">the tides</a>.</p></body></html>",
+    )
+    .unwrap();
+    std::fs::write(
+        site.join("wiki/Tides.html"),
+        "<html><head><title>Tides at the piers</title></head><body><p>High water at the north \
+         pier comes forty minutes after high water at the south pier; on Tuesday it is at \
+         06:52.</p><p>Back to <a href=\"../index.html\">the guide</a>.</p></body></html>",
+    )
+    .unwrap();
+    std::fs::write(site.join("icon.png"), b"\x89PNG\r\n\x1a\n").unwrap();
+    let archive = dir.join("harbour.zim");
+    let made = Command::new("zimwriterfs")
+        .args([
+            "-w",
+            "index.html",
+            "-I",
+            "icon.png",
+            "-l",
+            "eng",
+            "-t",
+            "Harbour",
+        ])
+        .args([
+            "-d",
+            "Harbour notes",
+            "-c",
+            "Catena tests",
+            "-p",
+            "Catena tests",
+        ])
+        .arg(&site)
+        .arg(&archive)
+        .output()
+        .expect("zimwriterfs (Debian's zim-tools, installed by scripts/setup.sh)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    archive
+}
+
+#[test]
+fn a_zim_archive_is_searched_read_and_cut_into_passages_offline() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path();
+    let archive = harbour_archive(data);
+    let add = catena_in(data)
+        .args(["index", "add"])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&add.stderr);
+    assert!(stderr.contains("Indexed 2 documents"), "{stderr}");
+
+    // The article is found with an address <crawl_page> opens again, and its summary comes
+    // from the model; the link back to the guide is an address of the same archive.
+    let tides = "zim://harbour/wiki/Tides.html";
+    let prefill = format!(
+        "<think>The tide article should say when high water comes at the north pier.</think>\n\
+         <web_search>high water north pier</web_search>\n\
+         <crawl_page>{tides} | zim://harbour/wiki/Nothing.html</crawl_page>"
+    );
+    let seen = observations(&run_web(data, &prefill, &[]));
+    assert!(
+        seen[0].starts_with(&format!(
+            "Found 2 results:\n\n## Web Results\n1. [Tides at the piers]({tides})\n"
+        )),
+        "{}",
+        seen[0]
+    );
+    let (page, missing) = seen[1].split_once("\n\nPage 2 ").unwrap();
+    let summary = page
+        .strip_prefix(&format!("Page 1 [{tides}] Summary:\n"))
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(!summary.trim().is_empty(), "{page}");
+    assert_eq!(
+        missing,
+        "[zim://harbour/wiki/Nothing.html]: [Page content not accessible: this article is not \
+         in the local index `harbour`; only indexed documents are read]"
+    );
+
+    // The same archive as passages for <wiki_search>.
+    let add = catena_in(data)
+        .args([
+            "index",
+            "add",
+            "--kind",
+            "passages",
+            "--name",
+            "harbour-wiki",
+        ])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&add.stderr);
+    assert!(stderr.contains("Indexed 2 passages"), "{stderr}");
+    let search = catena_in(data)
+        .args(["index", "search", "harbour-wiki", "north pier"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&search.stdout);
+    assert!(
+        shown.starts_with("Doc 1 (Title: Tides at the piers)\nHigh water at the north pier"),
+        "{shown}"
+    );
+}
+
 /// A small website with its traps.
 fn website() -> Router {
     Router::new()

@@ -3,7 +3,7 @@
 //! one) and read again by `<crawl_page>` from the stored text, never from the disk at the URL a
 //! model wrote: only what the user indexed can be read this way.
 
-use crate::extract::{document_files, read_document};
+use crate::extract::{Document, archive_documents, document_files, is_archive, read_document};
 use crate::{
     BuildProgress, IndexInfo, IndexKind, SearchError, WRITER_MEMORY, analysed_text, build_in_place,
     field, now_seconds, open_index, register_tokenizer, words_query,
@@ -93,25 +93,62 @@ fn write_index(
     register_tokenizer(&index);
     let mut writer: tantivy::IndexWriter<TantivyDocument> = index.writer(WRITER_MEMORY)?;
     let (mut documents, mut skipped, mut read_bytes) = (0u64, 0u64, 0u64);
-    for (file, size) in files.iter().zip(&sizes) {
-        read_bytes += size;
-        match read_document(file) {
-            Ok(document) => {
-                let mut doc = TantivyDocument::default();
-                doc.add_text(fields.url, &document.url);
-                doc.add_text(fields.title, &document.title);
-                doc.add_text(fields.body, &document.text);
-                if let Some(date) = &document.date {
-                    doc.add_text(fields.date, date);
-                }
-                writer.add_document(doc)?;
-                documents += 1;
+    let mut first_problem: Option<String> = None;
+    let add = |document: Document| -> Result<(), SearchError> {
+        let mut doc = TantivyDocument::default();
+        doc.add_text(fields.url, &document.url);
+        doc.add_text(fields.title, &document.title);
+        doc.add_text(fields.body, &document.text);
+        if let Some(date) = &document.date {
+            doc.add_text(fields.date, date);
+        }
+        writer.add_document(doc)?;
+        Ok(())
+    };
+    for (file, &size) in files.iter().zip(&sizes) {
+        let mut not_indexed = |what: String, reason: String| {
+            skipped += 1;
+            tracing::warn!(%what, %reason, "not indexed");
+            first_problem.get_or_insert_with(|| format!("{what}: {reason}"));
+        };
+        if is_archive(file) {
+            // Articles are added as they are read; the first error stops the archive, and
+            // the index is then not committed (the build fails as a whole).
+            let mut added: Result<(), SearchError> = Ok(());
+            let read = archive_documents(
+                file,
+                true,
+                &mut |document, at| {
+                    if added.is_ok() {
+                        added = add(document);
+                        documents += 1;
+                    }
+                    if at.done % 1_000 == 0 || at.done == at.total {
+                        progress(BuildProgress {
+                            read_bytes: read_bytes + size * at.done / at.total.max(1),
+                            total_bytes,
+                            entries: documents,
+                        });
+                    }
+                },
+                &mut |article, reason| {
+                    not_indexed(format!("{} ({article})", file.display()), reason)
+                },
+            );
+            added?;
+            if let Err(e) = read {
+                not_indexed(file.display().to_string(), e.to_string());
             }
-            Err(reason) => {
-                skipped += 1;
-                tracing::warn!(file = %file.display(), %reason, "not indexed");
+        } else {
+            match read_document(file) {
+                Ok(document) => {
+                    add(document)?;
+                    documents += 1;
+                }
+                Err(reason) => not_indexed(file.display().to_string(), reason),
             }
         }
+        read_bytes += size;
         progress(BuildProgress {
             read_bytes,
             total_bytes,
@@ -120,7 +157,10 @@ fn write_index(
     }
     if documents == 0 {
         let names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-        return Err(SearchError::NoDocuments(names.join(", ")));
+        return Err(SearchError::NoDocuments {
+            roots: names.join(", "),
+            first_problem: first_problem.map(|p| format!("; the first problem, {p}")),
+        });
     }
     writer.commit()?;
     writer.wait_merging_threads()?;

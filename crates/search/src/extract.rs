@@ -95,7 +95,7 @@ pub fn read_document(path: &Path) -> Result<Document, String> {
     })
 }
 
-/// The documents under `roots` (files, and folders walked without following links or entering
+/// The documents and archives under `roots` (files, and folders walked without following links or entering
 /// hidden folders), in a stable order.
 pub fn document_files(roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -106,7 +106,8 @@ pub fn document_files(roots: &[PathBuf]) -> Vec<PathBuf> {
             .into_iter()
             .filter_entry(|e| e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.'));
         for entry in walk.filter_map(Result::ok) {
-            if entry.file_type().is_file() && is_document(entry.path()) {
+            let path = entry.path();
+            if entry.file_type().is_file() && (is_document(path) || is_archive(path)) {
                 files.push(entry.into_path());
             }
         }
@@ -127,6 +128,126 @@ pub fn html_to_text(html: &[u8]) -> String {
         Ok(text) => text,
         Err(_) => String::from_utf8_lossy(html).into_owned(),
     }
+}
+
+/// The ending of ZIM archives (Kiwix's offline Wikipedia, Stack Exchange and documentation
+/// sites), indexed article by article.
+pub const ARCHIVE_EXTENSION: &str = "zim";
+
+/// Whether `path`'s name ends like a ZIM archive.
+pub fn is_archive(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case(ARCHIVE_EXTENSION))
+}
+
+/// Where the articles of the archive at `path` live: `zim://{name}/`, `name` being the file's
+/// name without `.zim`. An article's URL is this joined with its path, so the links inside it
+/// resolve to other articles of the same archive.
+pub fn archive_base(path: &Path) -> Result<url::Url, String> {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    url::Url::parse(&format!("zim://{name}/")).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Progress through an archive: articles read of those it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchiveProgress {
+    pub done: u64,
+    pub total: u64,
+}
+
+/// The HTML articles of the ZIM archive at `path`, each given to `each` as a document with a
+/// `zim://` URL (see [`archive_base`]). With `links`, the text ends with the article's links made
+/// absolute (what `<crawl_page>` shows); without, it is prose only (what passages hold). An
+/// article that cannot be read goes to `failed` with the reason, and reading goes on.
+pub fn archive_documents(
+    path: &Path,
+    links: bool,
+    each: &mut dyn FnMut(Document, ArchiveProgress),
+    failed: &mut dyn FnMut(&str, String),
+) -> Result<(), crate::zim::ZimError> {
+    let mut archive = crate::zim::ZimArchive::open(path)?;
+    let base = archive_base(path).map_err(|reason| crate::zim::ZimError::NotZim {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    let is_html = |mime: &str| mime.starts_with("text/html");
+    let total = archive.entries(is_html)?.len() as u64;
+    let mut done = 0u64;
+    crate::zim::read_entries(&mut archive, is_html, |entry, bytes| {
+        done += 1;
+        let progress = ArchiveProgress { done, total };
+        let bytes = match bytes {
+            Ok(bytes) => bytes,
+            Err(reason) => return failed(&entry.path, reason),
+        };
+        let Ok(url) = base.join(&entry.path) else {
+            return failed(&entry.path, "its path is not a URL path".into());
+        };
+        let text = if links {
+            absolute_links(&html_to_text(bytes), &url)
+        } else {
+            html_to_prose(bytes)
+        };
+        if text.trim().is_empty() {
+            return failed(&entry.path, "no text".into());
+        }
+        let document = Document {
+            url: url.to_string(),
+            title: entry.title.clone(),
+            text,
+            date: None,
+        };
+        each(document, progress);
+    })
+}
+
+/// HTML as prose: like [`html_to_text`] but without link markers or the list of link targets.
+pub fn html_to_prose(html: &[u8]) -> String {
+    let rendered = html2text::config::plain_no_decorate()
+        .no_table_borders()
+        .link_footnotes(false)
+        .allow_width_overflow()
+        .string_from_read(html, RENDER_WIDTH);
+    match rendered {
+        Ok(text) => text,
+        Err(_) => String::from_utf8_lossy(html).into_owned(),
+    }
+}
+
+/// The rendered page's link list (`[3]: /tides.html` lines at its end) with every target made
+/// absolute against the page's address, so a model can open a link it read.
+pub fn absolute_links(text: &str, base: &url::Url) -> String {
+    let mut out = String::with_capacity(text.len() + 64);
+    for line in text.split_inclusive('\n') {
+        let resolved = line
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once("]: "))
+            .filter(|(number, _)| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(number, target)| {
+                let joined = base.join(target.trim_end()).ok()?;
+                let end = if line.ends_with('\n') { "\n" } else { "" };
+                Some(format!("[{number}]: {joined}{end}"))
+            });
+        match resolved {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// The text of an HTML fragment (a snippet with `<strong>` and `&amp;` in it), on one line.
@@ -241,6 +362,16 @@ mod tests {
         assert!(
             !text.contains("secret") && !text.contains("color"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn links_become_absolute() {
+        let base = url::Url::parse("http://example.org/dir/page.html").unwrap();
+        let text = "See [tides][1].\n\n[1]: ../tides.html\n[2]: https://x.org/a\n[x]: y\n";
+        assert_eq!(
+            absolute_links(text, &base),
+            "See [tides][1].\n\n[1]: http://example.org/tides.html\n[2]: https://x.org/a\n[x]: y\n"
         );
     }
 

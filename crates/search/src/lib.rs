@@ -1,6 +1,6 @@
 //! Local retrieval for the agent's search tools, offline: BM25 indexes (tantivy) of
 //! - a passage file, searched by `<wiki_search>` ([`PassageIndex`]);
-//! - the user's documents (Markdown, plain text, HTML), searched by `<web_search>` and read again
+//! - the user's documents (Markdown, plain text, HTML, the articles of ZIM archives), searched by `<web_search>` and read again
 //!   by `<crawl_page>` ([`DocumentIndex`]).
 //!
 //! (docs/PROTOCOL.md §3.) Indexes live in one folder each under an indexes folder, with
@@ -11,6 +11,7 @@ mod documents;
 pub mod extract;
 mod passage_line;
 mod passages;
+pub mod zim;
 
 pub use catena_protocol::units::is_plain_name;
 pub use documents::{DocumentHit, DocumentIndex, StoredDocument, build_documents};
@@ -115,10 +116,14 @@ pub enum SearchError {
         reason: String,
     },
     #[error(
-        "no documents found in {0}: Catena indexes Markdown, plain text and HTML files ({exts})",
+        "no documents found in {roots}: Catena indexes Markdown, plain text and HTML files ({exts}) and ZIM archives (.zim){}",
+        first_problem.as_deref().unwrap_or_default(),
         exts = extract::DOCUMENT_EXTENSIONS.join(", ")
     )]
-    NoDocuments(String),
+    NoDocuments {
+        roots: String,
+        first_problem: Option<String>,
+    },
     #[error("an index named `{0}` exists already (`catena index rm {0}` removes it)")]
     Exists(String),
     #[error("no index named `{0}` (see `catena index list`)")]

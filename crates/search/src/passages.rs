@@ -1,8 +1,10 @@
 //! Passage indexes: one entry per line of a passage file, for `<wiki_search>`.
 
+use crate::extract::{archive_documents, is_archive};
 use crate::{
-    BuildProgress, IndexInfo, IndexKind, SearchError, WRITER_MEMORY, analysed_text, build_in_place,
-    field, io_at, now_seconds, open_index, parse_passage_line, register_tokenizer, words_query,
+    BuildProgress, IndexInfo, IndexKind, PassageRecord, SearchError, WRITER_MEMORY, analysed_text,
+    build_in_place, field, io_at, now_seconds, open_index, parse_passage_line, register_tokenizer,
+    words_query,
 };
 use serde::Serialize;
 use std::io::BufRead;
@@ -53,6 +55,10 @@ pub fn build_passages(
     })
 }
 
+/// Words per passage cut from an archive's articles: the length of the wiki-18 passages the
+/// MHQA agent was trained against.
+pub const PASSAGE_WORDS: usize = 100;
+
 /// Writes the index of `source` into `dir` (a new folder).
 fn write_index(
     dir: &Path,
@@ -66,6 +72,120 @@ fn write_index(
     let index = Index::create_in_dir(dir, schema)?;
     register_tokenizer(&index);
     let mut writer: tantivy::IndexWriter<TantivyDocument> = index.writer(WRITER_MEMORY)?;
+    let add = |p: &PassageRecord| -> Result<(), SearchError> {
+        let mut doc = TantivyDocument::default();
+        doc.add_text(fields.id, &p.id);
+        doc.add_text(fields.title, &p.title);
+        doc.add_text(fields.text, &p.text);
+        doc.add_text(fields.contents, format!("{}\n{}", p.title, p.text));
+        writer.add_document(doc)?;
+        Ok(())
+    };
+    let counts = if is_archive(source) {
+        archive_passages(source, total_bytes, &add, progress)?
+    } else {
+        file_passages(source, file, total_bytes, &add, progress)?
+    };
+    writer.commit()?;
+    writer.wait_merging_threads()?;
+    progress(BuildProgress {
+        read_bytes: total_bytes,
+        total_bytes,
+        entries: counts.passages,
+    });
+    Ok(IndexInfo {
+        name: name.to_string(),
+        kind: IndexKind::Passages,
+        sources: vec![
+            source
+                .canonicalize()
+                .unwrap_or_else(|_| source.to_path_buf()),
+        ],
+        entries: counts.passages,
+        skipped: counts.skipped,
+        source_bytes: total_bytes,
+        built_at: now_seconds(),
+    })
+}
+
+struct Counts {
+    passages: u64,
+    skipped: u64,
+}
+
+/// The articles of a ZIM archive cut into passages of [`PASSAGE_WORDS`] words, each with its
+/// article's title; articles without text are skipped and counted.
+fn archive_passages(
+    source: &Path,
+    total_bytes: u64,
+    add: &dyn Fn(&PassageRecord) -> Result<(), SearchError>,
+    progress: &mut dyn FnMut(BuildProgress),
+) -> Result<Counts, SearchError> {
+    let (mut passages, mut skipped) = (0u64, 0u64);
+    let mut added: Result<(), SearchError> = Ok(());
+    let read = archive_documents(
+        source,
+        false,
+        &mut |document, at| {
+            for (n, text) in split_words(&document.text, PASSAGE_WORDS)
+                .into_iter()
+                .enumerate()
+            {
+                if added.is_ok() {
+                    added = add(&PassageRecord {
+                        id: format!("{}#{}", document.url, n + 1),
+                        title: document.title.clone(),
+                        text,
+                    });
+                    passages += 1;
+                }
+            }
+            if at.done % 1_000 == 0 {
+                progress(BuildProgress {
+                    read_bytes: total_bytes * at.done / at.total.max(1),
+                    total_bytes,
+                    entries: passages,
+                });
+            }
+        },
+        &mut |article, reason| {
+            skipped += 1;
+            tracing::warn!(%article, %reason, "not indexed");
+        },
+    );
+    added?;
+    read.map_err(|e| SearchError::NoPassages {
+        path: source.to_path_buf(),
+        line: 0,
+        reason: e.to_string(),
+    })?;
+    if passages == 0 {
+        return Err(SearchError::NoPassages {
+            path: source.to_path_buf(),
+            line: 0,
+            reason: "the archive has no HTML article with text".into(),
+        });
+    }
+    Ok(Counts { passages, skipped })
+}
+
+/// `text` in runs of `words` words (the last one shorter), each on one line.
+fn split_words(text: &str, words: usize) -> Vec<String> {
+    let all: Vec<&str> = text.split_whitespace().collect();
+    all.chunks(words.max(1))
+        .map(|chunk| chunk.join(" "))
+        .collect()
+}
+
+/// The passages of a JSONL file; lines that are not passages are skipped and counted, and a
+/// file with none is refused with the first problem.
+fn file_passages(
+    source: &Path,
+    file: std::fs::File,
+    total_bytes: u64,
+    add: &dyn Fn(&PassageRecord) -> Result<(), SearchError>,
+    progress: &mut dyn FnMut(BuildProgress),
+) -> Result<Counts, SearchError> {
     let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
     let mut line = Vec::new();
     let (mut passages, mut skipped, mut read_bytes, mut number) = (0u64, 0u64, 0u64, 0u64);
@@ -88,12 +208,7 @@ fn write_index(
             .and_then(parse_passage_line);
         match parsed {
             Ok(p) => {
-                let mut doc = TantivyDocument::default();
-                doc.add_text(fields.id, &p.id);
-                doc.add_text(fields.title, &p.title);
-                doc.add_text(fields.text, &p.text);
-                doc.add_text(fields.contents, format!("{}\n{}", p.title, p.text));
-                writer.add_document(doc)?;
+                add(&p)?;
                 passages += 1;
             }
             Err(reason) => {
@@ -117,26 +232,7 @@ fn write_index(
             reason,
         });
     }
-    writer.commit()?;
-    writer.wait_merging_threads()?;
-    progress(BuildProgress {
-        read_bytes,
-        total_bytes,
-        entries: passages,
-    });
-    Ok(IndexInfo {
-        name: name.to_string(),
-        kind: IndexKind::Passages,
-        sources: vec![
-            source
-                .canonicalize()
-                .unwrap_or_else(|_| source.to_path_buf()),
-        ],
-        entries: passages,
-        skipped,
-        source_bytes: read_bytes,
-        built_at: now_seconds(),
-    })
+    Ok(Counts { passages, skipped })
 }
 
 /// An open passage index.

@@ -4,7 +4,7 @@
 //! machine), literal addresses before each request and each redirect.
 
 use crate::address::private_kind;
-use catena_search::extract::{html_metadata, html_to_text};
+use catena_search::extract::{absolute_links, html_metadata, html_to_text};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -242,28 +242,6 @@ impl TextKind {
     }
 }
 
-/// The rendered page's link list (`[3]: /tides.html` lines at its end) with every target made
-/// absolute against the page's address, so a model can open a link it read.
-fn absolute_links(text: &str, base: &url::Url) -> String {
-    let mut out = String::with_capacity(text.len() + 64);
-    for line in text.split_inclusive('\n') {
-        let resolved = line
-            .strip_prefix('[')
-            .and_then(|rest| rest.split_once("]: "))
-            .filter(|(number, _)| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|(number, target)| {
-                let joined = base.join(target.trim_end()).ok()?;
-                let end = if line.ends_with('\n') { "\n" } else { "" };
-                Some(format!("[{number}]: {joined}{end}"))
-            });
-        match resolved {
-            Some(line) => out.push_str(&line),
-            None => out.push_str(line),
-        }
-    }
-    out
-}
-
 fn looks_like_html(body: &[u8]) -> bool {
     let start = String::from_utf8_lossy(&body[..body.len().min(512)]).to_ascii_lowercase();
     let start = start.trim_start();
@@ -370,16 +348,6 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("loopback"), "{err}");
-    }
-
-    #[test]
-    fn links_become_absolute() {
-        let base = url::Url::parse("http://example.org/dir/page.html").unwrap();
-        let text = "See [tides][1].\n\n[1]: ../tides.html\n[2]: https://x.org/a\n[x]: y\n";
-        assert_eq!(
-            absolute_links(text, &base),
-            "See [tides][1].\n\n[1]: http://example.org/tides.html\n[2]: https://x.org/a\n[x]: y\n"
-        );
     }
 
     #[test]

@@ -20,8 +20,9 @@ pub struct IndexArgs {
 pub enum IndexCommand {
     /// Build a BM25 index: of a passage file (`.jsonl`: the wiki-18 layout `id`, `contents`
     /// with the title on its first line; or `id`, `title`, `text`) for `<wiki_search>`, or of
-    /// documents (Markdown, text and HTML files, and folders of them) for `<web_search>` and
-    /// `<crawl_page>`.
+    /// documents (Markdown, text and HTML files, ZIM archives, and folders of them) for
+    /// `<web_search>` and `<crawl_page>`. `--kind passages` cuts a ZIM archive's articles into
+    /// 100-word passages for `<wiki_search>`.
     Add {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -190,7 +191,9 @@ fn add(
         None => IndexKind::Documents,
     };
     if kind == IndexKind::Passages && sources.len() != 1 {
-        bail!("a passage index is built from one file");
+        bail!(
+            "a passage index is built from one file (a `.jsonl` passage file or a `.zim` archive)"
+        );
     }
     let name = match name {
         Some(name) => name,

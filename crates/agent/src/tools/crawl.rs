@@ -4,8 +4,9 @@
 //! `Page {i} [{url}]: [Page content not accessible: {error}]`, joined by blank lines
 //! (PROTOCOL.md §3).
 //!
-//! `file://` URLs are read only from the local document index, from the text stored when the
-//! user indexed the file: a model cannot read a file the user did not index. http(s) pages go
+//! `file://` URLs (documents) and `zim://` URLs (articles of ZIM archives) are read only from the
+//! local document index, from the text stored when the user indexed them: a model cannot read a
+//! file the user did not index. http(s) pages go
 //! through the fetcher, which refuses the machine's own and private addresses.
 
 use super::{CallContext, Tool, ToolOutput};
@@ -21,7 +22,7 @@ pub const MAX_PAGES_PER_CALL: usize = 5;
 
 /// The page reader.
 pub struct CrawlPageTool {
-    /// Where `file://` documents are read from.
+    /// Where `file://` documents and `zim://` articles are read from.
     local: Option<Arc<DocumentIndex>>,
     /// How http(s) pages are read; `None` in a run without network access.
     fetcher: Option<Fetcher>,
@@ -35,18 +36,23 @@ impl CrawlPageTool {
 
     /// The page at `url` as (title, text), or why it cannot be read.
     fn read(&self, url: &str) -> Result<(Option<String>, String), String> {
-        if url.starts_with("file:") {
+        if url.starts_with("file:") || url.starts_with("zim:") {
             let Some(index) = &self.local else {
                 return Err(
-                    "local files are read only from a local document index, and this \
-                            run has none"
+                    "local files and archive articles are read only from a local document \
+                     index, and this run has none"
                         .into(),
                 );
             };
             return match index.document(url) {
                 Ok(Some(doc)) => Ok((Some(doc.title), doc.text)),
                 Ok(None) => Err(format!(
-                    "this file is not in the local index `{}`; only indexed documents are read",
+                    "this {} is not in the local index `{}`; only indexed documents are read",
+                    if url.starts_with("zim:") {
+                        "article"
+                    } else {
+                        "file"
+                    },
                     index.info.name
                 )),
                 Err(e) => Err(e.to_string()),
