@@ -320,6 +320,75 @@ fn a_zim_archive_is_searched_read_and_cut_into_passages_offline() {
     );
 }
 
+#[test]
+fn a_pdf_printed_by_chromium_is_indexed_by_its_text() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path();
+    let page = data.join("lighthouse.html");
+    std::fs::write(
+        &page,
+        "<html><head><title>Lighthouse log</title></head><body><h1>Lighthouse log</h1>\
+         <p>The keeper lights the lamp at dusk and climbs 112 steps to the lantern room.</p>\
+         </body></html>",
+    )
+    .unwrap();
+    let pdf = data.join("lighthouse.pdf");
+    // Debian's Chromium, which the UI tests drive too (scripts/setup.sh installs it).
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let printed = Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .args([
+            "--disable-background-networking",
+            "--disable-component-update",
+        ])
+        .args(["--disable-sync", "--no-pdf-header-footer"])
+        .arg(format!(
+            "--user-data-dir={}",
+            data.join("chromium").display()
+        ))
+        .arg(format!("--print-to-pdf={}", pdf.display()))
+        .arg(file_url(&page))
+        .output()
+        .unwrap_or_else(|e| panic!("{chromium}: {e}"));
+    assert!(
+        pdf.is_file(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    std::fs::remove_file(&page).unwrap();
+
+    let add = catena_in(data)
+        .args(["index", "add", "--name", "log"])
+        .arg(&pdf)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&add.stderr);
+    assert!(stderr.contains("Indexed 1 document"), "{stderr}");
+    let search = catena_in(data)
+        .args([
+            "index",
+            "search",
+            "log",
+            "how many steps does the keeper climb",
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&search.stdout);
+    let url = file_url(&pdf.canonicalize().unwrap());
+    assert!(
+        shown.starts_with(&format!(
+            "Found 1 results:\n\n## Web Results\n1. [Lighthouse log]({url})\n"
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("climbs 112 steps"), "{shown}");
+}
+
 /// A small website with its traps.
 fn website() -> Router {
     Router::new()

@@ -1,6 +1,6 @@
-//! Document indexes: the user's Markdown, text and HTML files, searched like the web by
-//! `<web_search>` (title, URL, a snippet around the matched words, a date where the file has
-//! one) and read again by `<crawl_page>` from the stored text, never from the disk at the URL a
+//! Document indexes: the user's Markdown, text, HTML and PDF files and ZIM archives, searched like
+//! the web by `<web_search>` (title, URL, a snippet around the matched words, a date where the file
+//! has one) and read again by `<crawl_page>` from the stored text, never from the disk at the URL a
 //! model wrote: only what the user indexed can be read this way.
 
 use crate::extract::{Document, archive_documents, document_files, is_archive, read_document};

@@ -1,18 +1,21 @@
-//! Files to searchable documents: Markdown, plain text and HTML, each with a title, readable
-//! text and, where the file states one, a publication date. The crawler reads fetched web pages
-//! through the same [`html_to_text`], so a page reads the same whether it came from the index or
-//! from the network.
+//! Files to searchable documents: Markdown, plain text, HTML and PDF (its text layer), each with a
+//! title, readable text and, where the file states one, a publication date. The crawler reads
+//! fetched web pages through the same [`html_to_text`], so a page reads the same whether it came
+//! from the index or from the network.
 
 use std::path::{Path, PathBuf};
 
 /// The file name endings indexed as documents.
 pub const DOCUMENT_EXTENSIONS: &[&str] = &[
-    "md", "markdown", "txt", "text", "rst", "html", "htm", "xhtml",
+    "md", "markdown", "txt", "text", "rst", "html", "htm", "xhtml", "pdf",
 ];
 
 /// Files larger than this are not indexed (a document that big is a data dump, not something a
 /// model reads).
 pub const MAX_DOCUMENT_BYTES: u64 = 20 << 20;
+/// PDFs larger than this are not indexed: a PDF carries fonts and images beside its text, so a
+/// long book is this big.
+pub const MAX_PDF_BYTES: u64 = 100 << 20;
 
 /// Width the HTML renderer wraps lines at: wide, so sentences stay whole for the model.
 const RENDER_WIDTH: usize = 120;
@@ -34,6 +37,7 @@ enum Format {
     Markdown,
     Text,
     Html,
+    Pdf,
 }
 
 fn format_of(path: &Path) -> Option<Format> {
@@ -42,6 +46,7 @@ fn format_of(path: &Path) -> Option<Format> {
         "md" | "markdown" => Some(Format::Markdown),
         "txt" | "text" | "rst" => Some(Format::Text),
         "html" | "htm" | "xhtml" => Some(Format::Html),
+        "pdf" => Some(Format::Pdf),
         _ => None,
     }
 }
@@ -53,10 +58,15 @@ pub fn is_document(path: &Path) -> bool {
 
 /// Reads the document at `path` (absolute, so its URL is). The error says why it is not one.
 pub fn read_document(path: &Path) -> Result<Document, String> {
-    let format = format_of(path).ok_or("not a Markdown, text or HTML file")?;
+    let format = format_of(path).ok_or("not a Markdown, text, HTML or PDF file")?;
     let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
-    if size > MAX_DOCUMENT_BYTES {
-        return Err(format!("larger than {} MiB", MAX_DOCUMENT_BYTES >> 20));
+    let limit = if format == Format::Pdf {
+        MAX_PDF_BYTES
+    } else {
+        MAX_DOCUMENT_BYTES
+    };
+    if size > limit {
+        return Err(format!("larger than {} MiB", limit >> 20));
     }
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     let url = url::Url::from_file_path(path)
@@ -75,13 +85,13 @@ pub fn read_document(path: &Path) -> Result<Document, String> {
             let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text")?;
             markdown_parts(&text)
         }
+        Format::Pdf => {
+            let text = pdf_text(&bytes)?;
+            (first_line_title(&text), text, None)
+        }
         Format::Text => {
             let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text")?;
-            let first = text.lines().map(str::trim).find(|l| !l.is_empty());
-            let title = first
-                .filter(|l| l.chars().count() <= 100)
-                .map(str::to_string);
-            (title, text, None)
+            (first_line_title(&text), text, None)
         }
     };
     if text.trim().is_empty() {
@@ -93,6 +103,41 @@ pub fn read_document(path: &Path) -> Result<Document, String> {
         text,
         date,
     })
+}
+
+/// The first non-empty line, when it is short enough to be a title.
+fn first_line_title(text: &str) -> Option<String> {
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    (first.chars().count() <= 100).then(|| first.to_string())
+}
+
+/// The text of a PDF, page after page. PDFs without a text layer (scans) give none, and
+/// encrypted ones are refused. `pdf-extract` is known to panic on some malformed files; such a
+/// panic is caught here and becomes the file's error, so one broken PDF never ends a build.
+fn pdf_text(bytes: &[u8]) -> Result<String, String> {
+    let extracted = std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(bytes))
+        .map_err(|_| "the PDF could not be parsed".to_string())?;
+    let text = extracted.map_err(|e| format!("the PDF could not be read: {e}"))?;
+    // Pages come separated by form feeds; runs of blank lines from the layout are squeezed.
+    let mut out = String::with_capacity(text.len());
+    let mut blank = 0;
+    for line in text.replace('\u{c}', "\n").lines() {
+        let line = line.trim_end();
+        if line.trim().is_empty() {
+            blank += 1;
+            if blank > 1 {
+                continue;
+            }
+        } else {
+            blank = 0;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if out.trim().is_empty() {
+        return Err("the PDF has no text layer (a scan?)".into());
+    }
+    Ok(out)
 }
 
 /// The documents and archives under `roots` (files, and folders walked without following links or entering
@@ -392,6 +437,84 @@ mod tests {
         assert!(body.starts_with("# Other"), "{body}");
         let (title, _, date) = markdown_parts("Intro\n# Heading One\nmore");
         assert_eq!((title.as_deref(), date), (Some("Heading One"), None));
+    }
+
+    /// A one-page PDF written by hand: the text in Helvetica, one line per entry of `lines`.
+    fn pdf_with(lines: &[&str]) -> Vec<u8> {
+        let mut content = String::from("BT /F1 12 Tf 72 720 Td 14 TL\n");
+        for line in lines {
+            content.push_str(&format!("({line}) Tj T*\n"));
+        }
+        content.push_str("ET");
+        let objects = [
+            "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+            "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+             /Resources << /Font << /F1 5 0 R >> >> >>"
+                .to_string(),
+            format!(
+                "<< /Length {} >>\nstream\n{content}\nendstream",
+                content.len()
+            ),
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
+                .to_string(),
+        ];
+        let mut pdf = b"%PDF-1.4\n".to_vec();
+        let mut offsets = Vec::new();
+        for (i, object) in objects.iter().enumerate() {
+            offsets.push(pdf.len());
+            pdf.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
+        }
+        let xref = pdf.len();
+        pdf.extend_from_slice(
+            format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+        );
+        for offset in offsets {
+            pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+        }
+        pdf.extend_from_slice(
+            format!(
+                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+                objects.len() + 1
+            )
+            .as_bytes(),
+        );
+        pdf
+    }
+
+    #[test]
+    fn pdfs_give_their_text_and_broken_ones_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let pdf = root.join("tides.pdf");
+        std::fs::write(
+            &pdf,
+            pdf_with(&[
+                "Tide tables",
+                "High water at the north pier comes at 06:52.",
+            ]),
+        )
+        .unwrap();
+        let document = read_document(&pdf).unwrap();
+        assert_eq!(document.title, "Tide tables");
+        assert!(
+            document.text.contains("north pier comes at 06:52"),
+            "{document:?}"
+        );
+        let bytes = std::fs::read(&pdf).unwrap();
+        for (name, broken) in [
+            ("cut.pdf", bytes[..bytes.len() / 2].to_vec()),
+            (
+                "garbage.pdf",
+                b"%PDF-1.4\n\x00\xff garbage obj << /Type".to_vec(),
+            ),
+            ("empty.pdf", pdf_with(&[])),
+        ] {
+            let file = root.join(name);
+            std::fs::write(&file, broken).unwrap();
+            let err = read_document(&file).unwrap_err();
+            assert!(err.contains("PDF"), "{name}: {err}");
+        }
     }
 
     #[test]

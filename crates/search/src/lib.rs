@@ -116,7 +116,7 @@ pub enum SearchError {
         reason: String,
     },
     #[error(
-        "no documents found in {roots}: Catena indexes Markdown, plain text and HTML files ({exts}) and ZIM archives (.zim){}",
+        "no documents found in {roots}: Catena indexes Markdown, plain text, HTML and PDF files ({exts}) and ZIM archives (.zim){}",
         first_problem.as_deref().unwrap_or_default(),
         exts = extract::DOCUMENT_EXTENSIONS.join(", ")
     )]

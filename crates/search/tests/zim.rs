@@ -116,7 +116,8 @@ fn a_broken_archive_is_reported_not_indexed() {
     let cut = dir.path().join("cut.zim");
     std::fs::write(&cut, &bytes).unwrap();
     let indexes = dir.path().join("indexes");
-    let err = build_documents(&indexes, "cut", std::slice::from_ref(&cut), &mut |_| {}).unwrap_err();
+    let err =
+        build_documents(&indexes, "cut", std::slice::from_ref(&cut), &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("cut.zim"), "{err}");
     let err = build_passages(&indexes, "cut", &cut, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("cut.zim"), "{err}");

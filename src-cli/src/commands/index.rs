@@ -20,7 +20,7 @@ pub struct IndexArgs {
 pub enum IndexCommand {
     /// Build a BM25 index: of a passage file (`.jsonl`: the wiki-18 layout `id`, `contents`
     /// with the title on its first line; or `id`, `title`, `text`) for `<wiki_search>`, or of
-    /// documents (Markdown, text and HTML files, ZIM archives, and folders of them) for
+    /// documents (Markdown, text, HTML and PDF files, ZIM archives, and folders of them) for
     /// `<web_search>` and `<crawl_page>`. `--kind passages` cuts a ZIM archive's articles into
     /// 100-word passages for `<wiki_search>`.
     Add {

@@ -102,7 +102,7 @@ pub fn unavailable_reason(tag: Tag) -> &'static str {
     match tag {
         Tag::WebSearch => {
             "no search backend is set up: build a local document index with `catena index add \
-             FOLDER` (Markdown, text and HTML files), or choose an online backend with --search \
+             FOLDER` (Markdown, text, HTML and PDF files, ZIM archives), or choose an online backend with --search \
              (searxng, serper, brave, tavily)"
         }
         Tag::CrawlPage => {
