@@ -672,3 +672,69 @@ fn the_server_reads_and_summarises_a_local_document() {
         "{summary}"
     );
 }
+
+#[test]
+fn pages_are_summarised_by_an_openai_compatible_endpoint_when_the_settings_name_one() {
+    // The endpoint is a real `catena serve` on loopback with a key of its own.
+    let endpoint_data = tempfile::tempdir().unwrap();
+    let server = common::serve(catena_in(endpoint_data.path()), |c| {
+        c.env("CATENA_API_KEY", "sk-summariser");
+    });
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let models: Value = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/models", server.base))
+        .bearer_auth("sk-summariser")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let model = models["data"][0]["id"].as_str().unwrap().to_string();
+
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path();
+    let docs = documents(data);
+    let add = catena_in(data)
+        .args(["index", "add"])
+        .arg(&docs)
+        .output()
+        .unwrap();
+    assert!(add.status.success());
+    let tides = file_url(&docs.join("tides.md"));
+    let prefill = format!(
+        "<think>The tide table should say when high water comes at the north pier.</think>\n\
+         <crawl_page>{tides}</crawl_page>"
+    );
+    let read_with = |model: &str, key: &str| {
+        std::fs::write(
+            data.join("settings.toml"),
+            format!(
+                "[web]\nsummarizer_url = \"{}/v1\"\nsummarizer_model = \"{model}\"\n",
+                server.base
+            ),
+        )
+        .unwrap();
+        let mut catena = catena_in(data);
+        catena.env("CATENA_SUMMARIZER_KEY", key);
+        observations(&run_web_with(catena, &prefill, &[])).remove(0)
+    };
+    let page = read_with(&model, "sk-summariser");
+    let summary = page
+        .strip_prefix(&format!("Page 1 [{tides}] Summary:\n"))
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(!summary.trim().is_empty(), "{page}");
+    // The page went to the endpoint: a model it does not serve and a wrong key are its answers.
+    let page = read_with("no-such-model", "sk-summariser");
+    assert!(
+        page.starts_with(&format!(
+            "Page 1 [{tides}]: [Page content not accessible: the summariser failed: the endpoint \
+             answered HTTP 404"
+        )),
+        "{page}"
+    );
+    let page = read_with(&model, "sk-wrong");
+    assert!(
+        page.contains("the endpoint refused the key (HTTP 401)"),
+        "{page}"
+    );
+    assert!(!page.contains("sk-wrong"), "{page}");
+}

@@ -3,7 +3,7 @@
 //! is summarised against the last search query and that intent into query-related information,
 //! clue-related information and relevant links, or "No relevant information". The model is the
 //! run's own, answering in a context of its own ([`SideModel`]), so the agent's context never
-//! holds the raw page.
+//! holds the raw page, or one at an endpoint the user configured ([`EndpointModel`]).
 
 use catena_engine::{EngineError, Session, SideChat};
 use catena_protocol::profile::QWEN_SYSTEM;
@@ -48,6 +48,21 @@ impl ChatModel for SideModel<'_> {
             EngineError::ContextOverflow { .. } => ChatError::TooLong,
             e => ChatError::Failed(e.to_string()),
         })
+    }
+}
+
+/// A model at an OpenAI-compatible endpoint the user configured (`summarizer_url` in the
+/// `[web]` settings): the page goes there instead of to the run's own model.
+pub struct EndpointModel<'e>(pub &'e catena_web::ChatEndpoint);
+
+impl ChatModel for EndpointModel<'_> {
+    fn chat(&mut self, instruction: &str, max_tokens: usize) -> Result<String, ChatError> {
+        self.0
+            .chat("You are a helpful assistant.", instruction, max_tokens)
+            .map_err(|e| match e {
+                catena_web::EndpointError::TooLong(_) => ChatError::TooLong,
+                e => ChatError::Failed(e.to_string()),
+            })
     }
 }
 

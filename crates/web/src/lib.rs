@@ -1,18 +1,21 @@
 //! The web for the agent's tools, offline first (docs/PROTOCOL.md §3): search backends for
 //! `<web_search>` ([`SearchBackend`]: the local document index, SearXNG, Serper, Brave,
 //! Tavily) and the page fetcher `<crawl_page>` reads the web with ([`Fetcher`]), which refuses
-//! the machine's own and its private networks' addresses.
+//! the machine's own and its private networks' addresses, and an OpenAI-compatible chat client
+//! ([`ChatEndpoint`]) for a page summariser other than the run's own model.
 
 pub mod address;
+mod chat;
 mod fetch;
 mod search;
 mod settings;
 
+pub use chat::{ChatEndpoint, EndpointError};
 pub use fetch::{FetchError, FetchOptions, FetchedPage, Fetcher};
 pub use search::{
     ApiKey, LocalSearch, OnlineSearch, SearchBackend, SearchFailure, Service, WebHit,
 };
-pub use settings::{WebSettings, WebSetup, WebSetupError};
+pub use settings::{SUMMARIZER_KEY_ENV, WebSettings, WebSetup, WebSetupError};
 
 /// Installs rustls's `ring` crypto provider as the process default (once; later calls do
 /// nothing): reqwest is built without a provider of its own.

@@ -118,7 +118,7 @@ impl ApiKey {
         (!key.is_empty()).then_some(ApiKey(key))
     }
 
-    fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }

@@ -3,6 +3,7 @@
 //! (where every user of the machine can read them), and are never logged or stored in a run.
 
 use crate::FetchOptions;
+use crate::chat::ChatEndpoint;
 use crate::search::{ApiKey, LocalSearch, OnlineSearch, SearchBackend, Service};
 use catena_search::{DocumentIndex, SearchError};
 use serde::{Deserialize, Serialize};
@@ -44,7 +45,20 @@ pub struct WebSettings {
     /// Private addresses the page reader may open, one by one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allowed_addresses: Vec<IpAddr>,
+    /// An OpenAI-compatible endpoint (`http://127.0.0.1:8080/v1`) whose model summarises the
+    /// pages `<crawl_page>` reads, instead of the run's own model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summarizer_url: Option<String>,
+    /// The model name the endpoint is asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summarizer_model: Option<String>,
+    /// The endpoint's key (`CATENA_SUMMARIZER_KEY` in the environment comes first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summarizer_key: Option<ApiKey>,
 }
+
+/// The environment variable of the summariser endpoint's key.
+pub const SUMMARIZER_KEY_ENV: &str = "CATENA_SUMMARIZER_KEY";
 
 /// Why the chosen backend cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +75,12 @@ pub enum WebSetupError {
         setting: &'static str,
         settings: String,
     },
+    #[error(
+        "the summariser endpoint {url} needs the model to ask for: set `summarizer_model` in the [web] table of {settings}"
+    )]
+    SummarizerModel { url: String, settings: String },
+    #[error("the summariser endpoint cannot be used: {0}")]
+    Summarizer(#[from] crate::chat::EndpointError),
     #[error("the document index cannot be used: {0}")]
     Index(#[from] SearchError),
     #[error("{0}")]
@@ -76,6 +96,8 @@ pub struct WebSetup {
     pub local_index: Option<Arc<DocumentIndex>>,
     /// Whether web pages are read over the network.
     pub online: bool,
+    /// The endpoint that summarises pages; `None`: the run's own model does.
+    pub summarizer: Option<Arc<ChatEndpoint>>,
 }
 
 impl WebSettings {
@@ -104,6 +126,7 @@ impl WebSettings {
         settings_file: &Path,
     ) -> Result<WebSetup, WebSetupError> {
         let name = chosen.or(self.search.as_deref()).unwrap_or("local");
+        let summarizer = self.summarizer(env, settings_file)?;
         let local_index = DocumentIndex::choose(indexes_dir, self.index.as_deref())?.map(Arc::new);
         if name == "local" {
             return Ok(WebSetup {
@@ -112,6 +135,7 @@ impl WebSettings {
                     .map(|index| Arc::new(LocalSearch::new(index)) as Arc<dyn SearchBackend>),
                 local_index,
                 online: self.online,
+                summarizer,
             });
         }
         let service =
@@ -165,7 +189,35 @@ impl WebSettings {
             backend: Some(Arc::new(client)),
             local_index,
             online: true,
+            summarizer,
         })
+    }
+
+    /// The summariser endpoint, when the settings name one.
+    fn summarizer(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        settings_file: &Path,
+    ) -> Result<Option<Arc<ChatEndpoint>>, WebSetupError> {
+        let Some(url) = self
+            .summarizer_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+        else {
+            return Ok(None);
+        };
+        let model = self
+            .summarizer_model
+            .as_deref()
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| WebSetupError::SummarizerModel {
+                url: url.to_string(),
+                settings: settings_file.display().to_string(),
+            })?;
+        let key = env(SUMMARIZER_KEY_ENV)
+            .and_then(ApiKey::new)
+            .or_else(|| self.summarizer_key.clone());
+        Ok(Some(Arc::new(ChatEndpoint::new(url, model, key)?)))
     }
 }
 

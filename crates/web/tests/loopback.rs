@@ -348,3 +348,101 @@ fn online_clients_speak_each_services_shape_and_surface_failures() {
         SearchFailure::Network { .. }
     ));
 }
+
+/// A stand-in for an OpenAI-compatible chat endpoint: it answers with what it was sent, or
+/// with the error the user message asks for, in the shapes OpenAI and llama.cpp's server use.
+fn chat_endpoint() -> Router {
+    Router::new().route(
+        "/v1/chat/completions",
+        post(|headers: HeaderMap, body: axum::Json<Value>| async move {
+            let auth = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            if auth != "Bearer sk-local" {
+                return (StatusCode::UNAUTHORIZED, "{}").into_response();
+            }
+            let user = body["messages"][1]["content"].as_str().unwrap_or_default();
+            let error = |status: StatusCode, code: &str, message: &str| {
+                let body = json!({"error": {"code": code, "message": message, "type": "x"}});
+                (status, axum::Json(body)).into_response()
+            };
+            match user {
+                "too long" => error(
+                    StatusCode::BAD_REQUEST,
+                    "context_length_exceeded",
+                    "This model's maximum context length is 8192 tokens.",
+                ),
+                "too long for llama.cpp" => error(
+                    StatusCode::BAD_REQUEST,
+                    "exceed_context_size_error",
+                    "the request exceeds the available context size",
+                ),
+                "busy" => error(StatusCode::TOO_MANY_REQUESTS, "rate_limit", "slow down"),
+                "broken" => error(StatusCode::INTERNAL_SERVER_ERROR, "x", "the model crashed"),
+                "odd" => axum::Json(json!({"choices": []})).into_response(),
+                _ => axum::Json(json!({
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": format!(
+                        "model={} max_tokens={} temperature={} system={} user={user}",
+                        body["model"].as_str().unwrap_or_default(),
+                        body["max_tokens"],
+                        body["temperature"],
+                        body["messages"][0]["content"].as_str().unwrap_or_default(),
+                    )}, "finish_reason": "stop"}],
+                }))
+                .into_response(),
+            }
+        }),
+    )
+}
+
+#[test]
+fn a_chat_endpoint_is_asked_as_openai_documents_and_its_errors_are_told_apart() {
+    use catena_web::{ChatEndpoint, EndpointError};
+    let address = serve(chat_endpoint());
+    let base = format!("http://{address}/v1/");
+    let endpoint = ChatEndpoint::new(&base, "big-model", ApiKey::new("sk-local")).unwrap();
+    assert!(!format!("{endpoint:?}").contains("sk-local"));
+    assert_eq!(
+        endpoint
+            .chat("Be brief.", "Summarise the page.", 640)
+            .unwrap(),
+        "model=big-model max_tokens=640 temperature=0 system=Be brief. user=Summarise the page."
+    );
+    for (user, expected) in [
+        ("too long", "maximum context length"),
+        ("too long for llama.cpp", "available context size"),
+    ] {
+        match endpoint.chat("s", user, 10) {
+            Err(EndpointError::TooLong(message)) => assert!(message.contains(expected)),
+            other => panic!("{user}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        endpoint.chat("s", "busy", 10),
+        Err(EndpointError::RateLimited)
+    );
+    assert_eq!(
+        endpoint.chat("s", "broken", 10),
+        Err(EndpointError::Status {
+            status: 500,
+            message: "the model crashed".into()
+        })
+    );
+    assert!(matches!(
+        endpoint.chat("s", "odd", 10),
+        Err(EndpointError::BadResponse(_))
+    ));
+    let wrong_key = ChatEndpoint::new(&base, "big-model", ApiKey::new("sk-other")).unwrap();
+    assert_eq!(
+        wrong_key.chat("s", "hello", 10),
+        Err(EndpointError::Unauthorized(401))
+    );
+    let nobody = ChatEndpoint::new("http://127.0.0.1:9/v1", "m", None).unwrap();
+    assert!(matches!(
+        nobody.chat("s", "hello", 10),
+        Err(EndpointError::Network(_))
+    ));
+    assert!(ChatEndpoint::new("ftp://example.org/v1", "m", None).is_err());
+}

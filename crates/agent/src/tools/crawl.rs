@@ -10,10 +10,10 @@
 //! through the fetcher, which refuses the machine's own and private addresses.
 
 use super::{CallContext, Tool, ToolOutput};
-use crate::summarize::{PageToSummarize, summarize_page};
+use crate::summarize::{ChatModel, EndpointModel, PageToSummarize, summarize_page};
 use catena_protocol::Tag;
 use catena_search::DocumentIndex;
-use catena_web::Fetcher;
+use catena_web::{ChatEndpoint, Fetcher};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,12 +26,24 @@ pub struct CrawlPageTool {
     local: Option<Arc<DocumentIndex>>,
     /// How http(s) pages are read; `None` in a run without network access.
     fetcher: Option<Fetcher>,
+    /// The endpoint that summarises pages instead of the run's own model.
+    summarizer: Option<Arc<ChatEndpoint>>,
 }
 
 impl CrawlPageTool {
     /// Pages are summarised by the run's model (the call's [`CallContext::model`]).
     pub fn new(local: Option<Arc<DocumentIndex>>, fetcher: Option<Fetcher>) -> CrawlPageTool {
-        CrawlPageTool { local, fetcher }
+        CrawlPageTool {
+            local,
+            fetcher,
+            summarizer: None,
+        }
+    }
+
+    /// Pages are summarised by the model at `endpoint` instead.
+    pub fn with_summarizer(mut self, endpoint: Option<Arc<ChatEndpoint>>) -> CrawlPageTool {
+        self.summarizer = endpoint;
+        self
     }
 
     /// The page at `url` as (title, text), or why it cannot be read.
@@ -120,8 +132,14 @@ impl Tool for CrawlPageTool {
             }
             let (query, thought) = (context.last_search, context.last_think);
             let summary = self.read(url).and_then(|(title, text)| {
-                let Some(model) = context.model.as_deref_mut() else {
-                    return Err("no model is there to summarise the page".to_string());
+                let mut endpoint = self.summarizer.as_deref().map(EndpointModel);
+                let model: &mut dyn ChatModel = match (&mut endpoint, context.model.as_deref_mut())
+                {
+                    (Some(endpoint), _) => endpoint,
+                    (None, Some(own)) => own,
+                    (None, None) => {
+                        return Err("no model is there to summarise the page".to_string());
+                    }
                 };
                 summarize_page(
                     model,

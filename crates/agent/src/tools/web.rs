@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// Gives `tools` the web tools `profile` uses: `<web_search>` over `setup`'s backend, and
 /// `<crawl_page>` reading indexed documents (and web pages when `setup` is online), each page
-/// summarised by the run's own model. A search with nothing behind it stays the tool that says
+/// summarised by the run's own model or the endpoint the settings name. A search with nothing behind it stays the tool that says
 /// how to set one up.
 pub fn add_web_tools(
     tools: &mut ToolBox,
@@ -30,10 +30,10 @@ pub fn add_web_tools(
         } else {
             None
         };
-        tools.add(Box::new(CrawlPageTool::new(
-            setup.local_index.clone(),
-            fetcher,
-        )));
+        tools.add(Box::new(
+            CrawlPageTool::new(setup.local_index.clone(), fetcher)
+                .with_summarizer(setup.summarizer.clone()),
+        ));
     }
     Ok(())
 }
