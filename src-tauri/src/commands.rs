@@ -85,6 +85,30 @@ pub async fn library_models(backend: State<'_, Backend>) -> Reply<Value> {
         .map_err(Into::into)
 }
 
+/// Each action tool and whether something answers it.
+#[tauri::command]
+pub async fn tools(backend: State<'_, Backend>) -> Reply<Value> {
+    let service = backend.service().await?;
+    tauri::async_runtime::spawn_blocking(move || service.tools())
+        .await
+        .map_err(|e| ServiceError::internal(format!("checking the tools failed: {e}")).into())
+}
+
+/// The `[web]` settings, without their keys.
+#[tauri::command]
+pub async fn web_settings(backend: State<'_, Backend>) -> Reply<catena_service::WebSettingsView> {
+    Ok(backend.service().await?.web_settings()?)
+}
+
+/// Changes and saves the `[web]` settings.
+#[tauri::command]
+pub async fn update_web_settings(
+    backend: State<'_, Backend>,
+    update: catena_service::WebSettingsUpdate,
+) -> Reply<catena_service::WebSettingsView> {
+    Ok(backend.service().await?.update_web_settings(update)?)
+}
+
 /// Starts downloading a catalog model in the background.
 #[tauri::command]
 pub async fn pull_model(backend: State<'_, Backend>, id: String) -> Reply<DownloadStatus> {

@@ -201,6 +201,54 @@ test('training from the page: a real `catena train sft` child, its loss drawn as
   }
 });
 
+test('the search and reading settings are saved with Catena, keys never come back, and the tools say whether they are set up', async ({ page, request }) => {
+  // The server's own settings file: what this test changes is put back at the end.
+  const before = await (await request.get(`${base()}/v1/settings/web`)).json();
+  try {
+    await page.goto(base());
+    await go(page, 'Settings');
+    const form = page.getByRole('form', { name: 'Search and reading' });
+    const tools = page.getByRole('list', { name: 'Tools' });
+    await expect(tools.locator('li', { hasText: 'code' })).toContainText('ready');
+    await expect(tools.locator('li', { hasText: 'visual_inspector' })).toContainText('not set up');
+    await form.getByLabel('Web search').selectOption('serper');
+    await form.getByLabel('API key', { exact: true }).fill('sk-e2e-never-shown');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await expect(form.getByRole('status')).toContainText('Saved');
+    await expect(tools.locator('li', { hasText: 'web_search' })).toContainText('Serper, online');
+    await expect(form.getByLabel('API key', { exact: true })).toHaveAttribute('placeholder', 'saved');
+    await expect(form.getByLabel('API key', { exact: true })).toHaveValue('');
+    const shown = await (await request.get(`${base()}/v1/settings/web`)).text();
+    expect(shown).not.toContain('sk-e2e-never-shown');
+    await expectNamedControls(page);
+    // Without its key the backend cannot work, and the tools say so.
+    await form.getByRole('button', { name: 'Forget the saved key' }).click();
+    await expect(tools.locator('li', { hasText: 'web_search' })).toContainText('SERPER_API_KEY');
+    // A summariser endpoint needs its model; the server refuses a bad address.
+    await form.getByLabel('Web search').selectOption('local');
+    await form.getByLabel('Summariser endpoint').fill('ftp://example.org/v1');
+    await form.getByLabel('Summariser model').fill('big');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await expect(form.getByRole('alert')).toContainText('is not an http(s) address');
+    // The models page: each model's profile with the tools it needs and their state.
+    await go(page, 'Models');
+    const models = page.getByRole('region', { name: 'Models' });
+    await expect(models.getByLabel('Tools afm-web-7b-rl:Q4_K_M needs')).toContainText('web_search');
+    await expect(models.getByLabel('Tools afm-code-7b-rl:Q4_K_M needs')).toContainText('code');
+  } finally {
+    const restored = await request.put(`${base()}/v1/settings/web`, {
+      data: {
+        search: before.search,
+        index: before.index ?? '',
+        online: before.online,
+        summarizer_url: before.summarizer_url ?? '',
+        summarizer_model: before.summarizer_model ?? '',
+      },
+    });
+    expect(restored.ok()).toBe(true);
+  }
+});
+
 test('models, settings and training views, in both themes', async ({ page }) => {
   for (const t of ['light', 'dark'] as const) {
     await page.goto(base());

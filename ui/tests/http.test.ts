@@ -37,6 +37,19 @@ describe('HttpTransport', () => {
     expect(JSON.parse(String(calls[0].init?.body))).toEqual({ task: 'hi', profile: 'code', temperature: 0 });
   });
 
+  it('puts a change of the web settings and reads the tools back', async () => {
+    const { fetcher, calls } = fakeFetch({
+      '/v1/settings/web': () => Response.json({ search: 'serper', keys: { serper: { in_settings: true, in_environment: false } } }),
+      '/v1/tools': () => Response.json({ data: [{ tool: 'web_search', ready: true, detail: 'Serper, online' }] }),
+    });
+    const transport = new HttpTransport('', fetcher);
+    const saved = await transport.saveWebSettings({ search: 'serper', keys: { serper: 'sk-1' } });
+    expect(saved.keys.serper.in_settings).toBe(true);
+    expect(calls[0].init?.method).toBe('PUT');
+    expect(JSON.parse(String(calls[0].init?.body))).toEqual({ search: 'serper', keys: { serper: 'sk-1' } });
+    expect((await transport.tools())[0].ready).toBe(true);
+  });
+
   it("turns the server's error into an ApiError with its message", async () => {
     const { fetcher } = fakeFetch({
       '/v1/agent/runs': () => Response.json({ error: { message: 'The queue is full (8 waiting).' } }, { status: 429 }),

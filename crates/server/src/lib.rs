@@ -129,6 +129,8 @@ fn router(state: Arc<AppState>, boundary: Arc<Boundary>, max_body_bytes: usize) 
         .route("/models/{id}", get(openai::get_model))
         .route("/chat/completions", post(openai::chat_completions))
         .route("/profiles", get(agent_api::profiles))
+        .route("/tools", get(tools))
+        .route("/settings/web", get(web_settings).put(update_web_settings))
         .route("/agent/runs", post(agent_api::start_run))
         .route("/agent/runs/{id}", get(agent_api::get_run))
         .route("/agent/runs/{id}/events", get(agent_api::run_events))
@@ -169,6 +171,31 @@ async fn health(State(app): State<Arc<AppState>>) -> impl IntoResponse {
 async fn library_models(State(app): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
     let list = on_blocking_pool(&app, "listing models", Service::library_models).await?;
     Ok(axum::Json(list))
+}
+
+/// Each action tool and whether something answers it (the models page and run form show it).
+async fn tools(State(app): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
+    let list = on_blocking_pool(&app, "checking the tools", |s| Ok(s.tools())).await?;
+    Ok(axum::Json(list))
+}
+
+/// The `[web]` settings, without their keys.
+async fn web_settings(State(app): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
+    let view = on_blocking_pool(&app, "reading the settings", Service::web_settings).await?;
+    Ok(axum::Json(view))
+}
+
+/// Changes the `[web]` settings (behind the same boundary as every `/v1` route: a web page the
+/// user visits cannot reach it).
+async fn update_web_settings(
+    State(app): State<Arc<AppState>>,
+    ApiJson(update): ApiJson<catena_service::WebSettingsUpdate>,
+) -> Result<impl IntoResponse, ApiError> {
+    let view = on_blocking_pool(&app, "saving the settings", move |s| {
+        s.update_web_settings(update)
+    })
+    .await?;
+    Ok(axum::Json(view))
 }
 
 /// Runs a service call that reads the disk on Tokio's blocking pool, off the async workers.

@@ -7,12 +7,17 @@ mod downloads;
 mod error;
 mod inference;
 mod live;
+mod tool_status;
 mod training;
 mod web;
 
 pub use downloads::DownloadStatus;
 pub use error::{ErrorKind, ServiceError};
 pub use inference::{ChatEvent, ChatJob, ChatUsage, InferenceConfig};
+pub use tool_status::{
+    KeyState, ToolStatus, WebSettingsUpdate, WebSettingsView, tool_status, update_web_settings,
+    web_settings_view,
+};
 pub use training::{StartTraining, TrainingStatus};
 pub use web::{WebToolsError, add_web_tools, web_settings};
 
@@ -157,6 +162,25 @@ impl Service {
             })
             .collect();
         json!({"object": "list", "data": list})
+    }
+
+    /// Each action tool with whether something answers it on this machine, as a run started
+    /// now would have it. Reads files: call it off the async threads.
+    pub fn tools(&self) -> Value {
+        json!({"object": "list", "data": tool_status(&self.paths)})
+    }
+
+    /// The `[web]` settings without their keys. Reads files.
+    pub fn web_settings(&self) -> Result<WebSettingsView, ServiceError> {
+        web_settings_view(&self.paths)
+    }
+
+    /// Changes and saves the `[web]` settings; later runs use them. Writes the settings file.
+    pub fn update_web_settings(
+        &self,
+        update: WebSettingsUpdate,
+    ) -> Result<WebSettingsView, ServiceError> {
+        update_web_settings(&self.paths, update)
     }
 
     /// The models on this machine and in the catalog, the served one marked. Reads files: call

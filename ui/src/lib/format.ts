@@ -14,3 +14,11 @@ export function bytes(n: number | null, estimate = false): string {
 export function when(ms: number): string {
   return new Date(ms).toLocaleString();
 }
+
+/** Text with `backtick` spans (as Catena's messages quote commands) split into plain and code parts. */
+export function codeSpans(text: string): { code: boolean; text: string }[] {
+  return text
+    .split('`')
+    .map((part, i) => ({ code: i % 2 === 1, text: part }))
+    .filter((part) => part.text !== '');
+}

@@ -3,7 +3,7 @@
 import { currentToken } from './credential';
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 type Fetch = typeof fetch;
 
@@ -48,6 +48,22 @@ export class HttpTransport implements Transport {
 
   async models(): Promise<ModelRow[]> {
     return (await this.request<{ data: ModelRow[] }>('/v1/library/models')).data;
+  }
+
+  async tools(): Promise<ToolStatus[]> {
+    return (await this.request<{ data: ToolStatus[] }>('/v1/tools')).data;
+  }
+
+  webSettings(): Promise<WebSettings> {
+    return this.request('/v1/settings/web');
+  }
+
+  saveWebSettings(update: WebSettingsUpdate): Promise<WebSettings> {
+    return this.request('/v1/settings/web', {
+      method: 'PUT',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(update),
+    });
   }
 
   pullModel(id: string): Promise<DownloadStatus> {

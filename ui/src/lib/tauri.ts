@@ -3,7 +3,7 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 /** One message of a followed run's channel. */
 export type FollowMessage = { seq: number; event: AgentEvent } | { end: true; error?: string };
@@ -46,6 +46,18 @@ export class TauriTransport implements Transport {
 
   async models(): Promise<ModelRow[]> {
     return (await this.command<{ data: ModelRow[] }>('library_models')).data;
+  }
+
+  async tools(): Promise<ToolStatus[]> {
+    return (await this.command<{ data: ToolStatus[] }>('tools')).data;
+  }
+
+  webSettings(): Promise<WebSettings> {
+    return this.command('web_settings');
+  }
+
+  saveWebSettings(update: WebSettingsUpdate): Promise<WebSettings> {
+    return this.command('update_web_settings', { update });
   }
 
   pullModel(id: string): Promise<DownloadStatus> {

@@ -2,7 +2,7 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, TrainingData, TrainingRequest, TrainingStatus } from './types';
+import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
@@ -20,6 +20,11 @@ export type ExportResult = { blob: Blob; fileName: string } | { savedTo: string 
 export interface Transport {
   health(): Promise<Health>;
   profiles(): Promise<Profile[]>;
+  /** Each action tool and whether something answers it on this machine. */
+  tools(): Promise<ToolStatus[]>;
+  /** The `[web]` settings (search backend, index, reading pages, summariser), keys left out. */
+  webSettings(): Promise<WebSettings>;
+  saveWebSettings(update: WebSettingsUpdate): Promise<WebSettings>;
   models(): Promise<ModelRow[]>;
   /** Starts downloading a catalog model; `downloads()` shows its progress. */
   pullModel(id: string): Promise<DownloadStatus>;

@@ -22,6 +22,41 @@ export interface Profile {
   max_tool_calls: number;
 }
 
+/** Whether a tool call a model may make gets a real answer here, and from what. */
+export interface ToolStatus {
+  tool: string;
+  ready: boolean;
+  detail: string;
+}
+
+export type SearchBackend = 'local' | 'searxng' | 'serper' | 'brave' | 'tavily';
+export type KeyName = 'serper' | 'brave' | 'tavily' | 'summarizer';
+
+/** The `[web]` settings as the server shows them: keys never leave it, only whether each is set. */
+export interface WebSettings {
+  search: SearchBackend;
+  index: string | null;
+  online: boolean;
+  searxng_url: string | null;
+  summarizer_url: string | null;
+  summarizer_model: string | null;
+  page_timeout: number | null;
+  keys: Record<KeyName, { in_settings: boolean; in_environment: boolean }>;
+  document_indexes: string[];
+}
+
+/** A change to the `[web]` settings: fields left out keep their value; an empty key removes it. */
+export interface WebSettingsUpdate {
+  search?: SearchBackend;
+  index?: string;
+  online?: boolean;
+  searxng_url?: string;
+  summarizer_url?: string;
+  summarizer_model?: string;
+  page_timeout?: number;
+  keys?: Partial<Record<KeyName, string>>;
+}
+
 export interface RunOptions {
   task: string;
   profile: string;
