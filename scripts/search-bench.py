@@ -15,6 +15,8 @@ with the same analysis (English stop words, Snowball English stemmer via PyStemm
 - recall@3 on known-item queries: six distinctive words drawn from a passage, the passage to be
   found in the top three;
 - documents: `catena index add FOLDER` on the files themselves (reading, HTML/Markdown, index);
+- ZIM: the same documents as HTML pages packed by zim-tools' zimwriterfs, indexed from the
+  archive against the same pages indexed from a folder (pages/s, the median of three builds);
 - a `<crawl_page>` of three indexed documents with the default model: seconds per page read and
   summarised (two model calls each), from the observation's own timing.
 
@@ -24,6 +26,7 @@ Usage: scripts/search-bench.py [--catena PATH] [--queries N] [--out DIR]
 """
 
 import argparse
+from html import escape
 import json
 import os
 import random
@@ -149,6 +152,25 @@ def main():
 
     catena_build = median_build(corpus_file, "bench")
     catena_docs = median_build(out / "docs", "docs")
+
+    # ZIM archives: the same documents as HTML pages, once in a folder (the anchor: same pages,
+    # same text) and once packed by zim-tools' zimwriterfs, as Kiwix's archives are made.
+    html = out / "html"
+    html.mkdir()
+    for f in sorted((out / "docs").iterdir()):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        body = "".join(f"<p>{escape(p)}</p>" for p in text.split("\n\n") if p.strip())
+        (html / f"{f.stem}.html").write_text(
+            f"<html><head><title>{escape(f.stem)}</title></head><body>{body}</body></html>", encoding="utf-8")
+    (html / "index.html").write_text("<html><head><title>Crate guides</title></head><body><p>Guides.</p></body></html>")
+    (html / "icon.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    _, pack_s = run(["zimwriterfs", "--withoutFTIndex", "-w", "index.html", "-I", "icon.png", "-l", "eng",
+                     "-t", "Guides", "-d", "Crate guides", "-c", "bench", "-p", "bench", str(html),
+                     str(out / "guides.zim")], env)
+    zim_mb = (out / "guides.zim").stat().st_size / 1e6
+    html_pages = len(list(html.glob("*.html")))
+    html_build = median_build(html, "html")
+    zim_build = median_build(out / "guides.zim", "guides")
     searched, _ = run([args.catena, "index", "search", "bench", "--queries", str(query_file), "-k", "3", "--json"], env)
     lines = [json.loads(l) for l in searched.stdout.splitlines() if l.strip()]
     catena_latency = sum(l["seconds"] for l in lines) / len(lines)
@@ -195,6 +217,8 @@ def main():
         "catena": {"build_s": catena_build, "docs_build_s": catena_docs, "query_ms": catena_latency * 1e3, "recall_at_3": catena_recall},
         "bm25s": {"build_s": bm25s_build, "docs_build_s": bm25s_docs, "query_ms": bm25s_latency * 1e3, "recall_at_3": bm25s_recall},
         "crawl_seconds_per_page": crawl_per_page,
+        "zim": {"pages": html_pages, "archive_mb": round(zim_mb, 2), "pack_s": pack_s,
+                "folder_build_s": html_build, "archive_build_s": zim_build},
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
     print(f"corpus: {n} passages ({corpus_mb:.1f} MB), {d} documents ({docs_mb:.1f} MB), {len(queries)} known-item queries")
@@ -211,6 +235,9 @@ def main():
         print(f"{label:28} {a:12.3f} {b:12.3f} {a / b:8.2f}")
     print(f"(ratio: catena / bm25s; for latency lower is better) -> {out / 'result.json'}")
     print(f"crawl + summary with the default model: {crawl_per_page:.1f} s per page ({len(docs)} pages in one call)")
+    print(f"ZIM archive of the same {html_pages} pages as HTML ({zim_mb:.1f} MB, packed by zimwriterfs in {pack_s:.1f} s): "
+          f"{html_pages / zim_build:.0f} pages/s from the archive, {html_pages / html_build:.0f} pages/s from the folder, "
+          f"ratio {html_build / zim_build:.2f}")
 
 
 if __name__ == "__main__":

@@ -195,3 +195,66 @@ fn without_an_index_the_tool_says_how_to_build_one() {
         "{observation}"
     );
 }
+
+#[test]
+fn eval_scores_qa_tasks_with_the_mhqa_profile_over_a_passage_index() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path();
+    let file = data.join("wiki-small.jsonl");
+    let lines: Vec<String> = passages().iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let add = catena_in(data)
+        .args(["index", "add"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(add.status.success());
+    let tasks = data.join("qa.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"id\": \"born\", \"kind\": \"qa\", \"question\": \"In which city was the designer of \
+         the Analytical Engine born?\", \"answer\": \"London\"}\n\
+         {\"id\": \"algorithm\", \"kind\": \"qa\", \"question\": \"Who published the first \
+         algorithm for the Analytical Engine?\", \"answer\": \"Ada Lovelace\"}\n",
+    )
+    .unwrap();
+    let eval = |index: &str| {
+        catena_in(data)
+            .args(["eval", "--model"])
+            .arg(common::default_model())
+            .args(["--profile", "mhqa", "--wiki-index", index, "--json"])
+            .args(["--max-tokens", "96", "--tasks"])
+            .arg(&tasks)
+            .output()
+            .unwrap()
+    };
+    let run = eval("wiki-small");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(
+        (report["profile"].as_str(), report["tasks"].as_u64()),
+        (Some("mhqa"), Some(2))
+    );
+    // QA tasks are scored by exact match with token F1 beside it.
+    let f1 = report["mean_f1"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!((0.0..=1.0).contains(&f1), "{report}");
+    for result in report["results"].as_array().unwrap() {
+        let reward = result["reward"].as_f64().unwrap();
+        let f1 = result["f1"].as_f64().unwrap();
+        assert!(reward == 0.0 || (reward == 1.0 && f1 == 1.0), "{result}");
+    }
+    // An index that is not there is refused before any task runs.
+    let missing = eval("no-such-index");
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("no index named `no-such-index`"),
+        "{stderr}"
+    );
+}
