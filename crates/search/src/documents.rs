@@ -120,8 +120,7 @@ fn write_index(
                 true,
                 &mut |document, at| {
                     if added.is_ok() {
-                        added = add(document);
-                        documents += 1;
+                        added = add(document).map(|()| documents += 1);
                     }
                     if at.done % 1_000 == 0 || at.done == at.total {
                         progress(BuildProgress {

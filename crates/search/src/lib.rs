@@ -124,6 +124,10 @@ pub enum SearchError {
         roots: String,
         first_problem: Option<String>,
     },
+    #[error(transparent)]
+    Archive(#[from] zim::ZimError),
+    #[error("{}: the archive has no HTML article with text", .0.display())]
+    EmptyArchive(PathBuf),
     #[error("an index named `{0}` exists already (`catena index rm {0}` removes it)")]
     Exists(String),
     #[error("no index named `{0}` (see `catena index list`)")]

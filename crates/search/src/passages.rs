@@ -136,8 +136,8 @@ fn archive_passages(
                         id: format!("{}#{}", document.url, n + 1),
                         title: document.title.clone(),
                         text,
-                    });
-                    passages += 1;
+                    })
+                    .map(|()| passages += 1);
                 }
             }
             if at.done % 1_000 == 0 {
@@ -154,17 +154,9 @@ fn archive_passages(
         },
     );
     added?;
-    read.map_err(|e| SearchError::NoPassages {
-        path: source.to_path_buf(),
-        line: 0,
-        reason: e.to_string(),
-    })?;
+    read?;
     if passages == 0 {
-        return Err(SearchError::NoPassages {
-            path: source.to_path_buf(),
-            line: 0,
-            reason: "the archive has no HTML article with text".into(),
-        });
+        return Err(SearchError::EmptyArchive(source.to_path_buf()));
     }
     Ok(Counts { passages, skipped })
 }

@@ -118,8 +118,11 @@ fn a_broken_archive_is_reported_not_indexed() {
     let indexes = dir.path().join("indexes");
     let err =
         build_documents(&indexes, "cut", std::slice::from_ref(&cut), &mut |_| {}).unwrap_err();
-    assert!(err.to_string().contains("cut.zim"), "{err}");
+    let said = err.to_string();
+    assert!(said.contains("cut.zim: not a ZIM archive"), "{said}");
     let err = build_passages(&indexes, "cut", &cut, &mut |_| {}).unwrap_err();
-    assert!(err.to_string().contains("cut.zim"), "{err}");
+    let said = err.to_string();
+    assert!(said.contains("cut.zim: not a ZIM archive"), "{said}");
+    assert!(!said.contains("line"), "{said}");
     assert!(catena_search::list(&indexes).is_empty());
 }
