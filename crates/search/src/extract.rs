@@ -111,9 +111,9 @@ fn first_line_title(text: &str) -> Option<String> {
     (first.chars().count() <= 100).then(|| first.to_string())
 }
 
-/// The text of a PDF, page after page. PDFs without a text layer (scans) give none, and
-/// encrypted ones are refused. `pdf-extract` is known to panic on some malformed files; such a
-/// panic is caught here and becomes the file's error, so one broken PDF never ends a build.
+/// The text of a PDF, page after page; a PDF without a text layer (a scan) gives an error.
+/// `pdf-extract` is known to panic on some malformed files; such a panic is caught here and
+/// becomes the file's error, so one broken PDF never ends a build.
 fn pdf_text(bytes: &[u8]) -> Result<String, String> {
     let extracted = std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(bytes))
         .map_err(|_| "the PDF could not be parsed".to_string())?;
@@ -140,8 +140,8 @@ fn pdf_text(bytes: &[u8]) -> Result<String, String> {
     Ok(out)
 }
 
-/// The documents and archives under `roots` (files, and folders walked without following links or entering
-/// hidden folders), in a stable order.
+/// The documents and archives under `roots` (files, and folders walked without following links
+/// or entering hidden folders), in a stable order.
 pub fn document_files(roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for root in roots {
@@ -230,9 +230,10 @@ pub fn archive_documents(
         reason,
     })?;
     let is_html = |mime: &str| mime.starts_with("text/html");
-    let total = archive.entries(is_html)?.len() as u64;
+    let entries = archive.entries(is_html)?;
+    let total = entries.len() as u64;
     let mut done = 0u64;
-    crate::zim::read_entries(&mut archive, is_html, |entry, bytes| {
+    crate::zim::read_entries(&mut archive, &entries, |entry, bytes| {
         done += 1;
         let progress = ArchiveProgress { done, total };
         let bytes = match bytes {
@@ -257,7 +258,8 @@ pub fn archive_documents(
             date: None,
         };
         each(document, progress);
-    })
+    });
+    Ok(())
 }
 
 /// HTML as prose: like [`html_to_text`] but without link markers or the list of link targets.

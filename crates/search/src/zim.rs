@@ -160,7 +160,7 @@ impl ZimArchive {
             .map_err(|e| self.io(e))?;
         let mut mimes = Vec::new();
         loop {
-            let mime = self.read_cstring()?;
+            let (mime, _) = self.read_cstring()?;
             if mime.is_empty() {
                 return Ok(mimes);
             }
@@ -171,8 +171,9 @@ impl ZimArchive {
         }
     }
 
-    /// A NUL-terminated string at the current position (at most 64 KiB).
-    fn read_cstring(&mut self) -> Result<String, ZimError> {
+    /// A NUL-terminated string at the current position (at most 64 KiB), and the bytes it took
+    /// (its NUL included).
+    fn read_cstring(&mut self) -> Result<(String, u64), ZimError> {
         let mut bytes = Vec::new();
         loop {
             let mut byte = [0u8; 1];
@@ -180,7 +181,8 @@ impl ZimArchive {
                 .read_exact(&mut byte)
                 .map_err(|_| self.broken("a string runs past the end of the file"))?;
             if byte[0] == 0 {
-                return Ok(String::from_utf8_lossy(&bytes).into_owned());
+                let taken = bytes.len() as u64 + 1;
+                return Ok((String::from_utf8_lossy(&bytes).into_owned(), taken));
             }
             if bytes.len() >= 1 << 16 {
                 return Err(self.broken("a string is longer than 64 KiB"));
@@ -202,18 +204,41 @@ impl ZimArchive {
 
     /// The content entries (namespace `C`, or `A` in old archives; redirects and metadata left
     /// out) whose MIME type `wanted` accepts, in the order their data is stored, so reading them
-    /// in turn decompresses each cluster once.
+    /// in turn decompresses each cluster once. The pointer table is read in one pass and the
+    /// entries in file order, so the file is read forwards (an archive has millions of entries).
     pub fn entries(&mut self, wanted: impl Fn(&str) -> bool) -> Result<Vec<ZimEntry>, ZimError> {
+        self.file
+            .seek(SeekFrom::Start(self.path_ptr_pos))
+            .map_err(|e| self.io(e))?;
+        let mut offsets = Vec::with_capacity(self.entry_count as usize);
+        let mut pointer = [0u8; 8];
+        for _ in 0..self.entry_count {
+            self.file
+                .read_exact(&mut pointer)
+                .map_err(|_| self.broken("its entry pointers run past the end of the file"))?;
+            offsets.push(u64::from_le_bytes(pointer));
+        }
+        offsets.sort_unstable();
         let mut entries = Vec::new();
-        for i in 0..self.entry_count {
-            let at = self.read_u64_at(self.path_ptr_pos + u64::from(i) * 8)?;
-            self.file
-                .seek(SeekFrom::Start(at))
-                .map_err(|e| self.io(e))?;
+        // Where the reader is, so a short step forwards keeps its buffer.
+        let mut position = u64::MAX;
+        for at in offsets {
+            match at.checked_sub(position) {
+                Some(ahead) if ahead < 1 << 16 => self
+                    .file
+                    .seek_relative(ahead as i64)
+                    .map_err(|e| self.io(e))?,
+                _ => {
+                    self.file
+                        .seek(SeekFrom::Start(at))
+                        .map_err(|e| self.io(e))?;
+                }
+            }
             let mut fixed = [0u8; 16];
-            self.file
-                .read_exact(&mut fixed)
-                .map_err(|_| self.broken(format!("entry {i} lies past the end of the file")))?;
+            self.file.read_exact(&mut fixed).map_err(|_| {
+                self.broken(format!("the entry at {at} lies past the end of the file"))
+            })?;
+            position = at + 16;
             let mime = u16_at(&fixed, 0);
             let namespace = fixed[3];
             if matches!(mime, REDIRECT | LINK_TARGET | DELETED) || !matches!(namespace, b'C' | b'A')
@@ -221,10 +246,13 @@ impl ZimArchive {
                 continue;
             }
             let (cluster, blob) = (u32_at(&fixed, 8), u32_at(&fixed, 12));
-            let path = self.read_cstring()?;
-            let title = self.read_cstring()?;
+            let (path, path_bytes) = self.read_cstring()?;
+            let (title, title_bytes) = self.read_cstring()?;
+            position += path_bytes + title_bytes;
             let Some(mime) = self.mimes.get(usize::from(mime)) else {
-                return Err(self.broken(format!("entry {i} names MIME type {mime}, not listed")));
+                return Err(self.broken(format!(
+                    "the entry at {at} names MIME type {mime}, not listed"
+                )));
             };
             if !wanted(mime) {
                 continue;
@@ -350,16 +378,15 @@ impl Cluster {
     }
 }
 
-/// Every entry `wanted` accepts with its bytes, in storage order, or why its bytes cannot be read
-/// (the reading goes on).
+/// The bytes of each of `entries` (as [`ZimArchive::entries`] lists them: in storage order, so
+/// each cluster is decompressed once), or why they cannot be read (the reading goes on).
 pub fn read_entries(
     archive: &mut ZimArchive,
-    wanted: impl Fn(&str) -> bool,
+    entries: &[ZimEntry],
     mut each: impl FnMut(&ZimEntry, Result<&[u8], String>),
-) -> Result<(), ZimError> {
-    let entries = archive.entries(wanted)?;
+) {
     let mut current: Option<(u32, Result<Cluster, String>)> = None;
-    for entry in &entries {
+    for entry in entries {
         if current.as_ref().is_none_or(|(n, _)| *n != entry.cluster) {
             let cluster = archive.cluster(entry.cluster).map_err(|e| e.to_string());
             current = Some((entry.cluster, cluster));
@@ -373,7 +400,6 @@ pub fn read_entries(
         };
         each(entry, bytes);
     }
-    Ok(())
 }
 
 #[cfg(test)]
