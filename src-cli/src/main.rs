@@ -59,6 +59,9 @@ enum Command {
     Eval(commands::eval::EvalArgs),
     /// Fine-tune LoRA adapters (sft) and write synthetic training tasks (synth).
     Train(commands::train::TrainArgs),
+    /// Run the explicit multi-agent system on tasks and turn its solved runs into
+    /// Chain-of-Agents training data (resumable; a report of every filter stage).
+    Distill(commands::distill::DistillArgs),
     /// The model worker process that `catena serve` starts (speaks frames on stdin/stdout).
     #[command(hide = true)]
     Worker,
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => commands::doctor::run(args, &paths),
         Command::Eval(args) => commands::eval::run(args, &paths),
         Command::Train(args) => commands::train::run(args, &paths),
+        Command::Distill(args) => commands::distill::run(args, &paths),
         Command::Worker => commands::worker::run(),
     };
     match result {

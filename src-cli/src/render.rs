@@ -3,6 +3,7 @@
 
 use anstyle::{AnsiColor, Style};
 use catena_agent::{AgentEvent, RunSummary, Source};
+use catena_distill::mas::Usage;
 use catena_protocol::Tag;
 use std::io::Write;
 
@@ -10,6 +11,8 @@ use std::io::Write;
 pub trait EventSink {
     fn event(&mut self, event: &AgentEvent);
     fn summary(&mut self, summary: &RunSummary);
+    /// The end of an explicit multi-agent run: the same summary, and what its model calls cost.
+    fn multi_agent_summary(&mut self, summary: &RunSummary, usage: &Usage);
 }
 
 /// One JSON object per event, one per line; a `summary` object last.
@@ -42,6 +45,20 @@ impl EventSink for JsonPrinter {
         if let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(summary) {
             let mut object = serde_json::Map::new();
             object.insert("type".into(), "summary".into());
+            object.append(&mut fields);
+            self.line(&serde_json::Value::Object(object));
+        }
+    }
+
+    fn multi_agent_summary(&mut self, summary: &RunSummary, usage: &Usage) {
+        if let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(summary) {
+            let mut object = serde_json::Map::new();
+            object.insert("type".into(), "summary".into());
+            object.insert("mode".into(), "mas".into());
+            object.insert(
+                "usage".into(),
+                serde_json::to_value(usage).unwrap_or_default(),
+            );
             object.append(&mut fields);
             self.line(&serde_json::Value::Object(object));
         }
@@ -195,16 +212,7 @@ impl EventSink for HumanPrinter {
     }
 
     fn summary(&mut self, s: &RunSummary) {
-        self.end_line();
-        let green = color(AnsiColor::Green).bold();
-        match &s.answer {
-            Some(answer) => {
-                let _ = writeln!(self.out, "\n{green}Answer:{green:#} {answer}");
-            }
-            None => {
-                let _ = writeln!(self.out, "\n(no answer)");
-            }
-        }
+        self.answer(s);
         let dim = Style::new().dimmed();
         let t = &s.timings;
         let _ = writeln!(
@@ -219,5 +227,37 @@ impl EventSink for HumanPrinter {
             t.decode_tokens_per_s,
             t.total_ms / 1e3
         );
+    }
+
+    fn multi_agent_summary(&mut self, s: &RunSummary, usage: &Usage) {
+        self.answer(s);
+        let dim = Style::new().dimmed();
+        let _ = writeln!(
+            self.err,
+            "{dim}stop: {} · {} model calls · {} tokens ({} prompt, {} of them cached; {} completion) · {} tool calls · {:.1} s{dim:#}",
+            s.stop_reason,
+            usage.calls,
+            usage.total(),
+            usage.prompt_tokens,
+            usage.cached_tokens,
+            usage.completion_tokens,
+            s.tool_calls,
+            s.timings.total_ms / 1e3
+        );
+    }
+}
+
+impl HumanPrinter {
+    fn answer(&mut self, s: &RunSummary) {
+        self.end_line();
+        let green = color(AnsiColor::Green).bold();
+        match &s.answer {
+            Some(answer) => {
+                let _ = writeln!(self.out, "\n{green}Answer:{green:#} {answer}");
+            }
+            None => {
+                let _ = writeln!(self.out, "\n(no answer)");
+            }
+        }
     }
 }

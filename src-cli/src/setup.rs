@@ -290,3 +290,31 @@ pub fn sandbox(paths: &Paths, limits: Limits) -> Result<Sandbox> {
     })?;
     Ok(sandbox)
 }
+
+/// The tools of runs over `tasks` with `profile`, and the sandbox their code tasks are scored
+/// in: one sandbox serves the `<code>` tool and the scoring (`catena eval`, `catena distill`).
+pub fn task_tools(
+    paths: &Paths,
+    profile: &catena_protocol::Profile,
+    tasks: &[catena_eval::EvalTask],
+    search: &SearchArgs,
+) -> Result<(
+    catena_agent::tools::ToolBox,
+    Option<std::sync::Arc<Sandbox>>,
+)> {
+    use std::sync::Arc;
+    let scoring = if tasks
+        .iter()
+        .any(|t| t.kind == Some(catena_eval::TaskKind::Code))
+    {
+        Some(Arc::new(sandbox(paths, Limits::default())?))
+    } else {
+        None
+    };
+    let mut tools = catena_agent::tools::profile_tools(profile, || match &scoring {
+        Some(shared) => Ok(shared.clone()),
+        None => sandbox(paths, Limits::default()).map(Arc::new),
+    })?;
+    search.add_to(&mut tools, profile, paths)?;
+    Ok((tools, scoring))
+}

@@ -11,10 +11,13 @@
 
 mod convert;
 mod filter;
+mod log;
+pub mod mas;
 mod output;
 
 pub use convert::{ConvertError, to_trajectory};
 pub use filter::{Distilled, FilterConfig, FilterReport, Stage, StageCount, filter_runs};
+pub use log::{LogError, Opened, RunLog, TeacherRun};
 pub use output::{alpaca_item, sft_line};
 
 use catena_protocol::Tag;

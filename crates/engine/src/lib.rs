@@ -154,6 +154,46 @@ pub trait Session {
     fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError>;
 }
 
+/// One agent call of an explicit multi-agent system: a system message that says what the agent
+/// does, a user message with only the state it needs, and a token budget. Each call is a
+/// conversation of its own; nothing of one call is in the next one's prompt unless the caller
+/// puts it there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatTurn {
+    pub system: String,
+    pub user: String,
+    pub max_tokens: usize,
+}
+
+/// What a [`ChatTurn`] produced and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatReply {
+    pub text: String,
+    pub stop: GenerationStop,
+    /// Tokens of the rendered prompt (chat template included).
+    pub prompt_tokens: usize,
+    /// Of those, tokens that were not evaluated again: a prefix kept from the previous call in
+    /// a local session, or what a server says it took from its cache.
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// A model answering one chat turn at a time, with the tokens each turn cost: in this process
+/// (`llama::LocalChat`) or, later, at an OpenAI-compatible server.
+pub trait ChatEngine {
+    /// Answers `turn` with the engine's sampling settings. `on_text` receives the answer as it
+    /// is decided.
+    fn chat(
+        &mut self,
+        turn: &ChatTurn,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatReply, EngineError>;
+
+    /// The context window of one turn, prompt and answer together.
+    fn context_size(&self) -> usize;
+}
+
 /// Bounds of one [`Session::generate`] call.
 #[derive(Debug, Clone)]
 pub struct GenerateLimits {

@@ -266,13 +266,16 @@ mod tests {
             sample,
             reward: 0.0,
             f1: None,
+            model_calls: 1,
+            total_tokens: tokens,
         };
         let reports = [
-            Report::new("m".into(), None, "p".into(), Vec::new(), 0.0),
+            Report::new("m".into(), None, "p".into(), "coa", Vec::new(), 0.0),
             Report::new(
                 "m".into(),
                 None,
                 "p".into(),
+                "coa",
                 vec![run("a", None, 0, false, 0)],
                 0.0,
             ),
@@ -280,6 +283,7 @@ mod tests {
                 "m".into(),
                 None,
                 "p".into(),
+                "coa",
                 vec![
                     run("a", Some("arithmetic"), 0, true, 120),
                     run("a", Some("arithmetic"), 1, false, 900),

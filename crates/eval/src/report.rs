@@ -28,6 +28,14 @@ pub struct TaskResult {
     /// Token F1 against the gold answers (QA tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub f1: Option<f64>,
+    /// Model calls of the run: one for a Chain-of-Agents run, one per agent activation (and page
+    /// summary) for the explicit multi-agent system.
+    #[serde(default)]
+    pub model_calls: usize,
+    /// Prompt and completion tokens of every model call, cached prompt tokens included: for a
+    /// CoA run its whole context (prompt, generation, observations), each token once.
+    #[serde(default)]
+    pub total_tokens: usize,
 }
 
 /// Pass rates of one task family.
@@ -72,6 +80,19 @@ pub struct Report {
     /// Pass rates by task family, in the order families first appear.
     #[serde(default)]
     pub families: Vec<FamilyStats>,
+    /// `coa` (one generation a run) or `mas` (the explicit multi-agent system).
+    #[serde(default = "coa")]
+    pub mode: String,
+    #[serde(default)]
+    pub mean_model_calls: f64,
+    /// Prompt and completion tokens of all runs over the solved runs: the paper's measure of
+    /// what a solved task costs.
+    #[serde(default)]
+    pub total_tokens_per_solved: Option<f64>,
+}
+
+fn coa() -> String {
+    "coa".to_string()
 }
 
 fn one() -> usize {
@@ -87,6 +108,7 @@ impl Report {
         model: String,
         adapter: Option<String>,
         profile: String,
+        mode: &str,
         results: Vec<TaskResult>,
         wall_seconds: f64,
     ) -> Report {
@@ -94,6 +116,8 @@ impl Report {
         let solved = results.iter().filter(|r| r.solved).count();
         let tokens: usize = results.iter().map(|r| r.generated_tokens).sum();
         let calls: usize = results.iter().map(|r| r.tool_calls).sum();
+        let model_calls: usize = results.iter().map(|r| r.model_calls).sum();
+        let total_tokens: usize = results.iter().map(|r| r.total_tokens).sum();
         let groups = by_task(&results);
         let f1s: Vec<f64> = results.iter().filter_map(|r| r.f1).collect();
         let (pass_at_1, pass_at_k) = pass_rates(&groups);
@@ -113,6 +137,9 @@ impl Report {
             mean_f1: (!f1s.is_empty()).then(|| f1s.iter().sum::<f64>() / f1s.len() as f64),
             tool_calls_per_solved: (solved > 0).then(|| calls as f64 / solved as f64),
             families: family_stats(&groups),
+            mode: mode.to_string(),
+            mean_model_calls: model_calls as f64 / runs,
+            total_tokens_per_solved: (solved > 0).then(|| total_tokens as f64 / solved as f64),
             results,
         }
     }
@@ -152,6 +179,13 @@ impl Report {
                 _ => "none solved".to_string(),
             },
             self.wall_seconds
+        ));
+        out.push_str(&format!(
+            "- mode: {}; model calls per run: {:.1}; prompt and completion tokens per solved run: {}\n\n",
+            self.mode,
+            self.mean_model_calls,
+            self.total_tokens_per_solved
+                .map_or("none solved".to_string(), |t| format!("{t:.0}"))
         ));
         if !self.families.is_empty() {
             out.push_str(&format!(
@@ -270,6 +304,8 @@ mod tests {
             sample,
             reward: if solved { 1.0 } else { 0.0 },
             f1: None,
+            model_calls: 1,
+            total_tokens: 3 * tokens,
         }
     }
 
@@ -283,13 +319,15 @@ mod tests {
             run("c", "y", 0, true, 50),
             run("c", "y", 1, true, 60),
         ];
-        let r = Report::new("m".into(), None, "math".into(), results, 3.0);
+        let r = Report::new("m".into(), None, "math".into(), "coa", results, 3.0);
         assert_eq!((r.tasks, r.samples), (3, 2));
         assert!((r.pass_at_1 - 0.5).abs() < 1e-12, "(1/2 + 0 + 1) / 3");
         assert!((r.pass_at_k - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(r.tokens_per_solved, Some(210.0 / 3.0));
         assert_eq!(r.tool_calls_per_solved, Some(2.0));
         assert_eq!(r.mean_generated_tokens, 35.0);
+        assert_eq!(r.total_tokens_per_solved, Some(630.0 / 3.0));
+        assert_eq!(r.mean_model_calls, 1.0);
         assert_eq!(r.families.len(), 2);
         assert_eq!(r.families[0].family, "x");
         assert_eq!(r.families[0].tasks, 2);
@@ -312,13 +350,13 @@ mod tests {
         let mut results = vec![run("a", "x", 0, true, 10), run("b", "x", 0, false, 30)];
         results[1].f1 = Some(0.5);
         results[1].family = None;
-        let r = Report::new("m".into(), None, "math".into(), results, 1.0);
+        let r = Report::new("m".into(), None, "math".into(), "coa", results, 1.0);
         assert_eq!((r.tasks, r.samples), (2, 1));
         assert_eq!((r.pass_at_1, r.pass_at_k), (0.5, 0.5));
         assert_eq!(r.tokens_per_solved, Some(40.0));
         assert_eq!(r.mean_f1, Some(0.5));
         assert_eq!(r.families[1].family, NO_FAMILY);
-        let empty = Report::new("m".into(), None, "math".into(), Vec::new(), 0.0);
+        let empty = Report::new("m".into(), None, "math".into(), "coa", Vec::new(), 0.0);
         assert_eq!(
             (empty.tasks, empty.pass_at_1, empty.tokens_per_solved),
             (0, 0.0, None)

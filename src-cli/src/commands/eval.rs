@@ -2,20 +2,20 @@
 //! chain runner as `catena run`, each run scored by the rewards RL trains on; a markdown and a
 //! JSON report with SVG plots.
 
+use super::run::Mode;
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_agent::tools::profile_tools;
-use catena_agent::{Budgets, RunRequest, run_chain, start_task};
+use catena_agent::{Budgets, RunRequest, RunSummary, run_chain, start_task};
+use catena_distill::mas::{MasRequest, run_multi_agent};
+use catena_engine::llama::{LlamaSession, LocalChat};
 use catena_engine::plan::Overrides;
 use catena_engine::{KvCacheType, SamplingParams, Session, SessionOptions};
-use catena_eval::{EvalTask, Report, TaskKind, TaskResult, plot};
+use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
-use catena_sandbox::Limits;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// The temperature of K > 1 runs a task when none is given (what the AFM evaluations sample
@@ -33,6 +33,11 @@ pub struct EvalArgs {
     /// Prompt profile.
     #[arg(long, default_value = "math")]
     profile: String,
+
+    /// coa: one Chain-of-Agents generation a run; mas: the explicit multi-agent system (every
+    /// agent a separate call), to compare tokens per solved task.
+    #[arg(long, value_enum, default_value_t = Mode::Coa)]
+    mode: Mode,
 
     #[command(flatten)]
     search: setup::SearchArgs,
@@ -105,16 +110,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     let profile = Profile::builtin(&args.profile)?;
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
     // Code tasks' tests run in the sandbox too: one sandbox serves the tool and the scoring.
-    let scoring_sandbox = if tasks.iter().any(|t| t.kind == Some(TaskKind::Code)) {
-        Some(Arc::new(setup::sandbox(paths, Limits::default())?))
-    } else {
-        None
-    };
-    let mut tools = profile_tools(&profile, || match &scoring_sandbox {
-        Some(sandbox) => Ok(sandbox.clone()),
-        None => setup::sandbox(paths, Limits::default()).map(Arc::new),
-    })?;
-    args.search.add_to(&mut tools, &profile, paths)?;
+    let (tools, scoring_sandbox) = setup::task_tools(paths, &profile, &tasks, &args.search)?;
     let (engine, plan) = setup::load_planned(
         &model_path,
         Overrides {
@@ -146,7 +142,15 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     // One session for all runs: the prompt's shared beginning (system message and
     // instructions) stays in the KV cache and only each question is evaluated anew; a task's
     // later samples reuse its whole prompt.
-    let mut session = engine.session(&options)?;
+    let mut runner = match args.mode {
+        Mode::Coa => Runner::Coa(engine.session(&options)?),
+        Mode::Mas => Runner::Mas(LocalChat::new(&engine, &options)?),
+    };
+    let budgets = Budgets {
+        max_tool_calls: profile.max_tool_calls,
+        max_tokens: args.max_tokens,
+        max_time: None,
+    };
     let started = Instant::now();
     let mut results = Vec::with_capacity(tasks.len() * samples);
     for (i, task) in tasks.iter().enumerate() {
@@ -156,24 +160,51 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                 ..base_sampling
             };
             let t0 = Instant::now();
-            let prompt = start_task(&engine, &mut session, &profile, &task.question)?;
-            // The session's counters run across runs: this run's share is the difference.
-            let generated_before = session.stats().generated_tokens;
-            let request = RunRequest {
-                profile: &profile,
-                model: model_name.clone(),
-                sampling,
-                prompt,
-                prefill: None,
-                budgets: Budgets {
-                    max_tool_calls: profile.max_tool_calls,
-                    max_tokens: args.max_tokens,
-                    max_time: None,
-                },
-                cancel: None,
+            let run = match &mut runner {
+                Runner::Coa(session) => {
+                    let prompt = start_task(&engine, session, &profile, &task.question)?;
+                    // The session's counters run across runs: this run's share is the difference.
+                    let generated_before = session.stats().generated_tokens;
+                    let request = RunRequest {
+                        profile: &profile,
+                        model: model_name.clone(),
+                        sampling,
+                        prompt,
+                        prefill: None,
+                        budgets,
+                        cancel: None,
+                    };
+                    let summary = run_chain(session, request, &tools, &mut |_| {})
+                        .with_context(|| format!("task {}", task.id))?;
+                    Outcome {
+                        model_calls: 1,
+                        total_tokens: summary.context_tokens,
+                        generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
+                        summary,
+                    }
+                }
+                Runner::Mas(chat) => {
+                    chat.set_sampling(sampling);
+                    let request = MasRequest {
+                        task_id: &task.id,
+                        question: &task.question,
+                        profile: &profile,
+                        model: model_name.clone(),
+                        sampling,
+                        budgets,
+                        cancel: None,
+                    };
+                    let mas = run_multi_agent(chat, request, &tools, &mut |_| {})
+                        .with_context(|| format!("task {}", task.id))?;
+                    Outcome {
+                        model_calls: mas.usage.calls,
+                        total_tokens: mas.usage.total(),
+                        generated_tokens: mas.usage.completion_tokens,
+                        summary: mas.run_summary(),
+                    }
+                }
             };
-            let summary = run_chain(&mut session, request, &tools, &mut |_| {})
-                .with_context(|| format!("task {}", task.id))?;
+            let summary = &run.summary;
             let score = catena_eval::score_run(
                 task,
                 summary.answer.as_deref(),
@@ -188,12 +219,14 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                 well_formed: catena_eval::well_formed(&summary.trajectory, boxed),
                 answer: summary.answer.clone(),
                 tool_calls: summary.tool_calls,
-                generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
+                generated_tokens: run.generated_tokens,
                 seconds: t0.elapsed().as_secs_f64(),
                 stop: summary.stop_reason.as_str().to_string(),
                 sample,
                 reward: score.reward,
                 f1: score.f1,
+                model_calls: run.model_calls,
+                total_tokens: run.total_tokens,
             };
             if !args.json {
                 progress(i, tasks.len(), task, sample, samples, &result);
@@ -208,6 +241,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             .as_ref()
             .map(|p| p.display().to_string()),
         profile.name.clone(),
+        args.mode.name(),
         results,
         started.elapsed().as_secs_f64(),
     );
@@ -220,6 +254,20 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         eprintln!("{}", summary_line(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What runs the tasks: one session for CoA runs, one chat session for the agents' calls.
+enum Runner<'e> {
+    Coa(LlamaSession<'e>),
+    Mas(LocalChat<'e>),
+}
+
+/// One run, either way.
+struct Outcome {
+    summary: RunSummary,
+    model_calls: usize,
+    total_tokens: usize,
+    generated_tokens: usize,
 }
 
 /// One line on stderr per run.

@@ -2,6 +2,7 @@
 
 pub mod assets;
 pub mod bench;
+pub mod distill;
 pub mod doctor;
 pub mod eval;
 pub mod index;

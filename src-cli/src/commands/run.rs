@@ -4,7 +4,9 @@ use crate::render::{EventSink, HumanPrinter, JsonPrinter};
 use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_agent::tools::profile_tools;
-use catena_agent::{Budgets, RunRequest, run_chain, start_task};
+use catena_agent::{AgentEvent, Budgets, RunRequest, run_chain, start_task};
+use catena_distill::mas::{MasRequest, run_multi_agent};
+use catena_engine::llama::LocalChat;
 use catena_engine::plan::Overrides;
 use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
@@ -19,10 +21,36 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// How a task is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// One model writes the whole Chain-of-Agents trajectory in one generation.
+    #[default]
+    Coa,
+    /// The explicit multi-agent system: planner, thinker, one agent per tool, reflector,
+    /// verifier and answerer, each a separate model call (the distillation teacher's way).
+    Mas,
+}
+
+impl Mode {
+    /// The name reports and the store use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Coa => "coa",
+            Mode::Mas => "mas",
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct RunArgs {
     /// The task; `-` reads it from stdin.
     pub task: String,
+
+    /// coa: one Chain-of-Agents generation; mas: the explicit multi-agent system, every agent a
+    /// separate call with its tokens counted.
+    #[arg(long, value_enum, default_value_t = Mode::Coa)]
+    pub mode: Mode,
 
     /// Prompt profile: code, math, web, mhqa or all-tools (default: the one the model was made
     /// for, as its catalog entry or import says; math for other models).
@@ -111,6 +139,9 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let task = read_task(&args.task)?;
+    if args.mode == Mode::Mas && args.prefill.is_some() {
+        bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
+    }
     // A profile named on the command line is checked before any model is fetched.
     let chosen_profile = match (&args.profile_file, &args.profile) {
         (Some(file), _) => Some(Profile::from_file(file)?),
@@ -179,9 +210,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
         ..SessionOptions::default()
     };
-    let mut session = engine.session(&options)?;
     let user_prompt = profile.user_message(&task);
-    let prompt = start_task(&engine, &mut session, &profile, &task)?;
     let budgets = Budgets {
         max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
         max_tokens: args.max_tokens,
@@ -222,6 +251,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         "max_tokens": budgets.max_tokens,
         "max_time": args.max_time,
         "prefill": args.prefill,
+        "mode": args.mode.name(),
     });
     let mut recorder = match &store {
         Some(store) => {
@@ -246,38 +276,65 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         }
         None => None,
     };
-    let request = RunRequest {
-        profile: &profile,
-        model: model_name.clone(),
-        sampling,
-        prompt,
-        prefill: args.prefill.as_deref(),
-        budgets,
-        cancel: Some(cancel),
-    };
     // Each event is saved before it is shown.
-    let result = run_chain(&mut session, request, &tools, &mut |e| {
+    let mut on_event = |e: AgentEvent| {
         if let Some(recorder) = recorder.as_mut() {
             recorder.event(&e);
         }
         printer.event(&e)
-    });
-    let summary = match result {
-        Ok(summary) => summary,
+    };
+    let result = match args.mode {
+        Mode::Coa => {
+            let mut session = engine.session(&options)?;
+            let prompt = start_task(&engine, &mut session, &profile, &task)?;
+            let request = RunRequest {
+                profile: &profile,
+                model: model_name.clone(),
+                sampling,
+                prompt,
+                prefill: args.prefill.as_deref(),
+                budgets,
+                cancel: Some(cancel),
+            };
+            run_chain(&mut session, request, &tools, &mut on_event)
+                .map(|summary| (summary, None))
+                .map_err(anyhow::Error::new)
+        }
+        Mode::Mas => {
+            let mut chat = LocalChat::new(&engine, &options)?;
+            let request = MasRequest {
+                task_id: "task",
+                question: &task,
+                profile: &profile,
+                model: model_name.clone(),
+                sampling,
+                budgets,
+                cancel: Some(cancel),
+            };
+            run_multi_agent(&mut chat, request, &tools, &mut on_event)
+                .map(|mas| (mas.run_summary(), Some(mas.usage)))
+                .map_err(anyhow::Error::new)
+        }
+    };
+    let (summary, usage) = match result {
+        Ok(done) => done,
         Err(e) => {
             if let Some(recorder) = recorder.as_mut() {
                 recorder.fail(&e.to_string());
             }
-            return Err(anyhow::Error::new(e).context("the run failed"));
+            return Err(e.context("the run failed"));
         }
     };
     if let Some(recorder) = recorder.as_mut() {
-        recorder.finish(&summary, 0);
+        recorder.finish(&summary, usage.map_or(0, |u| u.cached_tokens));
         if let Some(problem) = recorder.failure() {
             eprintln!("warning: the run was not saved completely: {problem}");
         }
     }
-    printer.summary(&summary);
+    match usage {
+        None => printer.summary(&summary),
+        Some(usage) => printer.multi_agent_summary(&summary, &usage),
+    }
     if let Some(recorder) = recorder.as_ref().filter(|_| !args.json) {
         let id = recorder.run_id();
         eprintln!("Saved as run {id} (catena sessions show {id}).");

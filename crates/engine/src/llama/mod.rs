@@ -5,10 +5,12 @@
 #[allow(unsafe_code)]
 mod log;
 // Calls llama.cpp's quantiser through the sys crate, which is unsafe.
+mod chat;
 #[allow(unsafe_code)]
 mod quantize;
 mod session;
 
+pub use chat::LocalChat;
 pub use quantize::{QuantType, quantize};
 pub use session::LlamaSession;
 

@@ -1,0 +1,69 @@
+//! Chat turns on a local model: one session for every turn, so the prefix consecutive prompts
+//! share (the chat template's opening, an agent's system message when the same agent runs
+//! twice) is kept in the KV cache and only the rest is evaluated.
+
+use super::{LlamaEngine, LlamaSession};
+use crate::{
+    ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Session, SessionOptions,
+    StopMatcher,
+};
+
+/// A local model answering chat turns ([`ChatEngine`]) in one session of its own.
+pub struct LocalChat<'m> {
+    engine: &'m LlamaEngine,
+    session: LlamaSession<'m>,
+}
+
+impl<'m> LocalChat<'m> {
+    pub fn new(engine: &'m LlamaEngine, options: &SessionOptions) -> Result<Self, EngineError> {
+        Ok(LocalChat {
+            engine,
+            session: engine.session(options)?,
+        })
+    }
+
+    /// Changes how the next turns are sampled (a task's later samples take their own seeds).
+    pub fn set_sampling(&mut self, sampling: crate::SamplingParams) {
+        self.session.set_sampling(sampling);
+    }
+}
+
+impl ChatEngine for LocalChat<'_> {
+    fn chat(
+        &mut self,
+        turn: &ChatTurn,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatReply, EngineError> {
+        let prompt = self.engine.chat_prompt(&turn.system, &turn.user)?;
+        let ids = self.engine.tokenize_parts(&prompt);
+        let context_size = self.session.context_size();
+        // The prompt and at least one answer token must fit; the answer's own budget is cut to
+        // what is left (the generation then ends as `ContextFull`).
+        if ids.len() + 1 > context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size,
+                needed: ids.len() + 1,
+            });
+        }
+        let cached_tokens = self.session.start_prompt(&ids)?;
+        let limits = GenerateLimits {
+            max_tokens: limits.max_tokens.min(turn.max_tokens),
+            ..limits
+        };
+        let generation =
+            self.session
+                .generate(&StopMatcher::new(Vec::<String>::new()), limits, on_text)?;
+        Ok(ChatReply {
+            text: generation.text,
+            stop: generation.stop,
+            prompt_tokens: ids.len(),
+            cached_tokens,
+            completion_tokens: generation.tokens,
+        })
+    }
+
+    fn context_size(&self) -> usize {
+        self.session.context_size()
+    }
+}

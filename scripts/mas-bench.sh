@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The paper's efficiency claim on this machine, and distillation's throughput: the same model,
+# tools, sandbox and tasks run as one Chain-of-Agents generation (`catena eval --mode coa`) and
+# by the explicit multi-agent system (`catena distill`, greedy: planner, thinker, tool agents,
+# reflector, verifier and answerer as separate calls, every run stored and filtered). Prints
+# tokens per solved task (prompt and completion tokens of every model call over the solved
+# tasks), model calls and wall time per task, pass@1, the ratio CoA / explicit system, teacher
+# runs per minute and what each filter stage kept.
+#   scripts/mas-bench.sh [TASKS] [N] [MAX_TOKENS]
+# TASKS: a JSONL task file, default a fresh synthetic set (`catena train synth`); N: tasks.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tasks="${1:-}"
+n="${2:-12}"
+max_tokens="${3:-1536}"
+target="${CARGO_TARGET_DIR:-$root/target}"
+catena="${CATENA_BIN:-$target/release/catena}"
+[ -x "$catena" ] || (cd "$root" && cargo build --release --locked -p catena-cli)
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+if [ -z "$tasks" ]; then
+  "$catena" train synth --out "$work/tasks" --train 0 --held-out "$n" --seed 41 >/dev/null
+  tasks="$work/tasks/held-out.jsonl"
+fi
+"$catena" eval --mode coa --tasks "$tasks" --limit "$n" --max-tokens "$max_tokens" \
+  --json > "$work/coa.json"
+"$catena" distill --tasks "$tasks" --limit "$n" --max-tokens "$max_tokens" --temperature 0 \
+  --out "$work/distill" 2> "$work/distill.log"
+python3 - "$work/coa.json" "$work/distill" <<'PY'
+import json, sys
+coa = json.load(open(sys.argv[1]))
+runs = [json.loads(l) for l in open(f"{sys.argv[2]}/runs.jsonl")]
+report = json.load(open(f"{sys.argv[2]}/report.json"))
+def line(name, n, solved, tokens, calls, seconds):
+    per = tokens / solved if solved else float("nan")
+    print(f"{name}: {n} tasks, solved {solved} (pass@1 {100 * solved / n:.1f}%), {tokens} tokens "
+          f"in all, {per:.0f} per solved task, {calls / n:.1f} model calls and {seconds / n:.1f} s "
+          f"per task")
+    return per
+res = coa["results"]
+print(f"model: {coa['model']}")
+c = line("CoA (one generation)", len(res), sum(r["solved"] for r in res),
+         sum(r["total_tokens"] for r in res), sum(r["model_calls"] for r in res),
+         sum(r["seconds"] for r in res))
+m = line("explicit multi-agent system", len(runs), sum(r["run"]["reward"] >= 1 for r in runs),
+         sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in runs),
+         sum(r["usage"]["calls"] for r in runs), sum(r["seconds"] for r in runs))
+print(f"ratio tokens per solved task, CoA / explicit system: {c / m:.3f}")
+print(f"teacher runs per minute: {report['runs_per_minute_this_time']:.2f}")
+print("filters: " + ", ".join(f"{s['stage']} {s['kept']}/{s['seen']}" for s in report["filters"]["stages"]))
+PY

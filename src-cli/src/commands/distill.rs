@@ -1,0 +1,381 @@
+//! `catena distill`: multi-agent distillation. The explicit multi-agent system (the teacher)
+//! runs every task, each run is scored by the task's verifiable reward and stored as it ends
+//! (`runs.jsonl`: a stopped distillation goes on where it was), and the stored runs become
+//! Chain-of-Agents trajectories through the progressive filters: `sft.jsonl` for `catena train
+//! sft`, `alpaca.json` in the AFM release's form, and a report of what each stage kept.
+
+use crate::setup;
+use anyhow::{Context, Result, bail};
+use catena_agent::Budgets;
+use catena_distill::mas::{MasRequest, run_multi_agent};
+use catena_distill::{
+    FilterConfig, FilterReport, RunLog, TeacherRun, alpaca_item, filter_runs, sft_line,
+};
+use catena_engine::llama::LocalChat;
+use catena_engine::plan::Overrides;
+use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
+use catena_hub::config::Paths;
+use catena_protocol::{AnswerFormat, Profile};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct DistillArgs {
+    /// Tasks with verifiable answers: JSONL (`{"id", "question", "answer"}`, as `catena eval`
+    /// reads) or a verl parquet file.
+    #[arg(long, value_name = "FILE")]
+    tasks: PathBuf,
+
+    /// Folder for runs.jsonl (every teacher run), sft.jsonl, alpaca.json and the report.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+
+    /// Where the teacher runs: `local`, on this machine.
+    #[arg(long, default_value = "local")]
+    teacher: String,
+
+    /// The teacher model: a GGUF file or an installed model's name (default: the default model).
+    #[arg(long, value_name = "MODEL")]
+    teacher_model: Option<PathBuf>,
+
+    /// The CoA profile the trajectories are written for.
+    #[arg(long, default_value = "math")]
+    profile: String,
+
+    #[command(flatten)]
+    search: setup::SearchArgs,
+
+    /// Only the first N tasks.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+
+    /// Teacher runs per task; each has its own seed.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    samples: u32,
+
+    /// The teacher's sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.6)]
+    temperature: f32,
+
+    /// Seed of each task's first run; run k uses this seed + k.
+    #[arg(long, default_value_t = 1)]
+    seed: u32,
+
+    /// Completion tokens of all the agents' calls in one run.
+    #[arg(long, default_value_t = 6144)]
+    max_tokens: usize,
+
+    /// Fewest agent activations a kept trajectory has.
+    #[arg(long, default_value_t = 5)]
+    min_hops: usize,
+
+    /// Most agent activations a kept trajectory has.
+    #[arg(long, default_value_t = 20)]
+    max_hops: usize,
+
+    /// Layers to offload to the GPU.
+    #[arg(long, value_name = "N")]
+    gpu_layers: Option<u32>,
+}
+
+pub fn run(args: DistillArgs, paths: &Paths) -> Result<ExitCode> {
+    if args.teacher != "local" {
+        bail!(
+            "--teacher {}: only `local` teachers are supported so far (a model on this machine, chosen with --teacher-model)",
+            args.teacher
+        );
+    }
+    if args.min_hops > args.max_hops {
+        bail!(
+            "--min-hops {} is above --max-hops {}",
+            args.min_hops,
+            args.max_hops
+        );
+    }
+    let profile = Profile::builtin(&args.profile)?;
+    let mut tasks = catena_eval::read_tasks(&args.tasks)?;
+    if let Some(limit) = args.limit {
+        tasks.truncate(limit);
+    }
+    if tasks.is_empty() {
+        bail!("no tasks in {}", args.tasks.display());
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let opened = RunLog::open(&args.out.join("runs.jsonl"))?;
+    let mut log = opened.log;
+    let mut runs = opened.runs;
+    if opened.cut_bytes > 0 {
+        eprintln!(
+            "The last teacher run in runs.jsonl was cut off when the earlier distillation stopped ({} bytes); that task runs again.",
+            opened.cut_bytes
+        );
+    }
+    let done: HashSet<(String, usize)> = runs
+        .iter()
+        .map(|r| (r.run.task_id.clone(), r.sample))
+        .collect();
+    let samples = args.samples as usize;
+    let todo: Vec<(usize, usize)> = (0..tasks.len())
+        .flat_map(|t| (0..samples).map(move |s| (t, s)))
+        .filter(|&(t, s)| !done.contains(&(tasks[t].id.clone(), s)))
+        .collect();
+    let total = tasks.len() * samples;
+    if !done.is_empty() {
+        eprintln!(
+            "Resuming: {} of {total} teacher runs are stored in {}.",
+            total - todo.len(),
+            args.out.join("runs.jsonl").display()
+        );
+    }
+
+    let started = Instant::now();
+    let fresh = if todo.is_empty() {
+        0
+    } else {
+        teach(&args, paths, &profile, &tasks, &todo, &mut log, &mut runs)?
+    };
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+
+    let config = FilterConfig {
+        min_hops: args.min_hops,
+        max_hops: args.max_hops,
+        boxed_answer: matches!(profile.answer, AnswerFormat::Boxed),
+        ..FilterConfig::default()
+    };
+    let stored: Vec<_> = runs.iter().map(|r| r.run.clone()).collect();
+    let (kept, report) = filter_runs(&stored, &config);
+    write_outputs(&args.out, &kept)?;
+    let throughput = (fresh > 0 && minutes > 0.0).then(|| fresh as f64 / minutes);
+    let summary = report_json(&runs, &report, kept.len(), throughput);
+    std::fs::write(
+        args.out.join("report.json"),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
+    let markdown = report_markdown(&runs, &report, throughput);
+    std::fs::write(args.out.join("report.md"), &markdown)?;
+    eprint!("{markdown}");
+    eprintln!(
+        "\nWrote {} trajectories to {} and {}.",
+        kept.len(),
+        args.out.join("sft.jsonl").display(),
+        args.out.join("alpaca.json").display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the teacher on every task still to do, storing each run as it ends. Returns how many
+/// runs it stored. Ctrl-C stops after the current agent call; the unfinished run is not stored.
+fn teach(
+    args: &DistillArgs,
+    paths: &Paths,
+    profile: &Profile,
+    tasks: &[catena_eval::EvalTask],
+    todo: &[(usize, usize)],
+    log: &mut RunLog,
+    runs: &mut Vec<TeacherRun>,
+) -> Result<usize> {
+    let (tools, scoring_sandbox) = setup::task_tools(paths, profile, tasks, &args.search)?;
+    let model_path = setup::model_path(args.teacher_model.as_deref(), paths)?;
+    let (engine, plan) = setup::load_planned(
+        &model_path,
+        Overrides {
+            context: Some(8192),
+            gpu_layers: args.gpu_layers,
+            kv_cache: None,
+            kv_caches: 1,
+        },
+        None,
+    )?;
+    let model_name = engine
+        .info()
+        .name
+        .clone()
+        .unwrap_or_else(|| model_path.display().to_string());
+    let base_sampling = SamplingParams {
+        temperature: args.temperature.max(0.0),
+        top_p: 0.95,
+        top_k: 40,
+        seed: args.seed,
+    };
+    let options = SessionOptions {
+        context_size: plan.as_ref().map(|p| p.context).or(Some(8192)),
+        sampling: base_sampling,
+        kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
+        ..SessionOptions::default()
+    };
+    let mut chat = LocalChat::new(&engine, &options)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+    eprintln!(
+        "Teacher: {model_name} (the explicit multi-agent system, profile {}).",
+        profile.name
+    );
+    let bar = ProgressBar::new(todo.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("teacher runs [{bar:30}] {pos}/{len} ETA {eta}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut stored = 0;
+    let mut solved = 0;
+    for &(t, sample) in todo {
+        let task = &tasks[t];
+        let sampling = SamplingParams {
+            seed: args.seed.wrapping_add(sample as u32),
+            ..base_sampling
+        };
+        chat.set_sampling(sampling);
+        let request = MasRequest {
+            task_id: &task.id,
+            question: &task.question,
+            profile,
+            model: model_name.clone(),
+            sampling,
+            budgets: Budgets {
+                max_tool_calls: profile.max_tool_calls,
+                max_tokens: args.max_tokens,
+                max_time: None,
+            },
+            cancel: Some(cancel.clone()),
+        };
+        let t0 = Instant::now();
+        let mut mas = run_multi_agent(&mut chat, request, &tools, &mut |_| {})
+            .with_context(|| format!("task {}", task.id))?;
+        if cancel.load(Ordering::SeqCst) {
+            bar.abandon_with_message("stopped; the finished runs are stored");
+            break;
+        }
+        let trajectory = catena_distill::to_trajectory(&mas.run).unwrap_or_default();
+        let score = catena_eval::score_run(
+            task,
+            mas.answer.as_deref(),
+            &trajectory,
+            scoring_sandbox.as_deref(),
+        );
+        mas.run.reward = score.reward;
+        let run = TeacherRun {
+            run: mas.run,
+            sample,
+            answer: mas.answer,
+            stop: mas.stop_reason.as_str().to_string(),
+            usage: mas.usage,
+            seconds: t0.elapsed().as_secs_f64(),
+        };
+        log.append(&run)?;
+        stored += 1;
+        solved += usize::from(score.solved);
+        runs.push(run);
+        bar.inc(1);
+        bar.set_message(format!("{solved} solved of {stored}"));
+    }
+    bar.finish_and_clear();
+    Ok(stored)
+}
+
+/// sft.jsonl and alpaca.json, each written under a temporary name and renamed when complete.
+fn write_outputs(out: &Path, kept: &[catena_distill::Distilled]) -> Result<()> {
+    let mut sft = Vec::new();
+    let mut alpaca = Vec::new();
+    for distilled in kept {
+        writeln!(sft, "{}", sft_line(distilled)?)?;
+        alpaca.push(alpaca_item(distilled)?);
+    }
+    write_whole(&out.join("sft.jsonl"), &sft)?;
+    write_whole(
+        &out.join("alpaca.json"),
+        &serde_json::to_vec_pretty(&alpaca)?,
+    )
+}
+
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, bytes).with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Teacher totals over the stored runs.
+struct Totals {
+    runs: usize,
+    solved: usize,
+    calls: usize,
+    tokens: usize,
+    seconds: f64,
+}
+
+fn totals(runs: &[TeacherRun]) -> Totals {
+    Totals {
+        runs: runs.len(),
+        solved: runs.iter().filter(|r| r.run.reward >= 1.0).count(),
+        calls: runs.iter().map(|r| r.usage.calls).sum(),
+        tokens: runs.iter().map(|r| r.usage.total()).sum(),
+        seconds: runs.iter().map(|r| r.seconds).sum(),
+    }
+}
+
+fn report_json(
+    runs: &[TeacherRun],
+    report: &FilterReport,
+    kept: usize,
+    runs_per_minute: Option<f64>,
+) -> serde_json::Value {
+    let t = totals(runs);
+    json!({
+        "teacher_runs": t.runs,
+        "teacher_solved": t.solved,
+        "teacher_pass_at_1": t.solved as f64 / t.runs.max(1) as f64,
+        "model_calls": t.calls,
+        "tokens": t.tokens,
+        "tokens_per_solved": (t.solved > 0).then(|| t.tokens as f64 / t.solved as f64),
+        "teacher_seconds": t.seconds,
+        "runs_per_minute_this_time": runs_per_minute,
+        "filters": report,
+        "kept": kept,
+    })
+}
+
+fn report_markdown(
+    runs: &[TeacherRun],
+    report: &FilterReport,
+    runs_per_minute: Option<f64>,
+) -> String {
+    let t = totals(runs);
+    let mut out = format!(
+        "# Distillation\n\n- teacher runs: {} ({} solved, pass@1 {:.1}%)\n- model calls: {} ({:.1} per run); prompt and completion tokens: {} ({} per solved run)\n- teacher time: {:.0} s{}\n\n| stage | seen | kept |\n|---|---|---|\n",
+        t.runs,
+        t.solved,
+        100.0 * t.solved as f64 / t.runs.max(1) as f64,
+        t.calls,
+        t.calls as f64 / t.runs.max(1) as f64,
+        t.tokens,
+        if t.solved > 0 {
+            format!("{:.0}", t.tokens as f64 / t.solved as f64)
+        } else {
+            "none solved".into()
+        },
+        t.seconds,
+        runs_per_minute
+            .map(|r| format!("; {r:.2} teacher runs per minute in this invocation"))
+            .unwrap_or_default(),
+    );
+    for stage in &report.stages {
+        out.push_str(&format!(
+            "| {:?} | {} | {} |\n",
+            stage.stage, stage.seen, stage.kept
+        ));
+    }
+    out
+}

@@ -1,0 +1,218 @@
+//! The explicit multi-agent system end to end, on the real binary, default model and sandbox:
+//! `catena run --mode mas`, `catena eval --mode mas` beside CoA, and `catena distill` storing
+//! every teacher run and going on where it stopped.
+
+mod common;
+
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::Path;
+
+const TASKS: &str = "{\"id\": \"mul\", \"question\": \"What is 17 * 23?\", \"answer\": \"391\"}\n\
+{\"id\": \"primes\", \"question\": \"How many primes are there below 100?\", \"answer\": \"25\"}\n";
+
+fn tasks_file(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("tasks.jsonl");
+    std::fs::write(&path, TASKS).unwrap();
+    path
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn run_mode_mas_streams_every_agent_and_counts_every_call() {
+    let model = common::default_model();
+    let output = common::catena(&[
+        "run",
+        "--mode",
+        "mas",
+        "--model",
+        model.to_str().unwrap(),
+        "--profile",
+        "math",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "1500",
+        "--json",
+        "What is 17 * 23?",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let events = common::json_lines(&output);
+    let started: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "block_started")
+        .map(|e| e["tag"].as_str().unwrap())
+        .collect();
+    assert_eq!(started.first(), Some(&"plan"), "{started:?}");
+    assert_eq!(started.get(1), Some(&"think"), "{started:?}");
+    let allowed: HashSet<&str> = [
+        "plan",
+        "think",
+        "code",
+        "reflection",
+        "double_check",
+        "answer",
+    ]
+    .into_iter()
+    .collect();
+    assert!(started.iter().all(|t| allowed.contains(t)), "{started:?}");
+    // Every code block is a tool call with an observation from the real sandbox.
+    let codes = started.iter().filter(|t| **t == "code").count();
+    let observations: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "observation")
+        .collect();
+    assert_eq!(observations.len(), codes);
+    for o in &observations {
+        let text = o["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("[EXECUTED]") || text.starts_with("[FAILED]"),
+            "{text}"
+        );
+    }
+    let summary = events.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["mode"], "mas");
+    // One model call per agent block (the math profile reads no pages).
+    let usage = &summary["usage"];
+    assert_eq!(
+        usage["calls"].as_u64(),
+        Some(started.len() as u64),
+        "{summary}"
+    );
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    assert!(prompt > 100 * started.len() as u64, "{summary}");
+    assert!(completion > 0 && usage["cached_tokens"].as_u64().unwrap() < prompt);
+    assert_eq!(summary["generated_tokens"].as_u64(), Some(completion));
+    assert_eq!(summary["tool_calls"].as_u64(), Some(codes as u64));
+    if summary["stop_reason"] == "answer" {
+        assert_eq!(started.last(), Some(&"answer"));
+        assert!(summary["answer"].is_string());
+    }
+}
+
+#[test]
+fn eval_mode_mas_reports_model_calls_and_tokens_beside_coa() {
+    let model = common::default_model();
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tasks_file(dir.path());
+    let eval = |mode: &str| {
+        let output = common::catena(&[
+            "eval",
+            "--mode",
+            mode,
+            "--model",
+            model.to_str().unwrap(),
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--limit",
+            "1",
+            "--max-tokens",
+            "1200",
+            "--json",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let mas = eval("mas");
+    let coa = eval("coa");
+    assert_eq!(
+        (mas["mode"].as_str(), coa["mode"].as_str()),
+        (Some("mas"), Some("coa"))
+    );
+    let (mas_run, coa_run) = (&mas["results"][0], &coa["results"][0]);
+    assert_eq!(coa_run["model_calls"], 1);
+    // Planner, thinker and answerer at the least, each its own call.
+    assert!(mas_run["model_calls"].as_u64().unwrap() >= 3, "{mas_run}");
+    for run in [mas_run, coa_run] {
+        let total = run["total_tokens"].as_u64().unwrap();
+        let generated = run["generated_tokens"].as_u64().unwrap();
+        assert!(total > generated && generated > 0, "{run}");
+    }
+}
+
+#[test]
+fn distill_stores_every_teacher_run_and_goes_on_where_it_stopped() {
+    let model = common::default_model();
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tasks_file(dir.path());
+    let out = dir.path().join("distilled");
+    let distill = |limit: &str| {
+        common::catena(&[
+            "distill",
+            "--teacher-model",
+            model.to_str().unwrap(),
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--limit",
+            limit,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "1200",
+        ])
+    };
+    let first = distill("1");
+    assert!(first.status.success(), "{}", stderr(&first));
+    let log = out.join("runs.jsonl");
+    let first_line = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(first_line.lines().count(), 1);
+    // A run being written when the process died: half a line at the end.
+    let stored: Value = serde_json::from_str(first_line.trim()).unwrap();
+    let half = &first_line[..first_line.len() / 2];
+    std::fs::write(&log, format!("{first_line}{half}")).unwrap();
+
+    let second = distill("2");
+    let said = stderr(&second);
+    assert!(second.status.success(), "{said}");
+    assert!(said.contains("was cut off"), "{said}");
+    assert!(said.contains("Resuming: 1 of 2"), "{said}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let runs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0], stored, "the stored run is kept as it was");
+    let ids: Vec<&str> = runs
+        .iter()
+        .map(|r| r["run"]["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["mul", "primes"]);
+    for run in &runs {
+        let activations = run["run"]["activations"].as_array().unwrap();
+        assert_eq!(activations[0]["role"], "planner");
+        assert!(run["usage"]["calls"].as_u64().unwrap() >= activations.len() as u64);
+        let reward = run["run"]["reward"].as_f64().unwrap();
+        assert!(reward == 0.0 || reward == 1.0);
+    }
+
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["teacher_runs"], 2);
+    let stages: Vec<&str> = report["filters"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["correctness", "format", "complexity", "quality"]);
+    let solved = runs.iter().filter(|r| r["run"]["reward"] == 1.0).count() as u64;
+    assert_eq!(
+        report["filters"]["stages"][0]["kept"].as_u64(),
+        Some(solved)
+    );
+    // The outputs hold exactly what the last stage kept.
+    let kept = report["kept"].as_u64().unwrap() as usize;
+    let sft = std::fs::read_to_string(out.join("sft.jsonl")).unwrap();
+    assert_eq!(sft.lines().count(), kept);
+    let alpaca: Value =
+        serde_json::from_slice(&std::fs::read(out.join("alpaca.json")).unwrap()).unwrap();
+    assert_eq!(alpaca.as_array().unwrap().len(), kept);
+}
