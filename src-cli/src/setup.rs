@@ -318,3 +318,30 @@ pub fn task_tools(
     search.add_to(&mut tools, profile, paths)?;
     Ok((tools, scoring))
 }
+
+/// A chat model at an OpenAI-compatible server (`--engine URL`, `--teacher URL`): the key from
+/// `CATENA_ENGINE_KEY`, the model the one named or else the first the server lists. Returns the
+/// model's name beside it.
+pub fn remote_chat(
+    url: &str,
+    model: Option<&str>,
+    sampling: catena_engine::SamplingParams,
+) -> Result<(catena_agent::remote::RemoteChat, String)> {
+    use catena_agent::remote::{ENGINE_KEY_ENV, RemoteChat};
+    use catena_web::{ApiKey, ChatEndpoint};
+    let key = std::env::var(ENGINE_KEY_ENV).ok().and_then(ApiKey::new);
+    let endpoint = |model: &str| {
+        ChatEndpoint::new(url, model, key.clone())
+            .with_context(|| format!("the model server at {url}"))
+    };
+    let model = match model {
+        Some(model) => model.to_string(),
+        None => endpoint("")?
+            .models()
+            .with_context(|| format!("asking the model server at {url} which models it serves"))?
+            .into_iter()
+            .next()
+            .with_context(|| format!("the model server at {url} lists no models"))?,
+    };
+    Ok((RemoteChat::new(endpoint(&model)?, sampling), model))
+}

@@ -7,6 +7,7 @@ mod common;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
+use std::process::Command;
 
 const TASKS: &str = "{\"id\": \"mul\", \"question\": \"What is 17 * 23?\", \"answer\": \"391\"}\n\
 {\"id\": \"primes\", \"question\": \"How many primes are there below 100?\", \"answer\": \"25\"}\n";
@@ -215,4 +216,81 @@ fn distill_stores_every_teacher_run_and_goes_on_where_it_stopped() {
     let alpaca: Value =
         serde_json::from_slice(&std::fs::read(out.join("alpaca.json")).unwrap()).unwrap();
     assert_eq!(alpaca.as_array().unwrap().len(), kept);
+}
+
+#[test]
+fn a_teacher_at_a_server_gives_the_same_greedy_runs_as_the_teacher_here() {
+    // The server is a real `catena serve` on loopback, with a key of its own.
+    let model = common::default_model();
+    let server_data = tempfile::tempdir().unwrap();
+    let server = common::serve(Command::new(common::catena_bin()), |c| {
+        c.env("CATENA_DATA_DIR", server_data.path())
+            .env("CATENA_STORE_DIR", server_data.path().join("sessions"))
+            .env("CATENA_API_KEY", "sk-teacher");
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tasks_file(dir.path());
+    let distill = |teacher: &str, out: &str, key: &str| {
+        let mut command = Command::new(common::catena_bin());
+        command
+            .args(["distill", "--teacher", teacher, "--tasks"])
+            .arg(&tasks)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .args(["--limit", "1", "--temperature", "0", "--max-tokens", "1200"])
+            .env("CATENA_STORE_DIR", common::test_store_dir())
+            .env("CATENA_ENGINE_KEY", key);
+        if teacher == "local" {
+            command.arg("--teacher-model").arg(&model);
+        }
+        command.output().unwrap()
+    };
+    let remote_url = format!("{}/v1", server.base);
+    let here = distill("local", "here", "");
+    assert!(here.status.success(), "{}", stderr(&here));
+    let there = distill(&remote_url, "there", "sk-teacher");
+    assert!(there.status.success(), "{}", stderr(&there));
+    let run = |out: &str| -> Value {
+        let text = std::fs::read_to_string(dir.path().join(out).join("runs.jsonl")).unwrap();
+        serde_json::from_str(text.trim()).unwrap()
+    };
+    let (here, there) = (run("here"), run("there"));
+    // Every agent wrote the same text, every tool answered the same, every call cost the same.
+    assert_eq!(here["run"]["activations"], there["run"]["activations"]);
+    assert_eq!(here["answer"], there["answer"]);
+    for count in ["calls", "prompt_tokens", "completion_tokens"] {
+        assert_eq!(here["usage"][count], there["usage"][count], "{count}");
+    }
+    assert!(here["usage"]["calls"].as_u64().unwrap() >= 3);
+
+    // A key the server refuses is said in the server's words, and never printed.
+    let refused = distill(&remote_url, "refused", "sk-wrong");
+    assert!(!refused.status.success());
+    let said = stderr(&refused);
+    assert!(said.contains("refused the key (HTTP 401)"), "{said}");
+    assert!(!said.contains("sk-wrong"), "{said}");
+}
+
+#[test]
+fn a_server_engine_runs_the_multi_agent_mode_and_says_what_it_does_not_run() {
+    let coa = common::catena(&["run", "--engine", "http://127.0.0.1:9/v1", "What is 1 + 1?"]);
+    assert!(!coa.status.success());
+    assert!(
+        stderr(&coa).contains("--engine runs the multi-agent mode (--mode mas)"),
+        "{}",
+        stderr(&coa)
+    );
+    // Nothing listens on the discard port: the error names the server and what failed.
+    let unreachable = common::catena(&[
+        "run",
+        "--mode",
+        "mas",
+        "--engine",
+        "http://127.0.0.1:9/v1",
+        "What is 1 + 1?",
+    ]);
+    assert!(!unreachable.status.success());
+    let said = stderr(&unreachable);
+    assert!(said.contains("http://127.0.0.1:9/v1"), "{said}");
+    assert!(said.contains("could not be reached"), "{said}");
 }

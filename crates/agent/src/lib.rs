@@ -3,6 +3,7 @@
 //! context and lets the model go on, within budgets (PROTOCOL.md §2).
 
 mod events;
+pub mod remote;
 pub mod summarize;
 mod summary;
 pub mod tools;

@@ -179,7 +179,7 @@ pub struct ChatReply {
 }
 
 /// A model answering one chat turn at a time, with the tokens each turn cost: in this process
-/// (`llama::LocalChat`) or, later, at an OpenAI-compatible server.
+/// (`llama::LocalChat`) or at an OpenAI-compatible server (`catena_agent::remote::RemoteChat`).
 pub trait ChatEngine {
     /// Answers `turn` with the engine's sampling settings. `on_text` receives the answer as it
     /// is decided.
@@ -190,8 +190,12 @@ pub trait ChatEngine {
         on_text: &mut dyn FnMut(&str),
     ) -> Result<ChatReply, EngineError>;
 
-    /// The context window of one turn, prompt and answer together.
+    /// The context window of one turn, prompt and answer together; 0 where a server does not
+    /// say.
     fn context_size(&self) -> usize;
+
+    /// Changes how the next turns are sampled (a task's later samples take their own seeds).
+    fn set_sampling(&mut self, sampling: SamplingParams);
 }
 
 /// Bounds of one [`Session::generate`] call.
@@ -340,4 +344,10 @@ pub enum EngineError {
     /// The model worker process died or broke the protocol; it is restarted for the next request.
     #[error("the model worker stopped: {0}")]
     WorkerDied(String),
+    /// A model server refused a prompt too long for its model's context (its own words).
+    #[error("the prompt does not fit the model server's context: {0}")]
+    PromptTooLong(String),
+    /// A model server gave no answer (unreachable, a refused key, an error status).
+    #[error("the model server: {0}")]
+    Remote(String),
 }

@@ -31,7 +31,10 @@ pub enum EndpointError {
 
 /// A chat model at an OpenAI-compatible endpoint.
 pub struct ChatEndpoint {
+    /// `{base}/chat/completions`.
     url: String,
+    /// `{base}/models`.
+    models_url: String,
     model: String,
     key: Option<ApiKey>,
     client: reqwest::blocking::Client,
@@ -70,8 +73,10 @@ impl ChatEndpoint {
             .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| EndpointError::Network(e.to_string()))?;
+        let base = base.as_str().trim_end_matches('/');
         Ok(ChatEndpoint {
-            url: format!("{}/chat/completions", base.as_str().trim_end_matches('/')),
+            url: format!("{base}/chat/completions"),
+            models_url: format!("{base}/models"),
             model: model.to_string(),
             key,
             client,
@@ -85,17 +90,71 @@ impl ChatEndpoint {
         user: &str,
         max_tokens: usize,
     ) -> Result<String, EndpointError> {
-        let body = json!({
+        let request = ChatRequest {
+            system,
+            user,
+            max_tokens,
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: None,
+        };
+        self.complete(&request).map(|answer| answer.text)
+    }
+
+    /// One chat turn with the request's sampling, and what the server says it cost.
+    pub fn complete(&self, chat: &ChatRequest<'_>) -> Result<ChatAnswer, EndpointError> {
+        let mut body = json!({
             "model": self.model,
             "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": user},
+                {"role": "system", "content": chat.system},
+                {"role": "user", "content": chat.user},
             ],
-            "max_tokens": max_tokens,
-            "temperature": 0,
+            "max_tokens": chat.max_tokens,
+            "temperature": chat.temperature,
+            "top_p": chat.top_p,
             "stream": false,
         });
-        let mut request = self.client.post(&self.url).json(&body);
+        if let Some(seed) = chat.seed {
+            body["seed"] = seed.into();
+        }
+        let json = self.send(self.client.post(&self.url).json(&body))?;
+        let text = json
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| EndpointError::BadResponse("no `choices[0].message.content`".into()))?;
+        let count = |pointer: &str| json.pointer(pointer).and_then(Value::as_u64);
+        Ok(ChatAnswer {
+            text,
+            finish_reason: json
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            prompt_tokens: count("/usage/prompt_tokens"),
+            completion_tokens: count("/usage/completion_tokens"),
+            // OpenAI, vLLM and Catena say it in the usage; llama.cpp's server in its timings.
+            cached_tokens: count("/usage/prompt_tokens_details/cached_tokens")
+                .or_else(|| count("/timings/cache_n")),
+        })
+    }
+
+    /// The names of the models the server serves (`GET {base}/models`), in its order.
+    pub fn models(&self) -> Result<Vec<String>, EndpointError> {
+        let json = self.send(self.client.get(&self.models_url))?;
+        let listed = json
+            .get("data")
+            .and_then(Value::as_array)
+            .ok_or_else(|| EndpointError::BadResponse("no `data` list of models".into()))?;
+        Ok(listed
+            .iter()
+            .filter_map(|m| m.get("id").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Sends `request` with the key and turns an error status into its [`EndpointError`].
+    fn send(&self, request: reqwest::blocking::RequestBuilder) -> Result<Value, EndpointError> {
+        let mut request = request;
         if let Some(key) = &self.key {
             request = request.bearer_auth(key.expose());
         }
@@ -140,10 +199,29 @@ impl ChatEndpoint {
                 return Err(EndpointError::Status { status, message });
             }
         }
-        let json = json.ok_or_else(|| EndpointError::BadResponse("not JSON".into()))?;
-        json.pointer("/choices/0/message/content")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| EndpointError::BadResponse("no `choices[0].message.content`".into()))
+        json.ok_or_else(|| EndpointError::BadResponse("not JSON".into()))
     }
+}
+
+/// One chat turn: a system and a user message, the answer's budget and its sampling.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRequest<'a> {
+    pub system: &'a str,
+    pub user: &'a str,
+    pub max_tokens: usize,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: Option<u32>,
+}
+
+/// The answer, and the token counts the server reported (`None` where it said nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatAnswer {
+    pub text: String,
+    /// `stop` (the model ended its turn), `length` (the budget ran out), ...
+    pub finish_reason: Option<String>,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// Prompt tokens the server took from its cache instead of evaluating them.
+    pub cached_tokens: Option<u64>,
 }

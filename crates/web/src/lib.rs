@@ -10,7 +10,7 @@ mod fetch;
 mod search;
 mod settings;
 
-pub use chat::{ChatEndpoint, EndpointError};
+pub use chat::{ChatAnswer, ChatEndpoint, ChatRequest, EndpointError};
 pub use fetch::{FetchError, FetchOptions, FetchedPage, Fetcher};
 pub use search::{
     ApiKey, LocalSearch, OnlineSearch, SearchBackend, SearchFailure, Service, WebHit,

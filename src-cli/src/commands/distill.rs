@@ -13,7 +13,7 @@ use catena_distill::{
 };
 use catena_engine::llama::LocalChat;
 use catena_engine::plan::Overrides;
-use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
+use catena_engine::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
 use clap::Args;
@@ -38,11 +38,14 @@ pub struct DistillArgs {
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
 
-    /// Where the teacher runs: `local`, on this machine.
+    /// Where the teacher runs: `local` (this machine), or the address of an OpenAI-compatible
+    /// server (`http://HOST:PORT/v1`: llama-server, vLLM, another `catena serve`, a hosted
+    /// API), its key from CATENA_ENGINE_KEY.
     #[arg(long, default_value = "local")]
     teacher: String,
 
-    /// The teacher model: a GGUF file or an installed model's name (default: the default model).
+    /// The teacher model: locally a GGUF file or an installed model's name (default: the
+    /// default model); at a server the name it serves (default: the first it lists).
     #[arg(long, value_name = "MODEL")]
     teacher_model: Option<PathBuf>,
 
@@ -87,12 +90,6 @@ pub struct DistillArgs {
 }
 
 pub fn run(args: DistillArgs, paths: &Paths) -> Result<ExitCode> {
-    if args.teacher != "local" {
-        bail!(
-            "--teacher {}: only `local` teachers are supported so far (a model on this machine, chosen with --teacher-model)",
-            args.teacher
-        );
-    }
     if args.min_hops > args.max_hops {
         bail!(
             "--min-hops {} is above --max-hops {}",
@@ -184,35 +181,49 @@ fn teach(
     runs: &mut Vec<TeacherRun>,
 ) -> Result<usize> {
     let (tools, scoring_sandbox) = setup::task_tools(paths, profile, tasks, &args.search)?;
-    let model_path = setup::model_path(args.teacher_model.as_deref(), paths)?;
-    let (engine, plan) = setup::load_planned(
-        &model_path,
-        Overrides {
-            context: Some(8192),
-            gpu_layers: args.gpu_layers,
-            kv_cache: None,
-            kv_caches: 1,
-        },
-        None,
-    )?;
-    let model_name = engine
-        .info()
-        .name
-        .clone()
-        .unwrap_or_else(|| model_path.display().to_string());
     let base_sampling = SamplingParams {
         temperature: args.temperature.max(0.0),
         top_p: 0.95,
         top_k: 40,
         seed: args.seed,
     };
-    let options = SessionOptions {
-        context_size: plan.as_ref().map(|p| p.context).or(Some(8192)),
-        sampling: base_sampling,
-        kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
-        ..SessionOptions::default()
+    let loaded;
+    let (model_name, mut chat): (String, Box<dyn ChatEngine + '_>) = match args.teacher.as_str() {
+        "local" => {
+            let model_path = setup::model_path(args.teacher_model.as_deref(), paths)?;
+            loaded = setup::load_planned(
+                &model_path,
+                Overrides {
+                    context: Some(8192),
+                    gpu_layers: args.gpu_layers,
+                    kv_cache: None,
+                    kv_caches: 1,
+                },
+                None,
+            )?;
+            let (engine, plan) = &loaded;
+            let options = SessionOptions {
+                context_size: plan.as_ref().map(|p| p.context).or(Some(8192)),
+                sampling: base_sampling,
+                kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
+                ..SessionOptions::default()
+            };
+            let name = engine
+                .info()
+                .name
+                .clone()
+                .unwrap_or_else(|| model_path.display().to_string());
+            (name, Box::new(LocalChat::new(engine, &options)?))
+        }
+        url => {
+            let model = args
+                .teacher_model
+                .as_ref()
+                .map(|m| m.to_string_lossy().into_owned());
+            let (chat, name) = setup::remote_chat(url, model.as_deref(), base_sampling)?;
+            (format!("{name} at {url}"), Box::new(chat))
+        }
     };
-    let mut chat = LocalChat::new(&engine, &options)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     let _ = ctrlc::set_handler(move || {
@@ -253,7 +264,7 @@ fn teach(
             cancel: Some(cancel.clone()),
         };
         let t0 = Instant::now();
-        let mut mas = run_multi_agent(&mut chat, request, &tools, &mut |_| {})
+        let mut mas = run_multi_agent(chat.as_mut(), request, &tools, &mut |_| {})
             .with_context(|| format!("task {}", task.id))?;
         if cancel.load(Ordering::SeqCst) {
             bar.abandon_with_message("stopped; the finished runs are stored");

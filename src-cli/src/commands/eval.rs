@@ -7,7 +7,8 @@ use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_agent::{Budgets, RunRequest, RunSummary, run_chain, start_task};
 use catena_distill::mas::{MasRequest, run_multi_agent};
-use catena_engine::llama::{LlamaSession, LocalChat};
+use catena_engine::ChatEngine;
+use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
 use catena_engine::plan::Overrides;
 use catena_engine::{KvCacheType, SamplingParams, Session, SessionOptions};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
@@ -38,6 +39,15 @@ pub struct EvalArgs {
     /// agent a separate call), to compare tokens per solved task.
     #[arg(long, value_enum, default_value_t = Mode::Coa)]
     mode: Mode,
+
+    /// Run the model at an OpenAI-compatible server (`http://HOST:PORT/v1`), its key from
+    /// CATENA_ENGINE_KEY. With --mode mas only, so far.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter"])]
+    engine: Option<String>,
+
+    /// The model at --engine (default: the first the server lists).
+    #[arg(long, value_name = "NAME", requires = "engine")]
+    engine_model: Option<String>,
 
     #[command(flatten)]
     search: setup::SearchArgs,
@@ -108,43 +118,69 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         bail!("no tasks to run");
     }
     let profile = Profile::builtin(&args.profile)?;
-    let model_path = setup::model_path(args.model.as_deref(), paths)?;
+    if args.engine.is_some() && args.mode == Mode::Coa {
+        bail!(
+            "--engine runs the multi-agent mode (--mode mas); a Chain-of-Agents run at a server is not built yet"
+        );
+    }
     // Code tasks' tests run in the sandbox too: one sandbox serves the tool and the scoring.
     let (tools, scoring_sandbox) = setup::task_tools(paths, &profile, &tasks, &args.search)?;
-    let (engine, plan) = setup::load_planned(
-        &model_path,
-        Overrides {
-            context: Some(4096),
-            gpu_layers: args.gpu_layers,
-            kv_cache: None,
-            kv_caches: 1,
-        },
-        args.adapter.options(),
-    )?;
     let base_sampling = SamplingParams {
         temperature,
         top_p: 0.95,
         top_k: 40,
         seed: args.seed,
     };
-    let options = SessionOptions {
-        context_size: plan.as_ref().map(|p| p.context).or(Some(4096)),
-        sampling: base_sampling,
-        kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
-        ..SessionOptions::default()
+    let remote = match &args.engine {
+        Some(url) => Some(setup::remote_chat(
+            url,
+            args.engine_model.as_deref(),
+            base_sampling,
+        )?),
+        None => None,
     };
-    let model_name = engine
-        .info()
-        .name
-        .clone()
-        .unwrap_or_else(|| model_path.display().to_string());
+    let local = match remote {
+        Some(_) => None,
+        None => {
+            let model_path = setup::model_path(args.model.as_deref(), paths)?;
+            let loaded = setup::load_planned(
+                &model_path,
+                Overrides {
+                    context: Some(4096),
+                    gpu_layers: args.gpu_layers,
+                    kv_cache: None,
+                    kv_caches: 1,
+                },
+                args.adapter.options(),
+            )?;
+            Some((model_path, loaded))
+        }
+    };
     let boxed = matches!(profile.answer, AnswerFormat::Boxed);
     // One session for all runs: the prompt's shared beginning (system message and
     // instructions) stays in the KV cache and only each question is evaluated anew; a task's
     // later samples reuse its whole prompt.
-    let mut runner = match args.mode {
-        Mode::Coa => Runner::Coa(engine.session(&options)?),
-        Mode::Mas => Runner::Mas(LocalChat::new(&engine, &options)?),
+    let (model_name, mut runner) = match (remote, &local) {
+        (Some((chat, served)), _) => (served, Runner::Mas(Box::new(chat))),
+        (None, Some((model_path, (engine, plan)))) => {
+            let options = SessionOptions {
+                context_size: plan.as_ref().map(|p| p.context).or(Some(4096)),
+                sampling: base_sampling,
+                kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
+                ..SessionOptions::default()
+            };
+            let name = engine
+                .info()
+                .name
+                .clone()
+                .unwrap_or_else(|| model_path.display().to_string());
+            let runner = match args.mode {
+                Mode::Coa => Runner::Coa(engine, Box::new(engine.session(&options)?)),
+                Mode::Mas => Runner::Mas(Box::new(LocalChat::new(engine, &options)?)),
+            };
+            (name, runner)
+        }
+        (None, None) => bail!("no model to evaluate"),
     };
     let budgets = Budgets {
         max_tool_calls: profile.max_tool_calls,
@@ -161,8 +197,8 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             };
             let t0 = Instant::now();
             let run = match &mut runner {
-                Runner::Coa(session) => {
-                    let prompt = start_task(&engine, session, &profile, &task.question)?;
+                Runner::Coa(engine, session) => {
+                    let prompt = start_task(engine, session, &profile, &task.question)?;
                     // The session's counters run across runs: this run's share is the difference.
                     let generated_before = session.stats().generated_tokens;
                     let request = RunRequest {
@@ -174,7 +210,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                         budgets,
                         cancel: None,
                     };
-                    let summary = run_chain(session, request, &tools, &mut |_| {})
+                    let summary = run_chain(session.as_mut(), request, &tools, &mut |_| {})
                         .with_context(|| format!("task {}", task.id))?;
                     Outcome {
                         model_calls: 1,
@@ -194,7 +230,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                         budgets,
                         cancel: None,
                     };
-                    let mas = run_multi_agent(chat, request, &tools, &mut |_| {})
+                    let mas = run_multi_agent(chat.as_mut(), request, &tools, &mut |_| {})
                         .with_context(|| format!("task {}", task.id))?;
                     Outcome {
                         model_calls: mas.usage.calls,
@@ -256,10 +292,11 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What runs the tasks: one session for CoA runs, one chat session for the agents' calls.
+/// What runs the tasks: one session for CoA runs; for the agents' calls, one chat session here
+/// or a server.
 enum Runner<'e> {
-    Coa(LlamaSession<'e>),
-    Mas(LocalChat<'e>),
+    Coa(&'e LlamaEngine, Box<LlamaSession<'e>>),
+    Mas(Box<dyn ChatEngine + 'e>),
 }
 
 /// One run, either way.

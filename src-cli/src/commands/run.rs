@@ -8,7 +8,7 @@ use catena_agent::{AgentEvent, Budgets, RunRequest, run_chain, start_task};
 use catena_distill::mas::{MasRequest, run_multi_agent};
 use catena_engine::llama::LocalChat;
 use catena_engine::plan::Overrides;
-use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
+use catena_engine::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
 use catena_protocol::units::positive_seconds;
@@ -135,10 +135,25 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub search: setup::SearchArgs,
+
+    /// Run the model at an OpenAI-compatible server instead of in this process
+    /// (`http://HOST:PORT/v1`: llama.cpp's llama-server, vLLM, another `catena serve`, a hosted
+    /// API), its key from CATENA_ENGINE_KEY. With --mode mas only, so far.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter"])]
+    pub engine: Option<String>,
+
+    /// The model at --engine (default: the first the server lists).
+    #[arg(long, value_name = "NAME", requires = "engine")]
+    pub engine_model: Option<String>,
 }
 
 pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let task = read_task(&args.task)?;
+    if args.engine.is_some() && args.mode == Mode::Coa {
+        bail!(
+            "--engine runs the multi-agent mode (--mode mas); a Chain-of-Agents run at a server is not built yet"
+        );
+    }
     if args.mode == Mode::Mas && args.prefill.is_some() {
         bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
     }
@@ -163,13 +178,25 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         top_k: args.top_k,
         seed,
     };
-    let on_builtin_default = setup::uses_builtin_default(args.model.as_deref(), paths);
-    let model_path = setup::model_path(args.model.as_deref(), paths)?;
-    let profile = match chosen_profile {
-        Some(profile) => profile,
-        None => {
+    let mut remote = match &args.engine {
+        Some(url) => Some(setup::remote_chat(
+            url,
+            args.engine_model.as_deref(),
+            sampling,
+        )?),
+        None => None,
+    };
+    let on_builtin_default =
+        remote.is_none() && setup::uses_builtin_default(args.model.as_deref(), paths);
+    let model_path = match remote {
+        Some(_) => None,
+        None => Some(setup::model_path(args.model.as_deref(), paths)?),
+    };
+    let profile = match (chosen_profile, &model_path) {
+        (Some(profile), _) => profile,
+        (None, Some(model_path)) => {
             let catalog = catena_hub::catalog::Catalog::load(paths)?;
-            match catena_hub::installed::profile_of(&model_path, &catalog) {
+            match catena_hub::installed::profile_of(model_path, &catalog) {
                 Some(name) => {
                     eprintln!("profile: {name} (the model's; --profile chooses another)");
                     Profile::builtin(&name)?
@@ -177,6 +204,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 None => Profile::builtin("math")?,
             }
         }
+        (None, None) => Profile::builtin("math")?,
     };
     let limits = Limits {
         wall: code_timeout,
@@ -185,16 +213,20 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let mut tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
     args.search.add_to(&mut tools, &profile, paths)?;
-    let (engine, plan) = setup::load_planned(
-        &model_path,
-        Overrides {
-            context: args.ctx_size,
-            gpu_layers: args.gpu_layers,
-            kv_cache: args.kv_cache,
-            kv_caches: 1,
-        },
-        args.adapter.options(),
-    )?;
+    let loaded = match &model_path {
+        Some(model_path) => Some(setup::load_planned(
+            model_path,
+            Overrides {
+                context: args.ctx_size,
+                gpu_layers: args.gpu_layers,
+                kv_cache: args.kv_cache,
+                kv_caches: 1,
+            },
+            args.adapter.options(),
+        )?),
+        None => None,
+    };
+    let plan = loaded.as_ref().and_then(|(_, plan)| plan.as_ref());
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     // First Ctrl-C stops the run cleanly (the summary is still printed); a second one exits.
@@ -204,10 +236,10 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         }
     });
     let options = SessionOptions {
-        context_size: plan.as_ref().map(|p| p.context).or(args.ctx_size),
+        context_size: plan.map(|p| p.context).or(args.ctx_size),
         sampling,
         threads: args.threads,
-        kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
+        kv_cache: plan.map_or(KvCacheType::default(), |p| p.kv_cache),
         ..SessionOptions::default()
     };
     let user_prompt = profile.user_message(&task);
@@ -216,11 +248,15 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         max_tokens: args.max_tokens,
         max_time,
     };
-    let model_name = engine
-        .info()
-        .name
-        .clone()
-        .unwrap_or_else(|| model_path.display().to_string());
+    let model_name = match (&remote, &loaded, &model_path) {
+        (Some((_, served)), _, _) => served.clone(),
+        (None, Some((engine, _)), Some(path)) => engine
+            .info()
+            .name
+            .clone()
+            .unwrap_or_else(|| path.display().to_string()),
+        _ => bail!("no model to run"),
+    };
     let mut printer: Box<dyn EventSink> = if args.json {
         Box::new(JsonPrinter::new())
     } else {
@@ -283,10 +319,10 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         }
         printer.event(&e)
     };
-    let result = match args.mode {
-        Mode::Coa => {
+    let result = match (args.mode, &loaded) {
+        (Mode::Coa, Some((engine, _))) => {
             let mut session = engine.session(&options)?;
-            let prompt = start_task(&engine, &mut session, &profile, &task)?;
+            let prompt = start_task(engine, &mut session, &profile, &task)?;
             let request = RunRequest {
                 profile: &profile,
                 model: model_name.clone(),
@@ -300,8 +336,17 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 .map(|summary| (summary, None))
                 .map_err(anyhow::Error::new)
         }
-        Mode::Mas => {
-            let mut chat = LocalChat::new(&engine, &options)?;
+        (Mode::Coa, None) => bail!("a Chain-of-Agents run needs a local model"),
+        (Mode::Mas, loaded) => {
+            let mut local;
+            let chat: &mut dyn ChatEngine = match (&mut remote, loaded) {
+                (Some((remote, _)), _) => remote,
+                (None, Some((engine, _))) => {
+                    local = LocalChat::new(engine, &options)?;
+                    &mut local
+                }
+                (None, None) => bail!("no model to run"),
+            };
             let request = MasRequest {
                 task_id: "task",
                 question: &task,
@@ -311,7 +356,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 budgets,
                 cancel: Some(cancel),
             };
-            run_multi_agent(&mut chat, request, &tools, &mut on_event)
+            run_multi_agent(chat, request, &tools, &mut on_event)
                 .map(|mas| (mas.run_summary(), Some(mas.usage)))
                 .map_err(anyhow::Error::new)
         }

@@ -156,7 +156,9 @@ enum Halt {
 impl From<EngineError> for Halt {
     fn from(e: EngineError) -> Self {
         match e {
-            EngineError::ContextOverflow { .. } => Halt::Stop(StopReason::ContextFull),
+            EngineError::ContextOverflow { .. } | EngineError::PromptTooLong(_) => {
+                Halt::Stop(StopReason::ContextFull)
+            }
             e => Halt::Failed(e),
         }
     }
@@ -472,7 +474,9 @@ impl ChatModel for Summariser<'_> {
                 self.usage.add(&reply);
                 Ok(reply.text)
             }
-            Err(EngineError::ContextOverflow { .. }) => Err(ChatError::TooLong),
+            Err(EngineError::ContextOverflow { .. } | EngineError::PromptTooLong(_)) => {
+                Err(ChatError::TooLong)
+            }
             Err(e) => Err(ChatError::Failed(e.to_string())),
         }
     }

@@ -46,6 +46,8 @@ impl ChatEngine for Scripted {
     fn context_size(&self) -> usize {
         8192
     }
+
+    fn set_sampling(&mut self, _sampling: SamplingParams) {}
 }
 
 /// Answers every program with what it was given, and counts its calls.

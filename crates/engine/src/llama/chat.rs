@@ -21,11 +21,6 @@ impl<'m> LocalChat<'m> {
             session: engine.session(options)?,
         })
     }
-
-    /// Changes how the next turns are sampled (a task's later samples take their own seeds).
-    pub fn set_sampling(&mut self, sampling: crate::SamplingParams) {
-        self.session.set_sampling(sampling);
-    }
 }
 
 impl ChatEngine for LocalChat<'_> {
@@ -65,5 +60,9 @@ impl ChatEngine for LocalChat<'_> {
 
     fn context_size(&self) -> usize {
         self.session.context_size()
+    }
+
+    fn set_sampling(&mut self, sampling: crate::SamplingParams) {
+        self.session.set_sampling(sampling);
     }
 }
