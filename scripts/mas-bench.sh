@@ -7,18 +7,26 @@
 # tasks), model calls and wall time per task, pass@1, the ratio CoA / explicit system, teacher
 # runs per minute and what each filter stage kept.
 #   scripts/mas-bench.sh [TASKS] [N] [MAX_TOKENS]
-# TASKS: a JSONL task file, default a fresh synthetic set (`catena train synth`); N: tasks.
+# TASKS: a JSONL task file, default scripts/tasks/tool-questions.jsonl (24 questions a program
+# answers: counting, arithmetic, strings, dates); `synth` for a fresh synthetic set (`catena
+# train synth`); N: tasks. MAS_BENCH_DIR keeps the reports and the teacher runs there.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tasks="${1:-}"
-n="${2:-12}"
+tasks="${1:-$root/scripts/tasks/tool-questions.jsonl}"
+n="${2:-24}"
 max_tokens="${3:-1536}"
 target="${CARGO_TARGET_DIR:-$root/target}"
 catena="${CATENA_BIN:-$target/release/catena}"
 [ -x "$catena" ] || (cd "$root" && cargo build --release --locked -p catena-cli)
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-if [ -z "$tasks" ]; then
+if [ -n "${MAS_BENCH_DIR:-}" ]; then
+  work="$MAS_BENCH_DIR"
+  rm -rf "$work/distill"
+  mkdir -p "$work"
+else
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+fi
+if [ "$tasks" = synth ]; then
   "$catena" train synth --out "$work/tasks" --train 0 --held-out "$n" --seed 41 >/dev/null
   tasks="$work/tasks/held-out.jsonl"
 fi
@@ -34,9 +42,9 @@ report = json.load(open(f"{sys.argv[2]}/report.json"))
 def line(name, n, solved, tokens, calls, seconds):
     per = tokens / solved if solved else float("nan")
     print(f"{name}: {n} tasks, solved {solved} (pass@1 {100 * solved / n:.1f}%), {tokens} tokens "
-          f"in all, {per:.0f} per solved task, {calls / n:.1f} model calls and {seconds / n:.1f} s "
-          f"per task")
-    return per
+          f"in all, {tokens / n:.0f} per task and {per:.0f} per solved task, {calls / n:.1f} model "
+          f"calls and {seconds / n:.1f} s per task")
+    return per, tokens / n
 res = coa["results"]
 print(f"model: {coa['model']}")
 c = line("CoA (one generation)", len(res), sum(r["solved"] for r in res),
@@ -45,7 +53,8 @@ c = line("CoA (one generation)", len(res), sum(r["solved"] for r in res),
 m = line("explicit multi-agent system", len(runs), sum(r["run"]["reward"] >= 1 for r in runs),
          sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in runs),
          sum(r["usage"]["calls"] for r in runs), sum(r["seconds"] for r in runs))
-print(f"ratio tokens per solved task, CoA / explicit system: {c / m:.3f}")
+print(f"ratio CoA / explicit system: tokens per solved task {c[0] / m[0]:.3f}, "
+      f"tokens per task {c[1] / m[1]:.3f}")
 print(f"teacher runs per minute: {report['runs_per_minute_this_time']:.2f}")
 print("filters: " + ", ".join(f"{s['stage']} {s['kept']}/{s['seen']}" for s in report["filters"]["stages"]))
 PY

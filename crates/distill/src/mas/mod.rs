@@ -280,6 +280,10 @@ impl System<'_, '_> {
                         prompts::answer_input(question, &plan, &self.steps),
                         emit,
                     )?;
+                    let answer = answer_block(profile, &answer);
+                    if let Some(call) = self.activations.last_mut() {
+                        call.output = answer.clone();
+                    }
                     return Ok(answer);
                 }
             }
@@ -556,6 +560,22 @@ fn tool_call_input(tool: Tag, written: &str) -> String {
             }
         }
         _ => first_line(written),
+    }
+}
+
+/// The answer as the profile's `<answer>` holds it: a math profile's bare value (one line) is put
+/// in the `\boxed{}` its answers are written in, as a tool agent's program is put in its fence
+/// (the value is the agent's; the protocol's form is the system's). Anything longer is left as
+/// written, for the format filter to judge.
+fn answer_block(profile: &Profile, written: &str) -> String {
+    if profile.answer == catena_protocol::AnswerFormat::Boxed
+        && catena_protocol::boxed(written).is_none()
+        && !written.is_empty()
+        && !written.contains('\n')
+    {
+        format!("\\boxed{{{written}}}")
+    } else {
+        written.to_string()
     }
 }
 

@@ -429,3 +429,34 @@ fn later_agents_see_older_results_cut_and_recent_ones_whole() {
     assert!(text.contains(&step(3).observation));
     assert!(!text.contains(&step(2).observation));
 }
+
+#[test]
+fn a_bare_math_answer_is_written_in_the_boxed_form() {
+    let mut model = Scripted::new(&["1. Add.", "Next: answer", "The score this time is:4", " 6 "]);
+    let tools = toolbox(Tag::Code);
+    let (summary, _) = run("math", &mut model, &tools, 12);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{6}"));
+    let last = summary.run.activations.last().unwrap();
+    assert_eq!(
+        (last.role, last.output.as_str()),
+        (Role::Answerer, "\\boxed{6}")
+    );
+    // An answer of several lines is not a value: it stays as written.
+    let mut model = Scripted::new(&[
+        "1. Add.",
+        "Next: answer",
+        "The score this time is:4",
+        "It is\n6",
+    ]);
+    let (summary, _) = run("math", &mut model, &toolbox(Tag::Code), 12);
+    assert_eq!(summary.answer.as_deref(), Some("It is\n6"));
+    // Other profiles keep the answer as written.
+    let mut model = Scripted::new(&[
+        "1. Look.",
+        "Next: answer",
+        "The score this time is:4",
+        "Paris",
+    ]);
+    let (summary, _) = run("web", &mut model, &toolbox(Tag::WebSearch), 12);
+    assert_eq!(summary.answer.as_deref(), Some("Paris"));
+}
