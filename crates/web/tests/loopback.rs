@@ -352,23 +352,30 @@ fn online_clients_speak_each_services_shape_and_surface_failures() {
 /// A stand-in for an OpenAI-compatible chat endpoint: it answers with what it was sent, or
 /// with the error the user message asks for, in the shapes OpenAI and llama.cpp's server use.
 fn chat_endpoint() -> Router {
-    Router::new().route(
-        "/v1/chat/completions",
-        post(|headers: HeaderMap, body: axum::Json<Value>| async move {
-            let auth = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string();
-            if auth != "Bearer sk-local" {
-                return (StatusCode::UNAUTHORIZED, "{}").into_response();
-            }
-            let user = body["messages"][1]["content"].as_str().unwrap_or_default();
-            let error = |status: StatusCode, code: &str, message: &str| {
-                let body = json!({"error": {"code": code, "message": message, "type": "x"}});
-                (status, axum::Json(body)).into_response()
-            };
-            match user {
+    Router::new()
+        .route(
+            "/v1/models",
+            axum::routing::get(|| async {
+                axum::Json(json!({"data": [{"id": "big-model"}, {"id": "small"}]}))
+            }),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(|headers: HeaderMap, body: axum::Json<Value>| async move {
+                let auth = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                if auth != "Bearer sk-local" {
+                    return (StatusCode::UNAUTHORIZED, "{}").into_response();
+                }
+                let user = body["messages"][1]["content"].as_str().unwrap_or_default();
+                let error = |status: StatusCode, code: &str, message: &str| {
+                    let body = json!({"error": {"code": code, "message": message, "type": "x"}});
+                    (status, axum::Json(body)).into_response()
+                };
+                match user {
                 "too long" => error(
                     StatusCode::BAD_REQUEST,
                     "context_length_exceeded",
@@ -382,6 +389,16 @@ fn chat_endpoint() -> Router {
                 "busy" => error(StatusCode::TOO_MANY_REQUESTS, "rate_limit", "slow down"),
                 "broken" => error(StatusCode::INTERNAL_SERVER_ERROR, "x", "the model crashed"),
                 "odd" => axum::Json(json!({"choices": []})).into_response(),
+                // llama.cpp's server says what it took from its cache in its timings.
+                "counted" => axum::Json(json!({
+                    "choices": [{"message": {"content": format!(
+                        "temperature={} top_p={} seed={}",
+                        body["temperature"], body["top_p"], body["seed"]
+                    )}, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 120, "completion_tokens": 7},
+                    "timings": {"cache_n": 96},
+                }))
+                .into_response(),
                 _ => axum::Json(json!({
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": format!(
                         "model={} max_tokens={} temperature={} system={} user={user}",
@@ -393,8 +410,8 @@ fn chat_endpoint() -> Router {
                 }))
                 .into_response(),
             }
-        }),
-    )
+            }),
+        )
 }
 
 #[test]
@@ -408,8 +425,30 @@ fn a_chat_endpoint_is_asked_as_openai_documents_and_its_errors_are_told_apart() 
         endpoint
             .chat("Be brief.", "Summarise the page.", 640)
             .unwrap(),
-        "model=big-model max_tokens=640 temperature=0 system=Be brief. user=Summarise the page."
+        "model=big-model max_tokens=640 temperature=0.0 system=Be brief. user=Summarise the page."
     );
+    // A turn with its sampling, and the counts the server reported.
+    let answer = endpoint
+        .complete(&catena_web::ChatRequest {
+            system: "s",
+            user: "counted",
+            max_tokens: 7,
+            temperature: 0.5,
+            top_p: 0.75,
+            seed: Some(9),
+        })
+        .unwrap();
+    assert_eq!(answer.text, "temperature=0.5 top_p=0.75 seed=9");
+    assert_eq!(answer.finish_reason.as_deref(), Some("length"));
+    assert_eq!(
+        (
+            answer.prompt_tokens,
+            answer.completion_tokens,
+            answer.cached_tokens
+        ),
+        (Some(120), Some(7), Some(96))
+    );
+    assert_eq!(endpoint.models().unwrap(), ["big-model", "small"]);
     for (user, expected) in [
         ("too long", "maximum context length"),
         ("too long for llama.cpp", "available context size"),
