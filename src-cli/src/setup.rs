@@ -198,6 +198,30 @@ pub fn load_planned(
     Ok((load_model(path, gpu_layers, adapter)?, plan))
 }
 
+/// The settings of a session on a model loaded with [`load_planned`]: the plan's context and KV
+/// cache type where there is a plan, else `context` and the default cache.
+pub fn planned_session(
+    plan: Option<&Plan>,
+    context: Option<u32>,
+    sampling: catena_engine::SamplingParams,
+) -> catena_engine::SessionOptions {
+    catena_engine::SessionOptions {
+        context_size: plan.map(|p| p.context).or(context),
+        sampling,
+        kv_cache: plan.map_or(catena_engine::KvCacheType::default(), |p| p.kv_cache),
+        ..catena_engine::SessionOptions::default()
+    }
+}
+
+/// The name a loaded model gives itself, else its file's path.
+pub fn model_name(engine: &LlamaEngine, path: &Path) -> String {
+    engine
+        .info()
+        .name
+        .clone()
+        .unwrap_or_else(|| path.display().to_string())
+}
+
 /// A LoRA adapter on the command line: `--adapter PATH [--adapter-scale S]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdapterArgs {

@@ -13,7 +13,7 @@ use catena_distill::{
 };
 use catena_engine::llama::LocalChat;
 use catena_engine::plan::Overrides;
-use catena_engine::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
+use catena_engine::{ChatEngine, SamplingParams};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
 use clap::Args;
@@ -202,17 +202,8 @@ fn teach(
                 None,
             )?;
             let (engine, plan) = &loaded;
-            let options = SessionOptions {
-                context_size: plan.as_ref().map(|p| p.context).or(Some(8192)),
-                sampling: base_sampling,
-                kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
-                ..SessionOptions::default()
-            };
-            let name = engine
-                .info()
-                .name
-                .clone()
-                .unwrap_or_else(|| model_path.display().to_string());
+            let options = setup::planned_session(plan.as_ref(), Some(8192), base_sampling);
+            let name = setup::model_name(engine, &model_path);
             (name, Box::new(LocalChat::new(engine, &options)?))
         }
         url => {

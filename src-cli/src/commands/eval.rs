@@ -10,7 +10,7 @@ use catena_distill::mas::{MasRequest, run_multi_agent};
 use catena_engine::ChatEngine;
 use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
 use catena_engine::plan::Overrides;
-use catena_engine::{KvCacheType, SamplingParams, Session, SessionOptions};
+use catena_engine::{SamplingParams, Session};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
@@ -163,17 +163,8 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     let (model_name, mut runner) = match (remote, &local) {
         (Some((chat, served)), _) => (served, Runner::Mas(Box::new(chat))),
         (None, Some((model_path, (engine, plan)))) => {
-            let options = SessionOptions {
-                context_size: plan.as_ref().map(|p| p.context).or(Some(4096)),
-                sampling: base_sampling,
-                kv_cache: plan.as_ref().map_or(KvCacheType::default(), |p| p.kv_cache),
-                ..SessionOptions::default()
-            };
-            let name = engine
-                .info()
-                .name
-                .clone()
-                .unwrap_or_else(|| model_path.display().to_string());
+            let options = setup::planned_session(plan.as_ref(), Some(4096), base_sampling);
+            let name = setup::model_name(engine, model_path);
             let runner = match args.mode {
                 Mode::Coa => Runner::Coa(engine, Box::new(engine.session(&options)?)),
                 Mode::Mas => Runner::Mas(Box::new(LocalChat::new(engine, &options)?)),

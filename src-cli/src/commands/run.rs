@@ -236,11 +236,8 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         }
     });
     let options = SessionOptions {
-        context_size: plan.map(|p| p.context).or(args.ctx_size),
-        sampling,
         threads: args.threads,
-        kv_cache: plan.map_or(KvCacheType::default(), |p| p.kv_cache),
-        ..SessionOptions::default()
+        ..setup::planned_session(plan, args.ctx_size, sampling)
     };
     let user_prompt = profile.user_message(&task);
     let budgets = Budgets {
@@ -250,11 +247,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let model_name = match (&remote, &loaded, &model_path) {
         (Some((_, served)), _, _) => served.clone(),
-        (None, Some((engine, _)), Some(path)) => engine
-            .info()
-            .name
-            .clone()
-            .unwrap_or_else(|| path.display().to_string()),
+        (None, Some((engine, _)), Some(path)) => setup::model_name(engine, path),
         _ => bail!("no model to run"),
     };
     let mut printer: Box<dyn EventSink> = if args.json {
