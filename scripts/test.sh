@@ -31,6 +31,9 @@ step "assets and the sandbox's compiled CPython"
 "$target/release/catena" assets fetch all
 "$target/release/catena" sandbox 'print("the sandbox is ready")'
 
+step "llama.cpp's llama-server from the crate's llama.cpp (the remote-engine test's peer)"
+scripts/llama-tool.sh server llama-server
+
 step "tests"
 cargo test --release --locked --workspace
 

@@ -3,6 +3,7 @@
 
 use anstyle::{AnsiColor, Style};
 use catena_agent::{AgentEvent, RunSummary, Source};
+use catena_distill::RoleTokens;
 use catena_distill::mas::Usage;
 use catena_protocol::Tag;
 use std::io::Write;
@@ -11,8 +12,9 @@ use std::io::Write;
 pub trait EventSink {
     fn event(&mut self, event: &AgentEvent);
     fn summary(&mut self, summary: &RunSummary);
-    /// The end of an explicit multi-agent run: the same summary, and what its model calls cost.
-    fn multi_agent_summary(&mut self, summary: &RunSummary, usage: &Usage);
+    /// The end of an explicit multi-agent run: the same summary, what its model calls cost, and
+    /// each agent's share.
+    fn multi_agent_summary(&mut self, summary: &RunSummary, usage: &Usage, by_role: &[RoleTokens]);
 }
 
 /// One JSON object per event, one per line; a `summary` object last.
@@ -50,7 +52,7 @@ impl EventSink for JsonPrinter {
         }
     }
 
-    fn multi_agent_summary(&mut self, summary: &RunSummary, usage: &Usage) {
+    fn multi_agent_summary(&mut self, summary: &RunSummary, usage: &Usage, by_role: &[RoleTokens]) {
         if let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(summary) {
             let mut object = serde_json::Map::new();
             object.insert("type".into(), "summary".into());
@@ -58,6 +60,10 @@ impl EventSink for JsonPrinter {
             object.insert(
                 "usage".into(),
                 serde_json::to_value(usage).unwrap_or_default(),
+            );
+            object.insert(
+                "by_role".into(),
+                serde_json::to_value(by_role).unwrap_or_default(),
             );
             object.append(&mut fields);
             self.line(&serde_json::Value::Object(object));
@@ -73,6 +79,11 @@ pub struct HumanPrinter {
     /// Skip the newline that usually follows an opening tag.
     skip_newline: bool,
     style: Style,
+    /// Whitespace the model wrote outside blocks, held until text follows it: the blank lines
+    /// between two blocks are not shown, the spaces and newlines inside free text are.
+    held_whitespace: String,
+    /// Free text has been shown since the last block.
+    in_free_text: bool,
 }
 
 impl HumanPrinter {
@@ -83,6 +94,8 @@ impl HumanPrinter {
             at_line_start: true,
             skip_newline: false,
             style: Style::new(),
+            held_whitespace: String::new(),
+            in_free_text: false,
         }
     }
 
@@ -163,6 +176,8 @@ impl EventSink for HumanPrinter {
                     Source::Prefill => format!("{tag} (prefill)"),
                     Source::Model => tag.to_string(),
                 };
+                self.held_whitespace.clear();
+                self.in_free_text = false;
                 self.heading(&label, tag_style(*tag));
                 self.style = tag_style(*tag);
                 self.skip_newline = true;
@@ -173,9 +188,18 @@ impl EventSink for HumanPrinter {
                 self.style = Style::new();
             }
             AgentEvent::Text { text, .. } => {
-                if !text.trim().is_empty() {
+                if text.trim().is_empty() {
+                    self.held_whitespace.push_str(text);
+                } else {
+                    let held = std::mem::take(&mut self.held_whitespace);
                     self.style = Style::new().dimmed();
-                    self.text(text);
+                    if self.in_free_text {
+                        self.text(&(held + text));
+                    } else {
+                        // A stretch of free text starts after the block before it.
+                        self.text(text.trim_start());
+                        self.in_free_text = true;
+                    }
                     self.style = Style::new();
                 }
             }
@@ -229,7 +253,7 @@ impl EventSink for HumanPrinter {
         );
     }
 
-    fn multi_agent_summary(&mut self, s: &RunSummary, usage: &Usage) {
+    fn multi_agent_summary(&mut self, s: &RunSummary, usage: &Usage, by_role: &[RoleTokens]) {
         self.answer(s);
         let dim = Style::new().dimmed();
         let _ = writeln!(
@@ -243,6 +267,23 @@ impl EventSink for HumanPrinter {
             usage.completion_tokens,
             s.tool_calls,
             s.timings.total_ms / 1e3
+        );
+        let shares: Vec<String> = by_role
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {}×, {}+{}",
+                    r.role.name(),
+                    r.calls,
+                    r.prompt_tokens,
+                    r.completion_tokens
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            self.err,
+            "{dim}by agent (calls, prompt+completion tokens): {}{dim:#}",
+            shares.join(" · ")
         );
     }
 }

@@ -351,9 +351,9 @@ pub fn remote_chat(
     model: Option<&str>,
     sampling: catena_engine::SamplingParams,
 ) -> Result<(catena_agent::remote::RemoteChat, String)> {
-    use catena_agent::remote::{ENGINE_KEY_ENV, RemoteChat};
-    use catena_web::{ApiKey, ChatEndpoint};
-    let key = std::env::var(ENGINE_KEY_ENV).ok().and_then(ApiKey::new);
+    use catena_agent::remote::RemoteChat;
+    use catena_web::ChatEndpoint;
+    let key = engine_key();
     let endpoint = |model: &str| {
         ChatEndpoint::new(url, model, key.clone())
             .with_context(|| format!("the model server at {url}"))
@@ -368,4 +368,45 @@ pub fn remote_chat(
             .with_context(|| format!("the model server at {url} lists no models"))?,
     };
     Ok((RemoteChat::new(endpoint(&model)?, sampling), model))
+}
+
+/// A Chain-of-Agents session at llama.cpp's server (`--engine URL` with `--mode coa`), holding
+/// `system` and `user` in the model's chat template, the key from `CATENA_ENGINE_KEY`. `model`
+/// names the server's model in the summariser's chat requests ([`served_model`]).
+pub fn remote_session(
+    url: &str,
+    model: &str,
+    sampling: catena_engine::SamplingParams,
+    system: &str,
+    user: &str,
+) -> Result<(
+    catena_agent::remote::RemoteSession,
+    catena_agent::PromptStart,
+)> {
+    use catena_agent::remote::RemoteSession;
+    use catena_web::ChatEndpoint;
+    let context = || format!("the llama.cpp server at {url}");
+    let key = engine_key();
+    let endpoint = catena_web::CompletionEndpoint::new(url, key.clone()).with_context(context)?;
+    let v1 = format!("{}/v1", url.trim_end_matches('/').trim_end_matches("/v1"));
+    let chat = ChatEndpoint::new(&v1, model, key).with_context(context)?;
+    RemoteSession::start(endpoint, chat, sampling, system, user).with_context(context)
+}
+
+/// The name of the model at the llama.cpp server `url`: `model` where the user gave one, else
+/// the one the server reports.
+pub fn served_model(url: &str, model: Option<&str>) -> Result<String> {
+    if let Some(model) = model {
+        return Ok(model.to_string());
+    }
+    let context = || format!("the llama.cpp server at {url}");
+    let endpoint = catena_web::CompletionEndpoint::new(url, engine_key()).with_context(context)?;
+    Ok(endpoint.props().with_context(context)?.model)
+}
+
+/// The remote engine's key, from the environment only.
+fn engine_key() -> Option<catena_web::ApiKey> {
+    std::env::var(catena_agent::remote::ENGINE_KEY_ENV)
+        .ok()
+        .and_then(catena_web::ApiKey::new)
 }

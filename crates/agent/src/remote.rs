@@ -1,11 +1,20 @@
-//! The agents' model at an OpenAI-compatible server (llama.cpp's `llama-server`, vLLM, SGLang,
-//! another `catena serve`, a hosted API): each chat turn is one request, with the token counts
-//! the server reports. This is how a distillation teacher can be bigger than the user's machine.
+//! The model at a server. The explicit agents' chat turns go to any OpenAI-compatible server
+//! (llama.cpp's `llama-server`, vLLM, SGLang, another `catena serve`, a hosted API): each turn
+//! is one request, with the token counts the server reports ([`RemoteChat`]). A Chain-of-Agents
+//! run needs raw completion over token ids with the server's prefix cache, which llama.cpp's
+//! own API gives ([`RemoteSession`]). This is how a distillation teacher can be bigger than the
+//! user's machine.
 
+use crate::PromptStart;
+use catena_engine::llama::{ChatMessage, chatml_prompt};
 use catena_engine::{
-    ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, GenerationStop, SamplingParams,
+    ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Generation, GenerationStop,
+    PromptPart, SamplingParams, Session, SessionStats, SideChat, StopMatcher, TokenRecord,
 };
-use catena_web::{ChatEndpoint, ChatRequest, EndpointError};
+use catena_web::{
+    ChatEndpoint, ChatRequest, CompletionEndpoint, CompletionRequest, CompletionStop, EndpointError,
+};
+use std::time::Instant;
 
 /// Where the key of a remote engine comes from: never a flag, so it is not in the shell's
 /// history or the process list.
@@ -54,10 +63,7 @@ impl ChatEngine for RemoteChat {
             top_p: self.sampling.top_p,
             seed: Some(self.sampling.seed),
         };
-        let answer = self.endpoint.complete(&request).map_err(|e| match e {
-            EndpointError::TooLong(message) => EngineError::PromptTooLong(message),
-            e => EngineError::Remote(e.to_string()),
-        })?;
+        let answer = self.endpoint.complete(&request).map_err(remote)?;
         on_text(&answer.text);
         let count = |n: Option<u64>| n.map_or(0, |n| n as usize);
         Ok(ChatReply {
@@ -78,5 +84,264 @@ impl ChatEngine for RemoteChat {
 
     fn set_sampling(&mut self, sampling: SamplingParams) {
         self.sampling = sampling;
+    }
+}
+
+/// A Chain-of-Agents run's context at llama.cpp's `llama-server` ([`Session`]): Catena keeps the
+/// context as token ids, tokenises each appended part at the server (only the chat template's
+/// markers as control tokens, docs/PROTOCOL.md §2) and sends the whole context with every
+/// generation; the server keeps the evaluated prefix in its slot, so each step evaluates only
+/// what is new. What it says it took from that cache is counted in [`RemoteUsage`].
+///
+/// The sampled tokens' log-probabilities are not asked for ([`TokenRecord::logprob`] is `None`):
+/// training reads them from the local engine only.
+pub struct RemoteSession {
+    endpoint: CompletionEndpoint,
+    /// For [`Session::side_chat`]: the same server's chat API.
+    chat: ChatEndpoint,
+    sampling: SamplingParams,
+    context_size: usize,
+    tokens: Vec<TokenRecord>,
+    /// How many of `tokens` the server has evaluated: all but the last sampled token and what
+    /// was appended since, which the next request sends.
+    evaluated: usize,
+    stats: SessionStats,
+    usage: RemoteUsage,
+}
+
+/// What a [`RemoteSession`] sent and what the server reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteUsage {
+    /// Completion requests.
+    pub requests: usize,
+    /// Prompt tokens sent, summed over the requests (each sends the whole context).
+    pub sent_tokens: usize,
+    /// Of those, the tokens the server took from its cache.
+    pub cached_tokens: usize,
+    /// Of those, the tokens the server evaluated.
+    pub evaluated_tokens: usize,
+}
+
+impl RemoteSession {
+    /// Opens a session at the llama.cpp server `endpoint` and puts `system` and `user` into it
+    /// in the model's ChatML template (the AFMs' and Qwen's): the only template whose markers
+    /// Catena can keep apart from text it did not write, so any other is refused.
+    pub fn start(
+        endpoint: CompletionEndpoint,
+        chat: ChatEndpoint,
+        sampling: SamplingParams,
+        system: &str,
+        user: &str,
+    ) -> Result<(RemoteSession, PromptStart), EngineError> {
+        let props = endpoint.props().map_err(remote)?;
+        if !props.chat_template.contains("<|im_start|>") {
+            return Err(EngineError::Remote(
+                "a Chain-of-Agents run at a server needs a model with a ChatML chat template \
+                 (the AFMs, Qwen); this server's model has another one"
+                    .into(),
+            ));
+        }
+        let mut session = RemoteSession {
+            endpoint,
+            chat,
+            sampling,
+            context_size: props.context_size,
+            tokens: Vec::new(),
+            evaluated: 0,
+            stats: SessionStats::default(),
+            usage: RemoteUsage::default(),
+        };
+        let prompt = chatml_prompt(&[
+            ChatMessage::new("system", system),
+            ChatMessage::new("user", user),
+        ]);
+        let prompt_tokens = session.append(&prompt)?;
+        Ok((
+            session,
+            PromptStart {
+                prompt_tokens,
+                cached_tokens: 0,
+            },
+        ))
+    }
+
+    pub fn usage(&self) -> RemoteUsage {
+        self.usage
+    }
+
+    fn push_forced(&mut self, ids: impl IntoIterator<Item = i32>) {
+        self.tokens
+            .extend(ids.into_iter().map(|id| TokenRecord { id, logprob: None }));
+    }
+
+    /// The tokens of a generation that ended in `text` (stop string included): the sampled
+    /// ones, except that a last token carrying text past the stop string is replaced by the
+    /// tokens of the part that is kept, as the local engine does, so the context holds exactly
+    /// the returned text.
+    fn settle_stop(&mut self, sampled: &[i32], text: &str) -> Result<(), EngineError> {
+        let Some((_, before_last)) = sampled.split_last() else {
+            return Ok(());
+        };
+        let all = self.endpoint.detokenize(sampled).map_err(remote)?;
+        if all == text {
+            self.push_forced(sampled.iter().copied());
+            return Ok(());
+        }
+        let before = self.endpoint.detokenize(before_last).map_err(remote)?;
+        let kept = match text.strip_prefix(before.as_str()) {
+            Some(kept) => {
+                self.push_forced(before_last.iter().copied());
+                kept
+            }
+            // The server's text does not extend its own tokens' text (an odd tokenizer):
+            // the context takes the text as it reads.
+            None => text,
+        };
+        let forced = self.endpoint.tokenize(kept, false).map_err(remote)?;
+        self.push_forced(forced);
+        Ok(())
+    }
+}
+
+/// A server's refusal as an engine error: a prompt too long for its context stays that.
+fn remote(error: EndpointError) -> EngineError {
+    match error {
+        EndpointError::TooLong(message) => EngineError::PromptTooLong(message),
+        e => EngineError::Remote(e.to_string()),
+    }
+}
+
+impl Session for RemoteSession {
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
+        let mut added = Vec::new();
+        for part in parts {
+            added.extend(
+                self.endpoint
+                    .tokenize(&part.text, part.special)
+                    .map_err(remote)?,
+            );
+        }
+        let total = self.tokens.len() + added.len();
+        if total > self.context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed: total - self.context_size,
+            });
+        }
+        let count = added.len();
+        self.push_forced(added);
+        self.stats.appended_tokens += count;
+        Ok(count)
+    }
+
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError> {
+        let stopped = |stop| Generation {
+            text: String::new(),
+            stop,
+            tokens: 0,
+        };
+        if limits.is_cancelled() {
+            return Ok(stopped(GenerationStop::Cancelled));
+        }
+        if limits.max_tokens == 0 {
+            return Ok(stopped(GenerationStop::MaxTokens));
+        }
+        if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(stopped(GenerationStop::Deadline));
+        }
+        let room = self.context_size.saturating_sub(self.tokens.len());
+        if room == 0 {
+            return Ok(stopped(GenerationStop::ContextFull));
+        }
+        let prompt: Vec<i32> = self.tokens.iter().map(|t| t.id).collect();
+        let request = CompletionRequest {
+            prompt: &prompt,
+            max_tokens: limits.max_tokens.min(room),
+            stops: stops.stops(),
+            temperature: self.sampling.temperature,
+            top_k: self.sampling.top_k,
+            top_p: self.sampling.top_p,
+            seed: self.sampling.seed,
+        };
+        let completion = self.endpoint.complete(&request).map_err(remote)?;
+        let sampled = completion.tokens.len();
+        self.usage.requests += 1;
+        self.usage.sent_tokens += prompt.len();
+        self.usage.cached_tokens += completion.cached_tokens as usize;
+        self.usage.evaluated_tokens += completion.evaluated_prompt_tokens as usize;
+        // Each sampled token but the last was evaluated to sample the next one; the last waits
+        // for the next request, as in the local engine.
+        let decoded = sampled.saturating_sub(1);
+        self.stats.prefill_tokens += completion.evaluated_prompt_tokens as usize;
+        self.stats.decode_tokens += decoded;
+        self.stats.evaluated_tokens += completion.evaluated_prompt_tokens as usize + decoded;
+        self.stats.generated_tokens += sampled;
+        self.stats.prefill_time += completion.prompt_time;
+        self.stats.decode_time += completion.decode_time;
+        let (text, stop) = match completion.stop {
+            CompletionStop::StopString(word) => {
+                let index = stops
+                    .stops()
+                    .iter()
+                    .position(|s| *s == word)
+                    .ok_or_else(|| {
+                        EngineError::Remote(format!(
+                            "the server stopped at `{word}`, which is not a stop string of this run"
+                        ))
+                    })?;
+                let text = completion.text + &word;
+                self.settle_stop(&completion.tokens, &text)?;
+                (text, GenerationStop::StopString { index })
+            }
+            CompletionStop::EndOfGeneration => {
+                self.push_forced(completion.tokens);
+                (completion.text, GenerationStop::EndOfTurn)
+            }
+            CompletionStop::Limit => {
+                self.push_forced(completion.tokens);
+                let stop = if self.tokens.len() >= self.context_size {
+                    GenerationStop::ContextFull
+                } else {
+                    GenerationStop::MaxTokens
+                };
+                (completion.text, stop)
+            }
+        };
+        // As in the local engine, the context counts what is in the KV cache.
+        self.evaluated = prompt.len() + decoded;
+        self.stats.context_tokens = self.evaluated;
+        on_text(&text);
+        Ok(Generation {
+            text,
+            stop,
+            tokens: sampled,
+        })
+    }
+
+    fn stats(&self) -> SessionStats {
+        self.stats.clone()
+    }
+
+    fn set_sampling(&mut self, sampling: SamplingParams) {
+        self.sampling = sampling;
+    }
+
+    fn context_size(&self) -> usize {
+        self.context_size
+    }
+
+    fn tokens(&self) -> &[TokenRecord] {
+        &self.tokens
+    }
+
+    fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError> {
+        self.chat
+            .chat(&chat.system, &chat.user, chat.max_tokens)
+            .map_err(remote)
     }
 }

@@ -37,6 +37,20 @@ pub enum Role {
     Answerer,
 }
 
+impl Role {
+    /// The role's name as it is stored and shown (`tool_agent`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Planner => "planner",
+            Role::Thinker => "thinker",
+            Role::ToolAgent => "tool_agent",
+            Role::Reflector => "reflector",
+            Role::Verifier => "verifier",
+            Role::Answerer => "answerer",
+        }
+    }
+}
+
 /// One agent call of a recorded run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Activation {
@@ -59,6 +73,45 @@ pub struct Activation {
     pub completion_tokens: u64,
 }
 
+/// What one role's calls cost, over one run or many: where an explicit system's tokens go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleTokens {
+    pub role: Role,
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// The calls and tokens of each role among `activations`, in the order of [`Role`]'s variants;
+/// roles that never ran are left out. (The page summariser's calls are not activations: they are
+/// in a run's [`mas::Usage`] only.)
+pub fn tokens_by_role<'a>(
+    activations: impl IntoIterator<Item = &'a Activation>,
+) -> Vec<RoleTokens> {
+    const ROLES: [Role; 6] = [
+        Role::Planner,
+        Role::Thinker,
+        Role::ToolAgent,
+        Role::Reflector,
+        Role::Verifier,
+        Role::Answerer,
+    ];
+    let mut totals = ROLES.map(|role| RoleTokens {
+        role,
+        calls: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+    });
+    for activation in activations {
+        if let Some(total) = totals.iter_mut().find(|t| t.role == activation.role) {
+            total.calls += 1;
+            total.prompt_tokens += activation.prompt_tokens;
+            total.completion_tokens += activation.completion_tokens;
+        }
+    }
+    totals.into_iter().filter(|t| t.calls > 0).collect()
+}
+
 /// A recorded run of the explicit multi-agent system on one task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MultiAgentRun {
@@ -69,4 +122,52 @@ pub struct MultiAgentRun {
     pub activations: Vec<Activation>,
     /// The task's verifiable reward for the run's answer (1 solved, 0 not).
     pub reward: f64,
+}
+
+#[cfg(test)]
+mod role_tests {
+    use super::*;
+
+    fn call(role: Role, prompt_tokens: u64, completion_tokens: u64) -> Activation {
+        Activation {
+            role,
+            output: String::new(),
+            tool: None,
+            observation: None,
+            tool_ok: None,
+            prompt_tokens,
+            completion_tokens,
+        }
+    }
+
+    #[test]
+    fn tokens_are_summed_per_role_in_the_roles_order() {
+        let run = [
+            call(Role::Planner, 100, 20),
+            call(Role::Thinker, 150, 30),
+            call(Role::ToolAgent, 200, 40),
+            call(Role::Thinker, 300, 10),
+            call(Role::Answerer, 250, 5),
+        ];
+        let totals = tokens_by_role(&run);
+        let rows: Vec<(&str, u64, u64, u64)> = totals
+            .iter()
+            .map(|t| (t.role.name(), t.calls, t.prompt_tokens, t.completion_tokens))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("planner", 1, 100, 20),
+                ("thinker", 2, 450, 40),
+                ("tool_agent", 1, 200, 40),
+                ("answerer", 1, 250, 5),
+            ]
+        );
+        for role in [Role::ToolAgent, Role::Verifier] {
+            assert_eq!(
+                serde_json::to_value(role).unwrap(),
+                serde_json::Value::from(role.name())
+            );
+        }
+    }
 }

@@ -58,22 +58,8 @@ impl ChatEndpoint {
         model: &str,
         key: Option<ApiKey>,
     ) -> Result<ChatEndpoint, EndpointError> {
-        let base = url::Url::parse(base_url.trim())
-            .map_err(|e| EndpointError::Network(format!("`{base_url}` is not a URL: {e}")))?;
-        if !matches!(base.scheme(), "http" | "https") {
-            return Err(EndpointError::Network(format!(
-                "`{base_url}` is not an http(s) address"
-            )));
-        }
-        crate::install_tls_provider();
-        let client = reqwest::blocking::Client::builder()
-            .timeout(ANSWER_TIMEOUT)
-            .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| EndpointError::Network(e.to_string()))?;
-        let base = base.as_str().trim_end_matches('/');
+        let (base, client) = endpoint_client(base_url)?;
+        let base = base.trim_end_matches('/');
         Ok(ChatEndpoint {
             url: format!("{base}/chat/completions"),
             models_url: format!("{base}/models"),
@@ -152,54 +138,8 @@ impl ChatEndpoint {
             .collect())
     }
 
-    /// Sends `request` with the key and turns an error status into its [`EndpointError`].
     fn send(&self, request: reqwest::blocking::RequestBuilder) -> Result<Value, EndpointError> {
-        let mut request = request;
-        if let Some(key) = &self.key {
-            request = request.bearer_auth(key.expose());
-        }
-        let response = request.send().map_err(|e| {
-            EndpointError::Network(if e.is_timeout() {
-                format!("no answer within {} seconds", ANSWER_TIMEOUT.as_secs())
-            } else {
-                e.without_url().to_string()
-            })
-        })?;
-        let status = response.status().as_u16();
-        let text = response.text().unwrap_or_default();
-        let json: Option<Value> = serde_json::from_str(&text).ok();
-        match status {
-            200..=299 => {}
-            401 | 403 => return Err(EndpointError::Unauthorized(status)),
-            429 => return Err(EndpointError::RateLimited),
-            _ => {
-                let message = json
-                    .as_ref()
-                    .and_then(|j| j.pointer("/error/message").or_else(|| j.get("error")))
-                    .and_then(Value::as_str)
-                    .map_or_else(|| text.chars().take(200).collect(), str::to_string);
-                let code = json
-                    .as_ref()
-                    .and_then(|j| {
-                        j.pointer("/error/code")
-                            .or_else(|| j.pointer("/error/type"))
-                    })
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                // OpenAI says `context_length_exceeded`; llama.cpp's server
-                // `exceed_context_size_error`; others only say it in words.
-                let lower = message.to_lowercase();
-                if code.contains("context")
-                    || lower.contains("context length")
-                    || lower.contains("context size")
-                    || lower.contains("context window")
-                {
-                    return Err(EndpointError::TooLong(message));
-                }
-                return Err(EndpointError::Status { status, message });
-            }
-        }
-        json.ok_or_else(|| EndpointError::BadResponse("not JSON".into()))
+        send_json(request, self.key.as_ref())
     }
 }
 
@@ -224,4 +164,81 @@ pub struct ChatAnswer {
     pub completion_tokens: Option<u64>,
     /// Prompt tokens the server took from its cache instead of evaluating them.
     pub cached_tokens: Option<u64>,
+}
+
+/// Sends `request` with `key` as a bearer token and turns an error status into its
+/// [`EndpointError`]; the answer's JSON on success.
+pub(crate) fn send_json(
+    request: reqwest::blocking::RequestBuilder,
+    key: Option<&ApiKey>,
+) -> Result<Value, EndpointError> {
+    let mut request = request;
+    if let Some(key) = key {
+        request = request.bearer_auth(key.expose());
+    }
+    let response = request.send().map_err(|e| {
+        EndpointError::Network(if e.is_timeout() {
+            format!("no answer within {} seconds", ANSWER_TIMEOUT.as_secs())
+        } else {
+            e.without_url().to_string()
+        })
+    })?;
+    let status = response.status().as_u16();
+    let text = response.text().unwrap_or_default();
+    let json: Option<Value> = serde_json::from_str(&text).ok();
+    match status {
+        200..=299 => {}
+        401 | 403 => return Err(EndpointError::Unauthorized(status)),
+        429 => return Err(EndpointError::RateLimited),
+        _ => {
+            let message = json
+                .as_ref()
+                .and_then(|j| j.pointer("/error/message").or_else(|| j.get("error")))
+                .and_then(Value::as_str)
+                .map_or_else(|| text.chars().take(200).collect(), str::to_string);
+            let code = json
+                .as_ref()
+                .and_then(|j| {
+                    j.pointer("/error/code")
+                        .or_else(|| j.pointer("/error/type"))
+                })
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            // OpenAI says `context_length_exceeded`; llama.cpp's server
+            // `exceed_context_size_error`; others only say it in words.
+            let lower = message.to_lowercase();
+            if code.contains("context")
+                || lower.contains("context length")
+                || lower.contains("context size")
+                || lower.contains("context window")
+            {
+                return Err(EndpointError::TooLong(message));
+            }
+            return Err(EndpointError::Status { status, message });
+        }
+    }
+    json.ok_or_else(|| EndpointError::BadResponse("not JSON".into()))
+}
+
+/// Checks that `base_url` is an http(s) address and builds the client that talks to it: no
+/// redirects (the key goes only where the user said), [`ANSWER_TIMEOUT`] per answer.
+pub(crate) fn endpoint_client(
+    base_url: &str,
+) -> Result<(String, reqwest::blocking::Client), EndpointError> {
+    let base = url::Url::parse(base_url.trim())
+        .map_err(|e| EndpointError::Network(format!("`{base_url}` is not a URL: {e}")))?;
+    if !matches!(base.scheme(), "http" | "https") {
+        return Err(EndpointError::Network(format!(
+            "`{base_url}` is not an http(s) address"
+        )));
+    }
+    crate::install_tls_provider();
+    let client = reqwest::blocking::Client::builder()
+        .timeout(ANSWER_TIMEOUT)
+        .connect_timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| EndpointError::Network(e.to_string()))?;
+    Ok((base.as_str().to_string(), client))
 }

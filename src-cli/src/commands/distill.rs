@@ -346,6 +346,7 @@ fn report_json(
         "runs_per_minute_this_time": runs_per_minute,
         "filters": report,
         "kept": kept,
+        "by_role": catena_distill::tokens_by_role(runs.iter().flat_map(|r| &r.run.activations)),
     })
 }
 
@@ -377,6 +378,16 @@ fn report_markdown(
         out.push_str(&format!(
             "| {:?} | {} | {} |\n",
             stage.stage, stage.seen, stage.kept
+        ));
+    }
+    out.push_str("\n| agent | calls | prompt tokens | completion tokens |\n|---|---|---|---|\n");
+    for role in catena_distill::tokens_by_role(runs.iter().flat_map(|r| &r.run.activations)) {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            role.role.name(),
+            role.calls,
+            role.prompt_tokens,
+            role.completion_tokens
         ));
     }
     out

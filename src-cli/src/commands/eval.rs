@@ -41,7 +41,7 @@ pub struct EvalArgs {
     mode: Mode,
 
     /// Run the model at an OpenAI-compatible server (`http://HOST:PORT/v1`), its key from
-    /// CATENA_ENGINE_KEY. With --mode mas only, so far.
+    /// CATENA_ENGINE_KEY. A Chain-of-Agents run (--mode coa) needs llama.cpp's llama-server.
     #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter"])]
     engine: Option<String>,
 
@@ -118,11 +118,6 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         bail!("no tasks to run");
     }
     let profile = Profile::builtin(&args.profile)?;
-    if args.engine.is_some() && args.mode == Mode::Coa {
-        bail!(
-            "--engine runs the multi-agent mode (--mode mas); a Chain-of-Agents run at a server is not built yet"
-        );
-    }
     // Code tasks' tests run in the sandbox too: one sandbox serves the tool and the scoring.
     let (tools, scoring_sandbox) = setup::task_tools(paths, &profile, &tasks, &args.search)?;
     let base_sampling = SamplingParams {
@@ -131,13 +126,17 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         top_k: 40,
         seed: args.seed,
     };
-    let remote = match &args.engine {
-        Some(url) => Some(setup::remote_chat(
-            url,
-            args.engine_model.as_deref(),
-            base_sampling,
-        )?),
-        None => None,
+    let remote = match (&args.engine, args.mode) {
+        (Some(url), Mode::Mas) => {
+            let (chat, served) =
+                setup::remote_chat(url, args.engine_model.as_deref(), base_sampling)?;
+            Some((served, Runner::Mas(Box::new(chat))))
+        }
+        (Some(url), Mode::Coa) => Some((
+            setup::served_model(url, args.engine_model.as_deref())?,
+            Runner::RemoteCoa(url.clone()),
+        )),
+        (None, _) => None,
     };
     let local = match remote {
         Some(_) => None,
@@ -161,7 +160,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     // instructions) stays in the KV cache and only each question is evaluated anew; a task's
     // later samples reuse its whole prompt.
     let (model_name, mut runner) = match (remote, &local) {
-        (Some((chat, served)), _) => (served, Runner::Mas(Box::new(chat))),
+        (Some(remote), _) => remote,
         (None, Some((model_path, (engine, plan)))) => {
             let options = setup::planned_session(plan.as_ref(), Some(4096), base_sampling);
             let name = setup::model_name(engine, model_path);
@@ -187,28 +186,39 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                 ..base_sampling
             };
             let t0 = Instant::now();
+            // One CoA run in `session`, which holds the prompt; its generated tokens are counted
+            // from `generated_before` (a kept session's counters run across runs).
+            let coa = |session: &mut dyn Session, prompt, generated_before: usize| {
+                let request = RunRequest {
+                    profile: &profile,
+                    model: model_name.clone(),
+                    sampling,
+                    prompt,
+                    prefill: None,
+                    budgets,
+                    cancel: None,
+                };
+                let summary = run_chain(session, request, &tools, &mut |_| {})
+                    .with_context(|| format!("task {}", task.id))?;
+                anyhow::Ok(Outcome {
+                    model_calls: 1,
+                    total_tokens: summary.context_tokens,
+                    generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
+                    summary,
+                })
+            };
             let run = match &mut runner {
                 Runner::Coa(engine, session) => {
                     let prompt = start_task(engine, session, &profile, &task.question)?;
-                    // The session's counters run across runs: this run's share is the difference.
                     let generated_before = session.stats().generated_tokens;
-                    let request = RunRequest {
-                        profile: &profile,
-                        model: model_name.clone(),
-                        sampling,
-                        prompt,
-                        prefill: None,
-                        budgets,
-                        cancel: None,
-                    };
-                    let summary = run_chain(session.as_mut(), request, &tools, &mut |_| {})
-                        .with_context(|| format!("task {}", task.id))?;
-                    Outcome {
-                        model_calls: 1,
-                        total_tokens: summary.context_tokens,
-                        generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
-                        summary,
-                    }
+                    coa(session.as_mut(), prompt, generated_before)?
+                }
+                Runner::RemoteCoa(url) => {
+                    // A session per task; the server keeps the prompts' shared beginning.
+                    let user = profile.user_message(&task.question);
+                    let (mut session, prompt) =
+                        setup::remote_session(url, &model_name, sampling, &profile.system, &user)?;
+                    coa(&mut session, prompt, 0)?
                 }
                 Runner::Mas(chat) => {
                     chat.set_sampling(sampling);
@@ -283,10 +293,11 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What runs the tasks: one session for CoA runs; for the agents' calls, one chat session here
-/// or a server.
+/// What runs the tasks: one session for CoA runs here, or llama.cpp's server at a URL; for the
+/// agents' calls, one chat session here or a server.
 enum Runner<'e> {
     Coa(&'e LlamaEngine, Box<LlamaSession<'e>>),
+    RemoteCoa(String),
     Mas(Box<dyn ChatEngine + 'e>),
 }
 

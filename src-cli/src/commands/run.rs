@@ -138,7 +138,8 @@ pub struct RunArgs {
 
     /// Run the model at an OpenAI-compatible server instead of in this process
     /// (`http://HOST:PORT/v1`: llama.cpp's llama-server, vLLM, another `catena serve`, a hosted
-    /// API), its key from CATENA_ENGINE_KEY. With --mode mas only, so far.
+    /// API), its key from CATENA_ENGINE_KEY. A Chain-of-Agents run (--mode coa) needs llama.cpp's
+    /// llama-server (raw completion over token ids with its prompt cache).
     #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter"])]
     pub engine: Option<String>,
 
@@ -149,11 +150,6 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let task = read_task(&args.task)?;
-    if args.engine.is_some() && args.mode == Mode::Coa {
-        bail!(
-            "--engine runs the multi-agent mode (--mode mas); a Chain-of-Agents run at a server is not built yet"
-        );
-    }
     if args.mode == Mode::Mas && args.prefill.is_some() {
         bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
     }
@@ -178,17 +174,17 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         top_k: args.top_k,
         seed,
     };
-    let mut remote = match &args.engine {
-        Some(url) => Some(setup::remote_chat(
+    let mut remote = match (&args.engine, args.mode) {
+        (Some(url), Mode::Mas) => Some(setup::remote_chat(
             url,
             args.engine_model.as_deref(),
             sampling,
         )?),
-        None => None,
+        _ => None,
     };
     let on_builtin_default =
-        remote.is_none() && setup::uses_builtin_default(args.model.as_deref(), paths);
-    let model_path = match remote {
+        args.engine.is_none() && setup::uses_builtin_default(args.model.as_deref(), paths);
+    let model_path = match args.engine {
         Some(_) => None,
         None => Some(setup::model_path(args.model.as_deref(), paths)?),
     };
@@ -240,14 +236,23 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         ..setup::planned_session(plan, args.ctx_size, sampling)
     };
     let user_prompt = profile.user_message(&task);
+    let mut remote_chain = match (&args.engine, args.mode) {
+        (Some(url), Mode::Coa) => {
+            let served = setup::served_model(url, args.engine_model.as_deref())?;
+            let (session, prompt) =
+                setup::remote_session(url, &served, sampling, &profile.system, &user_prompt)?;
+            Some((session, prompt, served))
+        }
+        _ => None,
+    };
     let budgets = Budgets {
         max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
         max_tokens: args.max_tokens,
         max_time,
     };
-    let model_name = match (&remote, &loaded, &model_path) {
-        (Some((_, served)), _, _) => served.clone(),
-        (None, Some((engine, _)), Some(path)) => setup::model_name(engine, path),
+    let model_name = match (&remote, &remote_chain, &loaded, &model_path) {
+        (Some((_, served)), _, _, _) | (_, Some((_, _, served)), _, _) => served.clone(),
+        (None, None, Some((engine, _)), Some(path)) => setup::model_name(engine, path),
         _ => bail!("no model to run"),
     };
     let mut printer: Box<dyn EventSink> = if args.json {
@@ -329,7 +334,23 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 .map(|summary| (summary, None))
                 .map_err(anyhow::Error::new)
         }
-        (Mode::Coa, None) => bail!("a Chain-of-Agents run needs a local model"),
+        (Mode::Coa, None) => {
+            let Some((session, prompt, _)) = remote_chain.as_mut() else {
+                bail!("a Chain-of-Agents run needs a model: a local one or --engine URL")
+            };
+            let request = RunRequest {
+                profile: &profile,
+                model: model_name.clone(),
+                sampling,
+                prompt: *prompt,
+                prefill: args.prefill.as_deref(),
+                budgets,
+                cancel: Some(cancel),
+            };
+            run_chain(session, request, &tools, &mut on_event)
+                .map(|summary| (summary, None))
+                .map_err(anyhow::Error::new)
+        }
         (Mode::Mas, loaded) => {
             let mut local;
             let chat: &mut dyn ChatEngine = match (&mut remote, loaded) {
@@ -350,7 +371,10 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 cancel: Some(cancel),
             };
             run_multi_agent(chat, request, &tools, &mut on_event)
-                .map(|mas| (mas.run_summary(), Some(mas.usage)))
+                .map(|mas| {
+                    let by_role = catena_distill::tokens_by_role(&mas.run.activations);
+                    (mas.run_summary(), Some((mas.usage, by_role)))
+                })
                 .map_err(anyhow::Error::new)
         }
     };
@@ -364,14 +388,21 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         }
     };
     if let Some(recorder) = recorder.as_mut() {
-        recorder.finish(&summary, usage.map_or(0, |u| u.cached_tokens));
+        recorder.finish(&summary, usage.as_ref().map_or(0, |(u, _)| u.cached_tokens));
         if let Some(problem) = recorder.failure() {
             eprintln!("warning: the run was not saved completely: {problem}");
         }
     }
     match usage {
         None => printer.summary(&summary),
-        Some(usage) => printer.multi_agent_summary(&summary, &usage),
+        Some((usage, by_role)) => printer.multi_agent_summary(&summary, &usage, &by_role),
+    }
+    if let Some((session, _, _)) = remote_chain.as_ref().filter(|_| !args.json) {
+        let usage = session.usage();
+        eprintln!(
+            "Server: {} requests, {} prompt tokens sent, {} taken from its cache, {} evaluated.",
+            usage.requests, usage.sent_tokens, usage.cached_tokens, usage.evaluated_tokens
+        );
     }
     if let Some(recorder) = recorder.as_ref().filter(|_| !args.json) {
         let id = recorder.run_id();
