@@ -89,3 +89,68 @@ fn several_greedy_samples_are_refused() {
     let output = eval(&["--samples", "0"]);
     assert!(!output.status.success(), "K is at least 1");
 }
+
+#[test]
+fn runs_decoded_together_give_the_report_of_runs_one_at_a_time() {
+    common::default_model();
+    let results = |args: &[&str]| {
+        let output = eval(args);
+        assert!(
+            output.status.success(),
+            "catena eval {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_str().unwrap().to_string(),
+                    r["sample"].as_u64().unwrap(),
+                    r["answer"].clone(),
+                    r["generated_tokens"].as_u64().unwrap(),
+                    r["total_tokens"].as_u64().unwrap(),
+                    r["tool_calls"].as_u64().unwrap(),
+                    r["stop"].as_str().unwrap().to_string(),
+                    r["reward"].as_f64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // A greedy run through the batched engine (a chain with a tool call, its observation and
+    // stop strings) is the run one session gives. With one run in flight its cells are laid
+    // out as a single session's, so this holds to the bit; runs in flight together may differ
+    // in llama.cpp's rounding (docs/ARCHITECTURE.md), which tests/tests/batched.rs bounds.
+    let greedy = ["--limit", "1", "--max-tokens", "96", "--json"];
+    let batched = results(&[&greedy[..], &["--parallel", "2"]].concat());
+    assert_eq!(batched.len(), 1);
+    assert_eq!(batched[0].5, 1, "the run calls its tool: {batched:?}");
+    assert_eq!(batched, results(&greedy));
+
+    // Sampled runs, two a task, on three sequences: every run, in the order one at a time
+    // gives. (Their text may differ from one at a time: docs/ARCHITECTURE.md says why.)
+    let sampled = results(&[
+        "--samples",
+        "2",
+        "--limit",
+        "2",
+        "--max-tokens",
+        "48",
+        "--parallel",
+        "3",
+        "--json",
+    ]);
+    let runs: Vec<(&str, u64)> = sampled.iter().map(|r| (r.0.as_str(), r.1)).collect();
+    assert_eq!(runs, [("0", 0), ("0", 1), ("1", 0), ("1", 1)]);
+
+    // Runs together are for Chain-of-Agents runs in this process only.
+    let refused = eval(&["--parallel", "2", "--mode", "mas", "--limit", "1"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--parallel decodes"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

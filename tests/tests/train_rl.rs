@@ -74,18 +74,22 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
         max_tokens: 40,
         model_name: "test".into(),
     };
-    let mut session = engine
-        .session(&SessionOptions {
-            context_size: Some(2048u32),
-            ..SessionOptions::default()
-        })
-        .unwrap();
     let task: EvalTask = serde_json::from_value(
         serde_json::json!({"id": "t", "question": "What is 17 * 23?", "answer": "391"}),
     )
     .unwrap();
-    let (group, _) = sample_group(&setup, &mut session, &task, 4, 11).expect("rollouts");
-    drop(session);
+    // A group of four, decoded together.
+    let options = SessionOptions {
+        context_size: Some(2048u32),
+        ..SessionOptions::default()
+    };
+    let (group, _) = engine
+        .with_sequences(&options, 4, |mut sessions| {
+            sample_group(&setup, &mut sessions, &task, 11)
+        })
+        .unwrap()
+        .expect("rollouts");
+    assert_eq!(group.len(), 4);
     let prompt = engine.tokenize_parts(
         &engine
             .chat_prompt(&profile.system, &profile.user_message(&task.question))

@@ -13,10 +13,10 @@ pub use summary::{RunSummary, StopReason, Timings};
 
 use crate::summarize::SideModel;
 use crate::tools::{CallContext, ToolBox};
-use catena_engine::llama::{LlamaEngine, LlamaSession};
+use catena_engine::llama::LlamaEngine;
 use catena_engine::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
-    StopMatcher,
+    StartPrompt, StopMatcher,
 };
 use catena_protocol::{
     Block, ParseEvent, Parser, Profile, Tag, final_answer, last_suggested_answer,
@@ -66,7 +66,7 @@ pub struct PromptStart {
 /// (`catena run`, `catena eval`, RL rollouts); the model worker does the same for the server.
 pub fn start_task(
     engine: &LlamaEngine,
-    session: &mut LlamaSession<'_>,
+    session: &mut (impl StartPrompt + ?Sized),
     profile: &Profile,
     task: &str,
 ) -> Result<PromptStart, EngineError> {

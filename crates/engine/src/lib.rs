@@ -102,6 +102,10 @@ pub struct SessionStats {
     pub prefill_tokens: usize,
     /// Tokens evaluated one at a time while generating.
     pub decode_tokens: usize,
+    /// Tokens of new prompts taken from KV cells instead of evaluated: the prefix a session
+    /// kept from its previous prompt, or (batched) cells another sequence had evaluated.
+    #[serde(default)]
+    pub cached_tokens: usize,
 }
 
 /// A flag a caller sets to stop a generation between two tokens.
@@ -120,6 +124,15 @@ pub struct SideChat {
 impl SideChat {
     /// Context of a side chat: its prompt and its answer.
     pub const CONTEXT: u32 = 8_192;
+}
+
+/// A session in this process that starts a new prompt in place of its context, keeping the KV
+/// cells of the prefix the two share (the system message between tasks, the whole prompt
+/// between samples of one task).
+pub trait StartPrompt: Session {
+    /// Replaces the context with the prompt `ids` and returns how many of them were already
+    /// evaluated. The prompt's last token is always evaluated again, for its logits.
+    fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError>;
 }
 
 /// One conversation's context.
@@ -318,7 +331,7 @@ pub enum ChatFormat {
 }
 
 /// Errors from loading models and running sessions.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum EngineError {
     #[error("model file {path} not found")]
     ModelNotFound { path: PathBuf },

@@ -6,11 +6,19 @@
 //! tg: a fresh context takes one token, then generates `n_gen` tokens greedily through
 //! `Session::generate` (sampling, log-probabilities, detokenising and stop checks included),
 //! continuing past end-of-turn tokens so every repetition generates exactly `n_gen`.
+//!
+//! `--sequences 1,4,8,16`: aggregate generation over many sequences decoded together
+//! (`LlamaEngine::with_sequences`), measured as llama.cpp's `llama-batched-bench` measures it
+//! (scripts/bench-batched.sh runs both): each sequence evaluates `n_prompt` random tokens of its
+//! own, then every sequence generates `n_gen` tokens; the rate is all sequences' generated
+//! tokens over the wall time of that generation.
 
 use crate::setup;
 use anyhow::{Result, bail};
 use catena_engine::llama::LlamaEngine;
-use catena_engine::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
+use catena_engine::{
+    GenerateLimits, SamplingParams, Session, SessionOptions, StartPrompt, StopMatcher,
+};
 use catena_hub::config::Paths;
 use clap::Args;
 use std::path::PathBuf;
@@ -43,6 +51,10 @@ pub struct BenchArgs {
     /// Batch size of prompt processing.
     #[arg(short = 'b', long, default_value_t = 512)]
     pub batch_size: u32,
+    /// Measure aggregate generation over this many sequences decoded together, for each count
+    /// given (e.g. 1,4,8,16), instead of pp and tg.
+    #[arg(short = 's', long, value_delimiter = ',', value_name = "N,...")]
+    pub sequences: Vec<usize>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -62,6 +74,9 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         ..SessionOptions::default()
     };
     let mut rng = XorShift::default();
+    if !args.sequences.is_empty() {
+        return batched(&engine, &args, &mut rng);
+    }
     let mut results = Vec::new();
     // Warm up as llama-bench does: a short prompt, one generated token.
     if args.n_prompt > 0 {
@@ -152,6 +167,106 @@ pub(crate) fn gen_rate(
         generated += g.tokens;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// `--sequences`: the aggregate generation rate at each sequence count.
+fn batched(engine: &LlamaEngine, args: &BenchArgs, rng: &mut XorShift) -> Result<ExitCode> {
+    if args.n_gen == 0 || args.sequences.contains(&0) {
+        bail!("--sequences needs -n above 0 and counts above 0");
+    }
+    let options = SessionOptions {
+        context_size: Some((args.n_prompt + args.n_gen + 16) as u32),
+        sampling: SamplingParams::greedy(),
+        threads: args.threads,
+        batch_size: args.batch_size,
+        ..SessionOptions::default()
+    };
+    // Warm up: one sequence, a short prompt, one generated token.
+    batched_gen_rate(engine, &options, 1, args.n_prompt.min(32), 1, rng)?;
+    let mut tests = Vec::new();
+    for &n in &args.sequences {
+        let rates = (0..args.repetitions)
+            .map(|_| batched_gen_rate(engine, &options, n, args.n_prompt, args.n_gen, rng))
+            .collect::<Result<Vec<_>>>()?;
+        let (mean, sd) = mean_sd(&rates);
+        if args.json {
+            tests.push(serde_json::json!({
+                "sequences": n,
+                "n_prompt": args.n_prompt,
+                "n_gen": args.n_gen,
+                "tokens_per_s": mean,
+                "stddev": sd,
+                "samples": rates,
+            }));
+        } else {
+            println!(
+                "{n} sequences, pp{} tg{}: {mean:.2} ± {sd:.2} generated tokens/s",
+                args.n_prompt, args.n_gen
+            );
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "threads": args.threads, "tests": tests })
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sequences` sequences each evaluate `n_prompt` random tokens and sample one, then all
+/// generate `n_gen` tokens more (past end-of-turn tokens too); returns the generated tokens of
+/// all of them over the wall time of the second part.
+fn batched_gen_rate(
+    engine: &LlamaEngine,
+    options: &SessionOptions,
+    sequences: usize,
+    n_prompt: usize,
+    n_gen: usize,
+    rng: &mut XorShift,
+) -> Result<f64> {
+    let vocab = engine.vocab_size() as u64;
+    let prompts: Vec<Vec<i32>> = (0..sequences)
+        .map(|_| {
+            (0..n_prompt.max(1))
+                .map(|_| (rng.next() % vocab) as i32)
+                .collect()
+        })
+        .collect();
+    let prompted = std::sync::Barrier::new(sequences + 1);
+    let no_stops = StopMatcher::default();
+    let took = engine.with_sequences(options, sequences, |sessions| {
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = sessions
+                .into_iter()
+                .zip(&prompts)
+                .map(|(mut session, prompt)| {
+                    let (prompted, no_stops) = (&prompted, &no_stops);
+                    scope.spawn(move || -> Result<()> {
+                        let first = session.start_prompt(prompt).map(|_| {
+                            session.generate(no_stops, GenerateLimits::tokens(1), &mut |_| {})
+                        });
+                        prompted.wait();
+                        first??;
+                        let mut generated = 0;
+                        while generated < n_gen {
+                            let limits = GenerateLimits::tokens(n_gen - generated);
+                            generated += session.generate(no_stops, limits, &mut |_| {})?.tokens;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            prompted.wait();
+            let start = Instant::now();
+            for run in runs {
+                run.join()
+                    .unwrap_or_else(|_| bail!("a benchmark sequence panicked"))?;
+            }
+            anyhow::Ok(start.elapsed())
+        })
+    })??;
+    Ok((sequences * n_gen) as f64 / took.as_secs_f64())
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {

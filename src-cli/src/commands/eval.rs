@@ -5,19 +5,22 @@
 use super::run::Mode;
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_agent::{Budgets, RunRequest, RunSummary, run_chain, start_task};
+use catena_agent::tools::ToolBox;
+use catena_agent::{Budgets, PromptStart, RunRequest, RunSummary, run_chain, start_task};
 use catena_distill::mas::{MasRequest, run_multi_agent};
 use catena_engine::ChatEngine;
-use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
+use catena_engine::llama::{BatchedSession, LlamaEngine, LlamaSession, LocalChat};
 use catena_engine::plan::Overrides;
-use catena_engine::{SamplingParams, Session};
+use catena_engine::{SamplingParams, Session, SessionOptions};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
+use catena_sandbox::Sandbox;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// The temperature of K > 1 runs a task when none is given (what the AFM evaluations sample
 /// AIME/AMC's avg@16 with).
@@ -89,6 +92,12 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N")]
     gpu_layers: Option<u32>,
 
+    /// Runs decoded together (one batch a step over one KV cache; a run waiting for a tool
+    /// leaves the batch until its observation is in). Each keeps its own 4,096-token context.
+    /// Greedy results are the same as one at a time, up to llama.cpp's rounding (ARCHITECTURE.md).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    parallel: u32,
+
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -138,6 +147,11 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         )),
         (None, _) => None,
     };
+    if args.parallel > 1 && (remote.is_some() || args.mode != Mode::Coa) {
+        bail!(
+            "--parallel decodes Chain-of-Agents runs of a model in this process; with --engine or --mode mas the runs go one at a time"
+        );
+    }
     let local = match remote {
         Some(_) => None,
         None => {
@@ -145,132 +159,60 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             let loaded = setup::load_planned(
                 &model_path,
                 Overrides {
-                    context: Some(4096),
+                    context: Some(RUN_CONTEXT),
                     gpu_layers: args.gpu_layers,
                     kv_cache: None,
-                    kv_caches: 1,
+                    kv_caches: args.parallel,
                 },
                 args.adapter.options(),
             )?;
             Some((model_path, loaded))
         }
     };
-    let boxed = matches!(profile.answer, AnswerFormat::Boxed);
-    // One session for all runs: the prompt's shared beginning (system message and
-    // instructions) stays in the KV cache and only each question is evaluated anew; a task's
-    // later samples reuse its whole prompt.
-    let (model_name, mut runner) = match (remote, &local) {
-        (Some(remote), _) => remote,
+    let eval = Evaluation {
+        profile: &profile,
+        tools: &tools,
+        scoring: scoring_sandbox.as_deref(),
+        boxed: matches!(profile.answer, AnswerFormat::Boxed),
+        budgets: Budgets {
+            max_tool_calls: profile.max_tool_calls,
+            max_tokens: args.max_tokens,
+            max_time: None,
+        },
+        base_sampling,
+        tasks: &tasks,
+        samples,
+        print: !args.json,
+    };
+    let started = Instant::now();
+    let (model_name, results) = match (remote, &local) {
+        (Some((name, mut runner)), _) => {
+            let results = eval.one_at_a_time(&mut runner, &name)?;
+            (name, results)
+        }
         (None, Some((model_path, (engine, plan)))) => {
-            let options = setup::planned_session(plan.as_ref(), Some(4096), base_sampling);
+            let options = setup::planned_session(plan.as_ref(), Some(RUN_CONTEXT), base_sampling);
             let name = setup::model_name(engine, model_path);
-            let runner = match args.mode {
-                Mode::Coa => Runner::Coa(engine, Box::new(engine.session(&options)?)),
-                Mode::Mas => Runner::Mas(Box::new(LocalChat::new(engine, &options)?)),
+            let results = match args.mode {
+                Mode::Coa if args.parallel > 1 => {
+                    eval.batched(engine, &options, args.parallel as usize, &name)?
+                }
+                // One session for all runs: the prompt's shared beginning (system message and
+                // instructions) stays in the KV cache and only each question is evaluated
+                // anew; a task's later samples reuse its whole prompt.
+                Mode::Coa => eval.one_at_a_time(
+                    &mut Runner::Coa(engine, Box::new(engine.session(&options)?)),
+                    &name,
+                )?,
+                Mode::Mas => eval.one_at_a_time(
+                    &mut Runner::Mas(Box::new(LocalChat::new(engine, &options)?)),
+                    &name,
+                )?,
             };
-            (name, runner)
+            (name, results)
         }
         (None, None) => bail!("no model to evaluate"),
     };
-    let budgets = Budgets {
-        max_tool_calls: profile.max_tool_calls,
-        max_tokens: args.max_tokens,
-        max_time: None,
-    };
-    let started = Instant::now();
-    let mut results = Vec::with_capacity(tasks.len() * samples);
-    for (i, task) in tasks.iter().enumerate() {
-        for sample in 0..samples {
-            let sampling = SamplingParams {
-                seed: args.seed.wrapping_add(sample as u32),
-                ..base_sampling
-            };
-            let t0 = Instant::now();
-            // One CoA run in `session`, which holds the prompt; its generated tokens are counted
-            // from `generated_before` (a kept session's counters run across runs).
-            let coa = |session: &mut dyn Session, prompt, generated_before: usize| {
-                let request = RunRequest {
-                    profile: &profile,
-                    model: model_name.clone(),
-                    sampling,
-                    prompt,
-                    prefill: None,
-                    budgets,
-                    cancel: None,
-                };
-                let summary = run_chain(session, request, &tools, &mut |_| {})
-                    .with_context(|| format!("task {}", task.id))?;
-                anyhow::Ok(Outcome {
-                    model_calls: 1,
-                    total_tokens: summary.context_tokens,
-                    generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
-                    summary,
-                })
-            };
-            let run = match &mut runner {
-                Runner::Coa(engine, session) => {
-                    let prompt = start_task(engine, session, &profile, &task.question)?;
-                    let generated_before = session.stats().generated_tokens;
-                    coa(session.as_mut(), prompt, generated_before)?
-                }
-                Runner::RemoteCoa(url) => {
-                    // A session per task; the server keeps the prompts' shared beginning.
-                    let user = profile.user_message(&task.question);
-                    let (mut session, prompt) =
-                        setup::remote_session(url, &model_name, sampling, &profile.system, &user)?;
-                    coa(&mut session, prompt, 0)?
-                }
-                Runner::Mas(chat) => {
-                    chat.set_sampling(sampling);
-                    let request = MasRequest {
-                        task_id: &task.id,
-                        question: &task.question,
-                        profile: &profile,
-                        model: model_name.clone(),
-                        sampling,
-                        budgets,
-                        cancel: None,
-                    };
-                    let mas = run_multi_agent(chat.as_mut(), request, &tools, &mut |_| {})
-                        .with_context(|| format!("task {}", task.id))?;
-                    Outcome {
-                        model_calls: mas.usage.calls,
-                        total_tokens: mas.usage.total(),
-                        generated_tokens: mas.usage.completion_tokens,
-                        summary: mas.run_summary(),
-                    }
-                }
-            };
-            let summary = &run.summary;
-            let score = catena_eval::score_run(
-                task,
-                summary.answer.as_deref(),
-                &summary.trajectory,
-                scoring_sandbox.as_deref(),
-            );
-            let result = TaskResult {
-                id: task.id.clone(),
-                family: task.family.clone(),
-                expected: task.answer.clone(),
-                solved: score.solved,
-                well_formed: catena_eval::well_formed(&summary.trajectory, boxed),
-                answer: summary.answer.clone(),
-                tool_calls: summary.tool_calls,
-                generated_tokens: run.generated_tokens,
-                seconds: t0.elapsed().as_secs_f64(),
-                stop: summary.stop_reason.as_str().to_string(),
-                sample,
-                reward: score.reward,
-                f1: score.f1,
-                model_calls: run.model_calls,
-                total_tokens: run.total_tokens,
-            };
-            if !args.json {
-                progress(i, tasks.len(), task, sample, samples, &result);
-            }
-            results.push(result);
-        }
-    }
     let report = Report::new(
         model_name,
         args.adapter
@@ -291,6 +233,225 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         eprintln!("{}", summary_line(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The context of each run (and of each sequence with --parallel).
+const RUN_CONTEXT: u32 = 4096;
+
+/// What every run of an evaluation shares.
+struct Evaluation<'a> {
+    profile: &'a Profile,
+    tools: &'a ToolBox,
+    /// The sandbox code tasks' tests run in.
+    scoring: Option<&'a Sandbox>,
+    boxed: bool,
+    budgets: Budgets,
+    base_sampling: SamplingParams,
+    tasks: &'a [EvalTask],
+    samples: usize,
+    /// A progress line per run on stderr.
+    print: bool,
+}
+
+impl Evaluation<'_> {
+    /// Run `sample` of a task is seeded with the base seed + `sample`.
+    fn sampling(&self, sample: usize) -> SamplingParams {
+        SamplingParams {
+            seed: self.base_sampling.seed.wrapping_add(sample as u32),
+            ..self.base_sampling
+        }
+    }
+
+    /// Every run in order, through one runner.
+    fn one_at_a_time(&self, runner: &mut Runner<'_>, model: &str) -> Result<Vec<TaskResult>> {
+        let mut results = Vec::with_capacity(self.tasks.len() * self.samples);
+        for (index, task) in self.tasks.iter().enumerate() {
+            for sample in 0..self.samples {
+                let sampling = self.sampling(sample);
+                let t0 = Instant::now();
+                let run = match runner {
+                    Runner::Coa(engine, session) => {
+                        let prompt =
+                            start_task(engine, session.as_mut(), self.profile, &task.question)?;
+                        let generated_before = session.stats().generated_tokens;
+                        self.coa(
+                            session.as_mut(),
+                            prompt,
+                            generated_before,
+                            task,
+                            sampling,
+                            model,
+                        )?
+                    }
+                    Runner::RemoteCoa(url) => {
+                        // A session per task; the server keeps the prompts' shared beginning.
+                        let user = self.profile.user_message(&task.question);
+                        let (mut session, prompt) = setup::remote_session(
+                            url,
+                            model,
+                            sampling,
+                            &self.profile.system,
+                            &user,
+                        )?;
+                        self.coa(&mut session, prompt, 0, task, sampling, model)?
+                    }
+                    Runner::Mas(chat) => {
+                        chat.set_sampling(sampling);
+                        let request = MasRequest {
+                            task_id: &task.id,
+                            question: &task.question,
+                            profile: self.profile,
+                            model: model.to_string(),
+                            sampling,
+                            budgets: self.budgets,
+                            cancel: None,
+                        };
+                        let mas = run_multi_agent(chat.as_mut(), request, self.tools, &mut |_| {})
+                            .with_context(|| format!("task {}", task.id))?;
+                        Outcome {
+                            model_calls: mas.usage.calls,
+                            total_tokens: mas.usage.total(),
+                            generated_tokens: mas.usage.completion_tokens,
+                            summary: mas.run_summary(),
+                        }
+                    }
+                };
+                results.push(self.scored(index, sample, run, t0.elapsed()));
+            }
+        }
+        Ok(results)
+    }
+
+    /// Every run on `parallel` sequences decoded together, each taking the next run as it
+    /// finishes one; the results in the order one at a time gives.
+    fn batched(
+        &self,
+        engine: &LlamaEngine,
+        options: &SessionOptions,
+        parallel: usize,
+        model: &str,
+    ) -> Result<Vec<TaskResult>> {
+        let runs: Vec<(usize, usize)> = (0..self.tasks.len())
+            .flat_map(|task| (0..self.samples).map(move |sample| (task, sample)))
+            .collect();
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let worker = |mut session: BatchedSession<'_>| -> Result<Vec<(usize, TaskResult)>> {
+            let mut done = Vec::new();
+            while !failed.load(Ordering::Relaxed) {
+                let at = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(index, sample)) = runs.get(at) else {
+                    break;
+                };
+                let task = &self.tasks[index];
+                let t0 = Instant::now();
+                let run = start_task(engine, &mut session, self.profile, &task.question)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|prompt| {
+                        let generated_before = session.stats().generated_tokens;
+                        let sampling = self.sampling(sample);
+                        self.coa(
+                            &mut session,
+                            prompt,
+                            generated_before,
+                            task,
+                            sampling,
+                            model,
+                        )
+                    });
+                match run {
+                    Ok(run) => done.push((at, self.scored(index, sample, run, t0.elapsed()))),
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(done)
+        };
+        let finished = engine.with_sequences(options, parallel, |sessions| {
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = sessions
+                    .into_iter()
+                    .map(|session| scope.spawn(|| worker(session)))
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| {
+                        w.join().unwrap_or_else(|_| {
+                            Err(anyhow::anyhow!("an evaluation thread panicked"))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+        })??;
+        let mut results: Vec<(usize, TaskResult)> = finished.into_iter().flatten().collect();
+        results.sort_by_key(|(at, _)| *at);
+        Ok(results.into_iter().map(|(_, result)| result).collect())
+    }
+
+    /// One CoA run in `session`, which holds the prompt; its generated tokens are counted from
+    /// `generated_before` (a kept session's counters run across runs).
+    fn coa(
+        &self,
+        session: &mut dyn Session,
+        prompt: PromptStart,
+        generated_before: usize,
+        task: &EvalTask,
+        sampling: SamplingParams,
+        model: &str,
+    ) -> Result<Outcome> {
+        let request = RunRequest {
+            profile: self.profile,
+            model: model.to_string(),
+            sampling,
+            prompt,
+            prefill: None,
+            budgets: self.budgets,
+            cancel: None,
+        };
+        let summary = run_chain(session, request, self.tools, &mut |_| {})
+            .with_context(|| format!("task {}", task.id))?;
+        Ok(Outcome {
+            model_calls: 1,
+            total_tokens: summary.context_tokens,
+            generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
+            summary,
+        })
+    }
+
+    /// The run scored by the task's reward, with a progress line.
+    fn scored(&self, index: usize, sample: usize, run: Outcome, took: Duration) -> TaskResult {
+        let task = &self.tasks[index];
+        let summary = &run.summary;
+        let score = catena_eval::score_run(
+            task,
+            summary.answer.as_deref(),
+            &summary.trajectory,
+            self.scoring,
+        );
+        let result = TaskResult {
+            id: task.id.clone(),
+            family: task.family.clone(),
+            expected: task.answer.clone(),
+            solved: score.solved,
+            well_formed: catena_eval::well_formed(&summary.trajectory, self.boxed),
+            answer: summary.answer.clone(),
+            tool_calls: summary.tool_calls,
+            generated_tokens: run.generated_tokens,
+            seconds: took.as_secs_f64(),
+            stop: summary.stop_reason.as_str().to_string(),
+            sample,
+            reward: score.reward,
+            f1: score.f1,
+            model_calls: run.model_calls,
+            total_tokens: run.total_tokens,
+        };
+        if self.print {
+            progress(index, self.tasks.len(), task, sample, self.samples, &result);
+        }
+        result
+    }
 }
 
 /// What runs the tasks: one session for CoA runs here, or llama.cpp's server at a URL; for the

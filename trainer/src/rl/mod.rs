@@ -413,6 +413,19 @@ pub fn train(
     Ok(progress)
 }
 
+/// The groups a step drew, and what they cost.
+#[derive(Default)]
+struct Drawn {
+    sampled: usize,
+    dropped: usize,
+    kept: Vec<Scored>,
+    rewards: Vec<f64>,
+    solved: usize,
+    lengths: Vec<usize>,
+    rollout_seconds: f64,
+    scoring_seconds: f64,
+}
+
 /// Sampling, scoring and the update of one step.
 #[allow(clippy::too_many_arguments)]
 fn run_step(
@@ -439,57 +452,71 @@ fn run_step(
         max_tokens: options.max_tokens,
         model_name: engine.info().name.clone().unwrap_or_default(),
     };
-    let mut session = engine.session(&SessionOptions {
+    // One sequence per rollout of a group, decoded together.
+    let session_options = SessionOptions {
         context_size: Some(u32::try_from(options.max_tokens + 3072).unwrap_or(u32::MAX)),
         ..SessionOptions::default()
-    })?;
-    let (mut rollout_seconds, mut scoring_seconds) = (0.0, 0.0);
-    let (mut rewards_all, mut solved_all, mut lengths_all) = (Vec::new(), 0usize, Vec::new());
-    let (mut sampled, mut dropped) = (0usize, 0usize);
-    let mut kept: Vec<Scored> = Vec::new();
-    let max_draws = options.batch_prompts * options.max_draw_factor.max(1);
-    while kept.len() < options.batch_prompts * options.group && sampled < max_draws {
-        let task = &tasks[task_at(progress.drawn, tasks.len(), options.seed)];
-        let seed = (options.seed as u32)
-            .wrapping_add((progress.drawn as u32).wrapping_mul(7919))
-            .wrapping_mul(31);
-        progress.drawn += 1;
-        sampled += 1;
-        let (group, took) = sample_group(&setup, &mut session, task, options.group, seed)?;
-        rollout_seconds += took.as_secs_f64();
-        let t_score = Instant::now();
-        let mut rewards = Vec::with_capacity(group.len());
-        for r in &group {
-            let score = catena_eval::score_run(task, r.answer.as_deref(), &r.trajectory, scoring);
-            solved_all += usize::from(score.solved);
-            let mut reward = score.reward;
-            if options.overlong_shaping {
-                reward +=
-                    catena_eval::reward::overlong_penalty(r.response_tokens(), options.max_tokens);
+    };
+    let sampled_groups = engine.with_sequences(&session_options, options.group, |mut sessions| {
+        let mut drawn = Drawn::default();
+        let max_draws = options.batch_prompts * options.max_draw_factor.max(1);
+        while drawn.kept.len() < options.batch_prompts * options.group && drawn.sampled < max_draws
+        {
+            let task = &tasks[task_at(progress.drawn, tasks.len(), options.seed)];
+            let seed = (options.seed as u32)
+                .wrapping_add((progress.drawn as u32).wrapping_mul(7919))
+                .wrapping_mul(31);
+            progress.drawn += 1;
+            drawn.sampled += 1;
+            let (group, took) = sample_group(&setup, &mut sessions, task, seed)?;
+            drawn.rollout_seconds += took.as_secs_f64();
+            let t_score = Instant::now();
+            let mut rewards = Vec::with_capacity(group.len());
+            for r in &group {
+                let score =
+                    catena_eval::score_run(task, r.answer.as_deref(), &r.trajectory, scoring);
+                drawn.solved += usize::from(score.solved);
+                let mut reward = score.reward;
+                if options.overlong_shaping {
+                    reward += catena_eval::reward::overlong_penalty(
+                        r.response_tokens(),
+                        options.max_tokens,
+                    );
+                }
+                rewards.push(reward);
+                drawn.lengths.push(r.response_tokens());
             }
-            rewards.push(reward);
-            lengths_all.push(r.response_tokens());
+            drawn.scoring_seconds += t_score.elapsed().as_secs_f64();
+            drawn.rewards.extend_from_slice(&rewards);
+            let advantages = group_advantages(&rewards);
+            on_event(&RlEvent::Group {
+                step: step + 1,
+                task: task.id.clone(),
+                rewards: rewards.clone(),
+                kept: advantages.is_some(),
+            });
+            match advantages {
+                Some(adv) => drawn.kept.extend(
+                    group
+                        .into_iter()
+                        .zip(adv)
+                        .map(|(rollout, advantage)| Scored { rollout, advantage }),
+                ),
+                None => drawn.dropped += 1,
+            }
         }
-        scoring_seconds += t_score.elapsed().as_secs_f64();
-        rewards_all.extend_from_slice(&rewards);
-        let advantages = group_advantages(&rewards);
-        on_event(&RlEvent::Group {
-            step: step + 1,
-            task: task.id.clone(),
-            rewards: rewards.clone(),
-            kept: advantages.is_some(),
-        });
-        match advantages {
-            Some(adv) => kept.extend(
-                group
-                    .into_iter()
-                    .zip(adv)
-                    .map(|(rollout, advantage)| Scored { rollout, advantage }),
-            ),
-            None => dropped += 1,
-        }
-    }
-    drop(session);
+        Ok::<_, TrainError>(drawn)
+    });
+    let Drawn {
+        sampled,
+        dropped,
+        kept,
+        rewards: rewards_all,
+        solved: solved_all,
+        lengths: lengths_all,
+        rollout_seconds,
+        scoring_seconds,
+    } = sampled_groups??;
     drop(engine);
 
     let t_update = Instant::now();

@@ -5,7 +5,7 @@
 use crate::{Result, TrainError};
 use catena_agent::tools::ToolBox;
 use catena_agent::{Budgets, RunRequest, run_chain, start_task};
-use catena_engine::llama::{LlamaEngine, LlamaSession};
+use catena_engine::llama::{BatchedSession, LlamaEngine};
 use catena_engine::{SamplingParams, Session, TokenRecord};
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
@@ -71,62 +71,85 @@ pub struct RolloutSetup<'a> {
     pub model_name: String,
 }
 
-/// Samples `group` trajectories for `task`, the prompt evaluated once and kept in the KV cache
-/// between them. Sample `g` is seeded with `seed + g`.
+/// Samples one trajectory for `task` on each of `sessions`, all decoded together (one batch a
+/// step over one KV cache: the prompt is evaluated once and copied to the other sequences, and
+/// a rollout waiting for its sandbox leaves the batch meanwhile). Rollout `g` is seeded with
+/// `seed + g`.
 pub fn sample_group(
     setup: &RolloutSetup<'_>,
-    session: &mut LlamaSession<'_>,
+    sessions: &mut [BatchedSession<'_>],
     task: &EvalTask,
-    group: usize,
     seed: u32,
 ) -> Result<(Vec<Rollout>, Duration)> {
     let started = Instant::now();
-    let mut rollouts = Vec::with_capacity(group);
-    for g in 0..group {
-        // The prompt's KV cache stays from the previous sample (or task).
-        let prompt = start_task(setup.engine, session, setup.profile, &task.question)?;
-        if prompt.prompt_tokens < 2 {
-            return Err(TrainError::Config(format!(
-                "task {}: the prompt is empty",
-                task.id
-            )));
-        }
-        let sampling = SamplingParams {
-            temperature: setup.temperature,
-            // No truncation: the sampled distribution is the model's own, the one the trainer
-            // computes log-probabilities under.
-            top_p: 1.0,
-            top_k: 0,
-            seed: seed.wrapping_add(g as u32),
-        };
-        let request = RunRequest {
-            profile: setup.profile,
-            model: setup.model_name.clone(),
-            sampling,
-            prompt,
-            prefill: None,
-            budgets: Budgets {
-                max_tool_calls: setup.profile.max_tool_calls,
-                max_tokens: setup.max_tokens,
-                max_time: None,
-            },
-            cancel: None,
-        };
-        let summary = run_chain(session, request, setup.tools, &mut |_| {}).map_err(|e| {
-            TrainError::Stopped(format!("task {}: sampling a rollout: {e}", task.id))
-        })?;
-        let (tokens, trained, rollout_logprobs) = training_view(session.tokens())?;
-        rollouts.push(Rollout {
-            tokens,
-            trained,
-            rollout_logprobs,
-            answer: summary.answer,
-            trajectory: summary.trajectory,
-            tool_calls: summary.tool_calls,
-            stop: summary.stop_reason.as_str().to_string(),
-        });
-    }
+    let rollouts = std::thread::scope(|scope| {
+        let runs: Vec<_> = sessions
+            .iter_mut()
+            .enumerate()
+            .map(|(g, session)| scope.spawn(move || rollout(setup, session, task, seed, g)))
+            .collect();
+        runs.into_iter()
+            .map(|run| {
+                run.join().unwrap_or_else(|_| {
+                    Err(TrainError::Stopped(format!(
+                        "task {}: a rollout's thread panicked",
+                        task.id
+                    )))
+                })
+            })
+            .collect::<Result<Vec<Rollout>>>()
+    })?;
     Ok((rollouts, started.elapsed()))
+}
+
+/// Rollout `g` of a group, in `session`.
+fn rollout(
+    setup: &RolloutSetup<'_>,
+    session: &mut BatchedSession<'_>,
+    task: &EvalTask,
+    seed: u32,
+    g: usize,
+) -> Result<Rollout> {
+    let prompt = start_task(setup.engine, session, setup.profile, &task.question)?;
+    if prompt.prompt_tokens < 2 {
+        return Err(TrainError::Config(format!(
+            "task {}: the prompt is empty",
+            task.id
+        )));
+    }
+    let sampling = SamplingParams {
+        temperature: setup.temperature,
+        // No truncation: the sampled distribution is the model's own, the one the trainer
+        // computes log-probabilities under.
+        top_p: 1.0,
+        top_k: 0,
+        seed: seed.wrapping_add(g as u32),
+    };
+    let request = RunRequest {
+        profile: setup.profile,
+        model: setup.model_name.clone(),
+        sampling,
+        prompt,
+        prefill: None,
+        budgets: Budgets {
+            max_tool_calls: setup.profile.max_tool_calls,
+            max_tokens: setup.max_tokens,
+            max_time: None,
+        },
+        cancel: None,
+    };
+    let summary = run_chain(session, request, setup.tools, &mut |_| {})
+        .map_err(|e| TrainError::Stopped(format!("task {}: sampling a rollout: {e}", task.id)))?;
+    let (tokens, trained, rollout_logprobs) = training_view(session.tokens())?;
+    Ok(Rollout {
+        tokens,
+        trained,
+        rollout_logprobs,
+        answer: summary.answer,
+        trajectory: summary.trajectory,
+        tool_calls: summary.tool_calls,
+        stop: summary.stop_reason.as_str().to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use super::{LlamaEngine, LlamaSession};
 use crate::{
     ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Session, SessionOptions,
-    StopMatcher,
+    StartPrompt, StopMatcher,
 };
 
 /// A local model answering chat turns ([`ChatEngine`]) in one session of its own.

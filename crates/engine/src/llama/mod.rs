@@ -2,21 +2,23 @@
 //! with llama.cpp's own reason quoted when it refuses.
 
 // Installs llama.cpp's log callback through the sys crate, which is unsafe.
+mod batch;
+mod chat;
 #[allow(unsafe_code)]
 mod log;
 // Calls llama.cpp's quantiser through the sys crate, which is unsafe.
-mod chat;
 #[allow(unsafe_code)]
 mod quantize;
 mod session;
 
+pub use batch::BatchedSession;
 pub use chat::LocalChat;
 pub use quantize::{QuantType, quantize};
 pub use session::LlamaSession;
 
 use super::{
     ChatFormat, EngineError, GenerateLimits, ModelInfo, PromptPart, SamplingParams, Session,
-    SessionOptions, SideChat, StopMatcher,
+    SessionOptions, SideChat, StartPrompt, StopMatcher,
 };
 use catena_gguf::GgufHeader;
 use catena_gguf::inspect::{NOT_GENERATIVE, llama_supports};

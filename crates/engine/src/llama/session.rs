@@ -11,7 +11,7 @@ use crate::stops::StopMatcher;
 use crate::utf8::Utf8Stream;
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
-    SessionOptions, SessionStats, TokenRecord,
+    SessionOptions, SessionStats, StartPrompt, TokenRecord,
 };
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -47,37 +47,9 @@ impl<'m> LlamaSession<'m> {
         engine: &'m LlamaEngine,
         options: &SessionOptions,
     ) -> Result<LlamaSession<'m>, EngineError> {
-        let model = engine.model();
-        let context_size = options
-            .context_size
-            .unwrap_or_else(|| model.n_ctx_train().min(MAX_DEFAULT_CONTEXT))
-            .max(16);
-        let threads = options
-            .threads
-            .unwrap_or_else(|| num_cpus::get_physical().max(1) as i32);
+        let context_size = context_size(engine, options);
         let batch_size = options.batch_size.clamp(1, context_size);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(context_size))
-            .with_n_batch(batch_size)
-            .with_n_ubatch(batch_size)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads)
-            .with_type_k(kv_cache_type(options.kv_cache))
-            .with_type_v(kv_cache_type(options.kv_cache));
-        let capture = super::log::install();
-        let mark = capture.mark();
-        let mut ctx = model.new_context(super::backend()?, params).map_err(|e| {
-            let said = capture.problems_since(mark);
-            EngineError::ContextFailed {
-                context_size,
-                reason: if said.is_empty() {
-                    e.to_string()
-                } else {
-                    said.join("; ")
-                },
-            }
-        })?;
-        engine.apply_adapter(&mut ctx)?;
+        let ctx = new_context(engine, options, context_size, 1, batch_size)?;
         Ok(LlamaSession {
             engine,
             context_size: ctx.n_ctx() as usize,
@@ -118,23 +90,6 @@ impl<'m> LlamaSession<'m> {
         self.tokens.truncate(keep);
         self.logits_at = None;
         Ok(())
-    }
-
-    /// Replaces the context with the prompt `ids`, keeping the KV cache of the prefix it shares
-    /// with the current context (the system message and instructions a task set has in common)
-    /// and evaluating only the rest. The prompt's last token is always evaluated again, so there
-    /// are logits to sample from. Returns how many tokens came from the cache.
-    pub fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
-        let shared = self
-            .tokens
-            .iter()
-            .zip(ids)
-            .take_while(|(a, b)| a.id == **b)
-            .count()
-            .min(ids.len().saturating_sub(1));
-        self.truncate(shared)?;
-        self.append_tokens(&ids[shared..])?;
-        Ok(shared)
     }
 
     /// Appends token ids directly (benchmarks, and callers that tokenised already). Ids outside
@@ -277,6 +232,26 @@ impl<'m> LlamaSession<'m> {
     }
 }
 
+impl StartPrompt for LlamaSession<'_> {
+    /// Keeps the KV cache of the prefix `ids` shares with the current context and evaluates
+    /// only the rest now. The sampler starts again from its seed, so a run does not depend on
+    /// the runs before it (nor on which sequence of a batch it lands on).
+    fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
+        self.sampler = build_sampler(&self.sampling);
+        let shared = self
+            .tokens
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a.id == **b)
+            .count()
+            .min(ids.len().saturating_sub(1));
+        self.truncate(shared)?;
+        self.append_tokens(&ids[shared..])?;
+        self.stats.cached_tokens += shared;
+        Ok(shared)
+    }
+}
+
 impl Session for LlamaSession<'_> {
     fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
         let start = Instant::now();
@@ -393,7 +368,59 @@ impl Session for LlamaSession<'_> {
     }
 }
 
-fn build_sampler(params: &SamplingParams) -> LlamaSampler {
+/// The context window of one sequence: the options' own, else the model's training context
+/// capped at the protocol's budget.
+pub(super) fn context_size(engine: &LlamaEngine, options: &SessionOptions) -> u32 {
+    options
+        .context_size
+        .unwrap_or_else(|| engine.model().n_ctx_train().min(MAX_DEFAULT_CONTEXT))
+        .max(16)
+}
+
+/// A llama.cpp context of `context_size` tokens for `sequences` sequences (one KV cache they
+/// share, so a prefix one has evaluated can be copied to another without evaluating it again),
+/// with the session options' threads and cache type and the engine's adapter applied.
+pub(super) fn new_context<'m>(
+    engine: &'m LlamaEngine,
+    options: &SessionOptions,
+    context_size: u32,
+    sequences: u32,
+    batch_size: u32,
+) -> Result<LlamaContext<'m>, EngineError> {
+    let threads = options
+        .threads
+        .unwrap_or_else(|| num_cpus::get_physical().max(1) as i32);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(context_size))
+        .with_n_batch(batch_size)
+        .with_n_ubatch(batch_size)
+        .with_n_seq_max(sequences)
+        .with_kv_unified(sequences > 1)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+        .with_type_k(kv_cache_type(options.kv_cache))
+        .with_type_v(kv_cache_type(options.kv_cache));
+    let capture = super::log::install();
+    let mark = capture.mark();
+    let mut ctx = engine
+        .model()
+        .new_context(super::backend()?, params)
+        .map_err(|e| {
+            let said = capture.problems_since(mark);
+            EngineError::ContextFailed {
+                context_size,
+                reason: if said.is_empty() {
+                    e.to_string()
+                } else {
+                    said.join("; ")
+                },
+            }
+        })?;
+    engine.apply_adapter(&mut ctx)?;
+    Ok(ctx)
+}
+
+pub(super) fn build_sampler(params: &SamplingParams) -> LlamaSampler {
     if params.is_greedy() {
         return LlamaSampler::greedy();
     }

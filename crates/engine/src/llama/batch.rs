@@ -1,0 +1,645 @@
+//! Many sequences in one llama.cpp context: one `llama_decode` per step carries the next token
+//! of every sequence that is generating, over one KV cache they share.
+//!
+//! Each sequence is a [`BatchedSession`], a [`Session`] that a caller drives from a thread of its
+//! own (a chain with its tool calls, a sample of an evaluation). Its `generate` hands the
+//! generation to the scheduler, which runs on the thread that called
+//! [`LlamaEngine::with_sequences`] and owns the context: each step it takes every sequence whose
+//! generation is under way, with whatever that sequence appended since (a prompt, an
+//! observation), decodes them together, samples each sequence's next token and checks its stop
+//! strings and limits. A sequence whose chain is running a tool has no generation under way, so
+//! it is simply not in the batch (continuous batching): the sandbox never stalls the others,
+//! and it rejoins with its observation in the next step after it asks.
+//!
+//! The guarantees of a single session hold per sequence: every token is evaluated exactly once
+//! (a sampled token waits, as pending, for the next step of its sequence), stop strings end the
+//! text where they end, and sampled tokens carry their log-probabilities. A prompt another
+//! sequence has already evaluated is not evaluated again: its KV cells are shared
+//! (`llama_memory_seq_cp` on a unified cache), and a sequence whose prompt starts like one being
+//! evaluated in the same step waits one step to share it.
+
+use super::LlamaEngine;
+use super::session::{build_sampler, context_size, new_context};
+use crate::sampling::{greedy_pick, token_logprob};
+use crate::stops::StopMatcher;
+use crate::utf8::Utf8Stream;
+use crate::{
+    EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
+    SessionOptions, SessionStats, SideChat, StartPrompt, TokenRecord,
+};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+impl LlamaEngine {
+    /// Runs `work` with `sequences` sessions that decode together in one context of
+    /// `sequences` × the options' context size. `work` is expected to drive each session from a
+    /// thread of its own (`std::thread::scope`); a thread beside it owns the context and decodes
+    /// until every session is dropped, which `work` does before it returns (its result cannot
+    /// hold one).
+    pub fn with_sequences<T>(
+        &self,
+        options: &SessionOptions,
+        sequences: usize,
+        work: impl for<'s> FnOnce(Vec<BatchedSession<'s>>) -> T,
+    ) -> Result<T, EngineError> {
+        let sequences = sequences.max(1);
+        let per_sequence = context_size(self, options);
+        let total = u32::try_from(sequences)
+            .ok()
+            .and_then(|n| n.checked_mul(per_sequence))
+            .ok_or(EngineError::ContextFailed {
+                context_size: u32::MAX,
+                reason: format!("{sequences} sequences of {per_sequence} tokens"),
+            })?;
+        let batch_size = options.batch_size.clamp(1, total);
+        let (requests, inbox) = channel();
+        let sessions: Vec<BatchedSession<'_>> = (0..sequences)
+            .map(|seq| BatchedSession {
+                engine: self,
+                seq,
+                requests: requests.clone(),
+                sampling: options.sampling,
+                context_size: per_sequence as usize,
+                tokens: Vec::new(),
+                evaluated: 0,
+                stats: SessionStats::default(),
+                threads: options.threads,
+                reseed: false,
+            })
+            .collect();
+        drop(requests);
+        std::thread::scope(|scope| {
+            // The context lives on the scheduler's thread; it says first whether it could be
+            // made.
+            let (ready, made) = channel();
+            let scheduler = scope.spawn(move || {
+                let ctx = match new_context(self, options, total, sequences as u32, batch_size) {
+                    Ok(ctx) => {
+                        let _ = ready.send(Ok(()));
+                        ctx
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                Scheduler {
+                    engine: self,
+                    ctx,
+                    batch: LlamaBatch::new(batch_size as usize, sequences as i32),
+                    batch_size: batch_size as usize,
+                    kv: vec![Vec::new(); sequences],
+                    samplers: (0..sequences).map(|_| None).collect(),
+                    active: Vec::new(),
+                }
+                .run(&inbox);
+            });
+            let outcome = match made.recv() {
+                Ok(Ok(())) => Ok(work(sessions)),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(EngineError::Decode(
+                    "the batch scheduler stopped before it started".into(),
+                )),
+            };
+            // `work` has dropped its sessions, so the scheduler's inbox is closed and it ends.
+            scheduler
+                .join()
+                .map_err(|_| EngineError::Decode("the batch scheduler panicked".into()))?;
+            outcome
+        })
+    }
+}
+
+/// One sequence of [`LlamaEngine::with_sequences`].
+pub struct BatchedSession<'m> {
+    engine: &'m LlamaEngine,
+    seq: usize,
+    requests: Sender<Request>,
+    sampling: SamplingParams,
+    context_size: usize,
+    tokens: Vec<TokenRecord>,
+    /// `tokens[..evaluated]` are in this sequence's KV cells (after a restart, the part of them
+    /// the new prompt keeps: the scheduler drops the rest before the next step).
+    evaluated: usize,
+    stats: SessionStats,
+    threads: Option<i32>,
+    /// The next generation starts a new sampler from the seed (set by a restart).
+    reseed: bool,
+}
+
+impl StartPrompt for BatchedSession<'_> {
+    /// Keeps the KV cells of the prefix `ids` shares with what this sequence holds; evaluation
+    /// waits for the next generation, where the scheduler may copy a longer prefix from another
+    /// sequence (the same prompt in a group of samples) instead of evaluating it. The sampler
+    /// starts again from its seed, so a run does not depend on which runs the sequence did
+    /// before. Returns the tokens kept from this sequence's own cells.
+    fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
+        let vocab = self.engine.model().n_vocab();
+        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id >= vocab) {
+            return Err(EngineError::Tokenize(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        if ids.len() > self.context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed: ids.len() - self.context_size,
+            });
+        }
+        let kept = self.tokens[..self.evaluated]
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a.id == **b)
+            .count()
+            .min(ids.len().saturating_sub(1));
+        self.tokens.truncate(kept);
+        self.tokens.extend(
+            ids[kept..]
+                .iter()
+                .map(|&id| TokenRecord { id, logprob: None }),
+        );
+        self.evaluated = kept;
+        self.stats.context_tokens = kept;
+        self.stats.cached_tokens += kept;
+        self.stats.appended_tokens += ids.len() - kept;
+        self.reseed = true;
+        Ok(kept)
+    }
+}
+
+/// A generation handed to the scheduler.
+struct Request {
+    seq: usize,
+    /// How many of the sequence's KV cells it still holds (fewer than the cells after a
+    /// restart to a prompt that shares only part of them).
+    keep: usize,
+    /// The sequence's tokens past those, in order.
+    pending: Vec<i32>,
+    /// Start the sampler again from its seed.
+    reseed: bool,
+    stops: StopMatcher,
+    limits: GenerateLimits,
+    sampling: SamplingParams,
+    /// The tokens the sequence may hold in all.
+    context_size: usize,
+    replies: Sender<Reply>,
+}
+
+enum Reply {
+    /// Text decided, as it streams.
+    Text(String),
+    Done(Result<Finished, EngineError>),
+}
+
+/// What a generation adds to its session.
+struct Finished {
+    generation: Generation,
+    /// The tokens sampled (and a stop string's re-tokenised end), for the session's context.
+    records: Vec<TokenRecord>,
+    /// How many of the session's tokens are now in the KV cache.
+    evaluated: usize,
+    /// Tokens of the prompt copied from another sequence's cells instead of evaluated.
+    copied_tokens: usize,
+    /// Tokens evaluated in steps where the sequence added more than one (its prompt or an
+    /// observation) and in single-token steps, with the steps' wall time.
+    prefill_tokens: usize,
+    decode_tokens: usize,
+    prefill_time: Duration,
+    decode_time: Duration,
+}
+
+impl Session for BatchedSession<'_> {
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
+        let vocab = self.engine.model().vocab();
+        let added: Vec<TokenRecord> = parts
+            .iter()
+            .flat_map(|part| vocab.tokenize(part.text.as_bytes(), false, part.special))
+            .map(|t| TokenRecord {
+                id: t.0,
+                logprob: None,
+            })
+            .collect();
+        let total = self.tokens.len() + added.len();
+        if total > self.context_size {
+            return Err(EngineError::ContextOverflow {
+                context_size: self.context_size,
+                needed: total - self.context_size,
+            });
+        }
+        self.stats.appended_tokens += added.len();
+        let count = added.len();
+        self.tokens.extend(added);
+        Ok(count)
+    }
+
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError> {
+        let (replies, answers) = channel();
+        let request = Request {
+            seq: self.seq,
+            keep: self.evaluated,
+            pending: self.tokens[self.evaluated..].iter().map(|t| t.id).collect(),
+            reseed: std::mem::take(&mut self.reseed),
+            stops: stops.clone(),
+            limits,
+            sampling: self.sampling,
+            context_size: self.context_size,
+            replies,
+        };
+        let gone = || EngineError::Decode("the batch scheduler stopped".into());
+        self.requests.send(request).map_err(|_| gone())?;
+        loop {
+            match answers.recv().map_err(|_| gone())? {
+                Reply::Text(text) => on_text(&text),
+                Reply::Done(done) => {
+                    let done = done?;
+                    self.tokens.extend(done.records);
+                    self.evaluated = done.evaluated;
+                    self.stats.context_tokens = done.evaluated;
+                    self.stats.cached_tokens += done.copied_tokens;
+                    self.stats.evaluated_tokens += done.prefill_tokens + done.decode_tokens;
+                    self.stats.prefill_tokens += done.prefill_tokens;
+                    self.stats.decode_tokens += done.decode_tokens;
+                    self.stats.prefill_time += done.prefill_time;
+                    self.stats.decode_time += done.decode_time;
+                    self.stats.generated_tokens += done.generation.tokens;
+                    return Ok(done.generation);
+                }
+            }
+        }
+    }
+
+    fn stats(&self) -> SessionStats {
+        self.stats.clone()
+    }
+
+    fn set_sampling(&mut self, sampling: SamplingParams) {
+        self.sampling = sampling;
+    }
+
+    fn context_size(&self) -> usize {
+        self.context_size
+    }
+
+    fn tokens(&self) -> &[TokenRecord] {
+        &self.tokens
+    }
+
+    fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError> {
+        self.engine.side_chat(chat, self.threads)
+    }
+}
+
+/// A generation under way.
+struct Active {
+    request: Request,
+    /// Tokens of `request.pending` not evaluated yet (the front ones are evaluated first).
+    pending: Vec<i32>,
+    text: String,
+    utf8: Utf8Stream,
+    checked: usize,
+    sampled: usize,
+    records: Vec<TokenRecord>,
+    prefill_tokens: usize,
+    decode_tokens: usize,
+    prefill_time: Duration,
+    decode_time: Duration,
+    /// Whether this sequence already looked for a prefix to share.
+    shared: bool,
+    copied_tokens: usize,
+}
+
+/// Owns the context; decodes every active sequence together.
+struct Scheduler<'m> {
+    engine: &'m LlamaEngine,
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    batch_size: usize,
+    /// The token ids in each sequence's KV cells.
+    kv: Vec<Vec<i32>>,
+    /// Each sequence's sampler and the settings it was built for (not needed when greedy).
+    samplers: Vec<Option<(SamplingParams, LlamaSampler)>>,
+    active: Vec<Active>,
+}
+
+impl Scheduler<'_> {
+    fn run(&mut self, inbox: &Receiver<Request>) {
+        loop {
+            if self.active.is_empty() {
+                match inbox.recv() {
+                    Ok(request) => self.admit(request),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(request) = inbox.try_recv() {
+                self.admit(request);
+            }
+            if let Err(e) = self.step() {
+                // A failed decode ends every generation under way with the error.
+                for active in self.active.drain(..) {
+                    let _ = active.request.replies.send(Reply::Done(Err(e.clone())));
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, request: Request) {
+        if let Err(error) = self.keep_cells(request.seq, request.keep) {
+            let _ = request.replies.send(Reply::Done(Err(error)));
+            return;
+        }
+        if request.reseed {
+            self.samplers[request.seq] = None;
+        }
+        let total = request.keep + request.pending.len();
+        if total > request.context_size {
+            let error = EngineError::ContextOverflow {
+                context_size: request.context_size,
+                needed: total - request.context_size,
+            };
+            let _ = request.replies.send(Reply::Done(Err(error)));
+            return;
+        }
+        let active = Active {
+            pending: request.pending.clone(),
+            request,
+            text: String::new(),
+            utf8: Utf8Stream::default(),
+            checked: 0,
+            sampled: 0,
+            records: Vec::new(),
+            prefill_tokens: 0,
+            decode_tokens: 0,
+            prefill_time: Duration::ZERO,
+            decode_time: Duration::ZERO,
+            shared: false,
+            copied_tokens: 0,
+        };
+        if active.pending.is_empty() {
+            // Nothing new since the last generation, whose last token was evaluated with logits
+            // that are gone: evaluate it again would break "exactly once", so it is refused.
+            let error = EngineError::Decode("a generation needs new tokens to start from".into());
+            let _ = active.request.replies.send(Reply::Done(Err(error)));
+            return;
+        }
+        if let Some(stop) = self.limit_reached(&active) {
+            self.finish(active, stop);
+            return;
+        }
+        self.active.push(active);
+    }
+
+    /// The limit that ends `active` before its next token, if any.
+    fn limit_reached(&self, active: &Active) -> Option<GenerationStop> {
+        let limits = &active.request.limits;
+        let held = self.kv[active.request.seq].len() + active.pending.len();
+        if limits.is_cancelled() {
+            Some(GenerationStop::Cancelled)
+        } else if active.sampled >= limits.max_tokens {
+            Some(GenerationStop::MaxTokens)
+        } else if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            Some(GenerationStop::Deadline)
+        } else if held >= active.request.context_size {
+            Some(GenerationStop::ContextFull)
+        } else {
+            None
+        }
+    }
+
+    /// Drops the sequence's KV cells past its first `keep` (a restart to a prompt that shares
+    /// only those).
+    fn keep_cells(&mut self, seq: usize, keep: usize) -> Result<(), EngineError> {
+        let held = self.kv[seq].len();
+        if keep > held {
+            return Err(EngineError::Decode(format!(
+                "sequence {seq} claims {keep} evaluated tokens but holds {held}"
+            )));
+        }
+        if keep < held {
+            let dropped = self
+                .ctx
+                .clear_kv_cache_seq(Some(seq as u32), Some(keep as u32), None)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            if !dropped {
+                return Err(EngineError::Decode(
+                    "llama.cpp could not drop the end of a sequence's KV cells".into(),
+                ));
+            }
+            self.kv[seq].truncate(keep);
+        }
+        Ok(())
+    }
+
+    /// Before a sequence's first step of a generation: where another sequence holds a longer
+    /// beginning of its context than it does, those cells are copied (a prompt evaluated once
+    /// for a whole group). Returns false where it should wait a step, because a sequence ahead
+    /// of it in this step is about to evaluate that beginning.
+    fn share_prefix(&mut self, index: usize) -> Result<bool, EngineError> {
+        let active = &self.active[index];
+        let seq = active.request.seq;
+        if active.shared || active.pending.len() < 2 {
+            return Ok(true);
+        }
+        let own = &self.kv[seq];
+        let held = own.len();
+        // How far `other` (its cells, then its pending tokens) agrees with this sequence's
+        // whole context; the last token is left to evaluate, for its logits.
+        let full_len = held + active.pending.len();
+        let agree = |cells: &[i32], then: &[i32]| {
+            let mine = own.iter().chain(&active.pending);
+            cells
+                .iter()
+                .chain(then)
+                .zip(mine)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(full_len - 1)
+        };
+        let waiting_on_earlier = self.active[..index].iter().any(|other| {
+            let cells = &self.kv[other.request.seq];
+            agree(cells, &other.pending) > (held + 1).max(cells.len())
+        });
+        if waiting_on_earlier {
+            return Ok(false);
+        }
+        let best = (0..self.kv.len())
+            .filter(|&other| other != seq)
+            .map(|other| (other, agree(&self.kv[other], &[])))
+            .max_by_key(|&(_, n)| n);
+        if let Some((source, n)) = best.filter(|&(_, n)| n > held) {
+            self.ctx
+                .copy_kv_cache_seq(source as i32, seq as i32, Some(held as u32), Some(n as u32))
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            let active = &mut self.active[index];
+            let copied: Vec<i32> = active.pending.drain(..n - held).collect();
+            self.kv[seq].extend(copied);
+            active.copied_tokens += n - held;
+        }
+        self.active[index].shared = true;
+        Ok(true)
+    }
+
+    /// One decode with the next tokens of every active sequence that fit the batch.
+    fn step(&mut self) -> Result<(), EngineError> {
+        let started = Instant::now();
+        self.batch.clear();
+        // (index into active, tokens added, batch index of its logits when it samples)
+        let mut planned: Vec<(usize, usize, Option<i32>)> = Vec::new();
+        let mut room = self.batch_size;
+        for index in 0..self.active.len() {
+            if room == 0 {
+                break;
+            }
+            if !self.share_prefix(index)? {
+                continue;
+            }
+            let active = &self.active[index];
+            let seq = active.request.seq;
+            let take = active.pending.len().min(room);
+            let whole = take == active.pending.len();
+            let base = self.kv[seq].len();
+            for (i, &id) in active.pending[..take].iter().enumerate() {
+                let last = whole && i + 1 == take;
+                self.batch
+                    .add(LlamaToken::new(id), (base + i) as i32, &[seq as i32], last)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            let logits = whole.then(|| self.batch.n_tokens() - 1);
+            planned.push((index, take, logits));
+            room -= take;
+        }
+        if planned.is_empty() {
+            return Ok(());
+        }
+        self.ctx
+            .decode(&mut self.batch)
+            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        let elapsed = started.elapsed();
+        let mut finished = Vec::new();
+        for (index, take, logits) in planned {
+            let active = &mut self.active[index];
+            let seq = active.request.seq;
+            self.kv[seq].extend(active.pending.drain(..take));
+            if take > 1 {
+                active.prefill_tokens += take;
+                active.prefill_time += elapsed;
+            } else {
+                active.decode_tokens += take;
+                active.decode_time += elapsed;
+            }
+            if let Some(at) = logits
+                && let Some(stop) = self.sample(index, at)?
+            {
+                finished.push((index, stop));
+            }
+        }
+        // Remove from the back so the indices stay valid.
+        finished.sort_by_key(|&(index, _)| std::cmp::Reverse(index));
+        for (index, stop) in finished {
+            let active = self.active.remove(index);
+            self.finish(active, stop);
+        }
+        Ok(())
+    }
+
+    /// Samples the next token of `self.active[index]` from the logits at batch index `at`;
+    /// returns how the generation ends if it does.
+    fn sample(&mut self, index: usize, at: i32) -> Result<Option<GenerationStop>, EngineError> {
+        let active = &mut self.active[index];
+        let seq = active.request.seq;
+        let sampling = active.request.sampling;
+        let (token, logprob) = if sampling.is_greedy() {
+            let (id, logprob) = greedy_pick(self.ctx.get_logits_ith(at))
+                .ok_or_else(|| EngineError::Decode("the model produced no usable logits".into()))?;
+            (LlamaToken(id as i32), Some(logprob))
+        } else {
+            let slot = &mut self.samplers[seq];
+            if slot.as_ref().is_none_or(|(built, _)| *built != sampling) {
+                *slot = Some((sampling, build_sampler(&sampling)));
+            }
+            let Some((_, sampler)) = slot.as_mut() else {
+                return Err(EngineError::Decode("no sampler".into()));
+            };
+            let token = sampler.sample(&self.ctx, at);
+            let logprob = token_logprob(
+                self.ctx.get_logits_ith(at),
+                token.0 as usize,
+                sampling.logprob_temperature(),
+            );
+            (token, logprob)
+        };
+        active.records.push(TokenRecord {
+            id: token.0,
+            logprob,
+        });
+        active.sampled += 1;
+        active.pending.push(token.0);
+        let vocab = self.engine.model().vocab();
+        if vocab.is_eog(token) {
+            return Ok(Some(GenerationStop::EndOfTurn));
+        }
+        let piece = active.utf8.push(&vocab.token_to_piece(token, false, None));
+        if !piece.is_empty() {
+            let before = active.text.len();
+            active.text.push_str(&piece);
+            if let Some(hit) = active.request.stops.find(&active.text, active.checked) {
+                if hit.end < active.text.len() {
+                    // The token carried text past the stop string: the context keeps the
+                    // tokens of the part that is kept instead, as a single session does.
+                    let kept = active.text[before..hit.end].to_string();
+                    active.records.pop();
+                    active.pending.pop();
+                    for t in vocab.tokenize(kept.as_bytes(), false, false) {
+                        active.records.push(TokenRecord {
+                            id: t.0,
+                            logprob: None,
+                        });
+                        active.pending.push(t.0);
+                    }
+                    active.text.truncate(hit.end);
+                }
+                let _ = active
+                    .request
+                    .replies
+                    .send(Reply::Text(active.text[before..].to_string()));
+                return Ok(Some(GenerationStop::StopString { index: hit.index }));
+            }
+            active.checked = active.text.len();
+            let _ = active.request.replies.send(Reply::Text(piece));
+        }
+        Ok(self.limit_reached(&self.active[index]))
+    }
+
+    fn finish(&self, mut active: Active, stop: GenerationStop) {
+        if !matches!(stop, GenerationStop::StopString { .. }) {
+            let tail = active.utf8.finish();
+            if !tail.is_empty() {
+                active.text.push_str(&tail);
+                let _ = active.request.replies.send(Reply::Text(tail));
+            }
+        }
+        let done = Finished {
+            generation: Generation {
+                text: active.text,
+                stop,
+                tokens: active.sampled,
+            },
+            records: active.records,
+            evaluated: self.kv[active.request.seq].len(),
+            copied_tokens: active.copied_tokens,
+            prefill_tokens: active.prefill_tokens,
+            decode_tokens: active.decode_tokens,
+            prefill_time: active.prefill_time,
+            decode_time: active.decode_time,
+        };
+        let _ = active.request.replies.send(Reply::Done(Ok(done)));
+    }
+}
