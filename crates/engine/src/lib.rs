@@ -5,6 +5,7 @@
 //! evaluated twice: the last sampled token waits as "pending" and is evaluated together with
 //! whatever comes next, so `evaluated_tokens == context_tokens` holds at every step.
 
+mod generated;
 pub mod hardware;
 pub mod llama;
 pub mod plan;

@@ -20,9 +20,9 @@
 
 use super::LlamaEngine;
 use super::session::{build_sampler, context_size, new_context};
+use crate::generated::{GeneratedText, TokenText};
 use crate::sampling::{greedy_pick, token_logprob};
 use crate::stops::StopMatcher;
-use crate::utf8::Utf8Stream;
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, SessionStats, SideChat, StartPrompt, TokenRecord,
@@ -303,9 +303,7 @@ struct Active {
     request: Request,
     /// Tokens of `request.pending` not evaluated yet (the front ones are evaluated first).
     pending: Vec<i32>,
-    text: String,
-    utf8: Utf8Stream,
-    checked: usize,
+    text: GeneratedText,
     sampled: usize,
     records: Vec<TokenRecord>,
     prefill_tokens: usize,
@@ -371,9 +369,7 @@ impl Scheduler<'_> {
         let active = Active {
             pending: request.pending.clone(),
             request,
-            text: String::new(),
-            utf8: Utf8Stream::default(),
-            checked: 0,
+            text: GeneratedText::default(),
             sampled: 0,
             records: Vec::new(),
             prefill_tokens: 0,
@@ -586,15 +582,23 @@ impl Scheduler<'_> {
         if vocab.is_eog(token) {
             return Ok(Some(GenerationStop::EndOfTurn));
         }
-        let piece = active.utf8.push(&vocab.token_to_piece(token, false, None));
-        if !piece.is_empty() {
-            let before = active.text.len();
-            active.text.push_str(&piece);
-            if let Some(hit) = active.request.stops.find(&active.text, active.checked) {
-                if hit.end < active.text.len() {
-                    // The token carried text past the stop string: the context keeps the
-                    // tokens of the part that is kept instead, as a single session does.
-                    let kept = active.text[before..hit.end].to_string();
+        match active.text.push(
+            &vocab.token_to_piece(token, false, None),
+            &active.request.stops,
+        ) {
+            TokenText::Streamed(piece) => {
+                if !piece.is_empty() {
+                    let _ = active.request.replies.send(Reply::Text(piece));
+                }
+            }
+            TokenText::Stopped {
+                index,
+                streamed,
+                replace_with,
+            } => {
+                if let Some(kept) = replace_with {
+                    // The context keeps the tokens of the part that is kept instead, as a
+                    // single session does.
                     active.records.pop();
                     active.pending.pop();
                     for t in vocab.tokenize(kept.as_bytes(), false, false) {
@@ -604,31 +608,24 @@ impl Scheduler<'_> {
                         });
                         active.pending.push(t.0);
                     }
-                    active.text.truncate(hit.end);
                 }
-                let _ = active
-                    .request
-                    .replies
-                    .send(Reply::Text(active.text[before..].to_string()));
-                return Ok(Some(GenerationStop::StopString { index: hit.index }));
+                let _ = active.request.replies.send(Reply::Text(streamed));
+                return Ok(Some(GenerationStop::StopString { index }));
             }
-            active.checked = active.text.len();
-            let _ = active.request.replies.send(Reply::Text(piece));
         }
         Ok(self.limit_reached(&self.active[index]))
     }
 
     fn finish(&self, mut active: Active, stop: GenerationStop) {
         if !matches!(stop, GenerationStop::StopString { .. }) {
-            let tail = active.utf8.finish();
+            let tail = active.text.finish();
             if !tail.is_empty() {
-                active.text.push_str(&tail);
                 let _ = active.request.replies.send(Reply::Text(tail));
             }
         }
         let done = Finished {
             generation: Generation {
-                text: active.text,
+                text: active.text.into_text(),
                 stop,
                 tokens: active.sampled,
             },

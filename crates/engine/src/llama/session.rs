@@ -6,9 +6,9 @@
 //! and the last token of a run is never evaluated for nothing.
 
 use super::LlamaEngine;
+use crate::generated::{GeneratedText, TokenText};
 use crate::sampling::{greedy_pick, token_logprob};
 use crate::stops::StopMatcher;
-use crate::utf8::Utf8Stream;
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, SessionStats, StartPrompt, TokenRecord,
@@ -285,9 +285,7 @@ impl Session for LlamaSession<'_> {
         limits: GenerateLimits,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, EngineError> {
-        let mut text = String::new();
-        let mut utf8 = Utf8Stream::default();
-        let mut checked = 0;
+        let mut text = GeneratedText::default();
         let mut sampled = 0;
         let engine = self.engine;
         let vocab = engine.model().vocab();
@@ -313,32 +311,33 @@ impl Session for LlamaSession<'_> {
             if vocab.is_eog(token) {
                 break GenerationStop::EndOfTurn;
             }
-            let piece = utf8.push(&vocab.token_to_piece(token, false, None));
-            if piece.is_empty() {
-                continue;
-            }
-            let before = text.len();
-            text.push_str(&piece);
-            if let Some(hit) = stops.find(&text, checked) {
-                if hit.end < text.len() {
-                    self.replace_last_token(&text[before..hit.end]);
-                    text.truncate(hit.end);
+            match text.push(&vocab.token_to_piece(token, false, None), stops) {
+                TokenText::Streamed(piece) => {
+                    if !piece.is_empty() {
+                        on_text(&piece);
+                    }
                 }
-                on_text(&text[before..]);
-                break GenerationStop::StopString { index: hit.index };
+                TokenText::Stopped {
+                    index,
+                    streamed,
+                    replace_with,
+                } => {
+                    if let Some(kept) = replace_with {
+                        self.replace_last_token(&kept);
+                    }
+                    on_text(&streamed);
+                    break GenerationStop::StopString { index };
+                }
             }
-            checked = text.len();
-            on_text(&piece);
         };
         if !matches!(stop, GenerationStop::StopString { .. }) {
-            let tail = utf8.finish();
+            let tail = text.finish();
             if !tail.is_empty() {
-                text.push_str(&tail);
                 on_text(&tail);
             }
         }
         Ok(Generation {
-            text,
+            text: text.into_text(),
             stop,
             tokens: sampled,
         })
