@@ -19,7 +19,7 @@
 //! evaluated in the same step waits one step to share it.
 
 use super::LlamaEngine;
-use super::session::{build_sampler, context_size, new_context};
+use super::session::{build_sampler, check_ids, context_size, kept_prefix, new_context};
 use crate::generated::{GeneratedText, TokenText};
 use crate::sampling::{greedy_pick, token_logprob};
 use crate::stops::StopMatcher;
@@ -138,24 +138,14 @@ impl StartPrompt for BatchedSession<'_> {
     /// starts again from its seed, so a run does not depend on which runs the sequence did
     /// before. Returns the tokens kept from this sequence's own cells.
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
-        let vocab = self.engine.model().n_vocab();
-        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id >= vocab) {
-            return Err(EngineError::Tokenize(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            )));
-        }
+        check_ids(self.engine, ids)?;
         if ids.len() > self.context_size {
             return Err(EngineError::ContextOverflow {
                 context_size: self.context_size,
                 needed: ids.len() - self.context_size,
             });
         }
-        let kept = self.tokens[..self.evaluated]
-            .iter()
-            .zip(ids)
-            .take_while(|(a, b)| a.id == **b)
-            .count()
-            .min(ids.len().saturating_sub(1));
+        let kept = kept_prefix(&self.tokens[..self.evaluated], ids);
         self.tokens.truncate(kept);
         self.tokens.extend(
             ids[kept..]
@@ -301,7 +291,7 @@ impl Session for BatchedSession<'_> {
 /// A generation under way.
 struct Active {
     request: Request,
-    /// Tokens of `request.pending` not evaluated yet (the front ones are evaluated first).
+    /// The request's pending tokens not evaluated yet (the front ones are evaluated first).
     pending: Vec<i32>,
     text: GeneratedText,
     sampled: usize,
@@ -349,7 +339,7 @@ impl Scheduler<'_> {
         }
     }
 
-    fn admit(&mut self, request: Request) {
+    fn admit(&mut self, mut request: Request) {
         if let Err(error) = self.keep_cells(request.seq, request.keep) {
             let _ = request.replies.send(Reply::Done(Err(error)));
             return;
@@ -367,7 +357,7 @@ impl Scheduler<'_> {
             return;
         }
         let active = Active {
-            pending: request.pending.clone(),
+            pending: std::mem::take(&mut request.pending),
             request,
             text: GeneratedText::default(),
             sampled: 0,

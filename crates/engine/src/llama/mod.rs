@@ -1,9 +1,9 @@
 //! The llama.cpp engine (through `llama-cpp-2`): a GGUF model checked in Rust first, then loaded
 //! with llama.cpp's own reason quoted when it refuses.
 
-// Installs llama.cpp's log callback through the sys crate, which is unsafe.
 mod batch;
 mod chat;
+// Installs llama.cpp's log callback through the sys crate, which is unsafe.
 #[allow(unsafe_code)]
 mod log;
 // Calls llama.cpp's quantiser through the sys crate, which is unsafe.

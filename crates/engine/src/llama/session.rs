@@ -95,12 +95,7 @@ impl<'m> LlamaSession<'m> {
     /// Appends token ids directly (benchmarks, and callers that tokenised already). Ids outside
     /// the vocabulary are refused.
     pub fn append_tokens(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
-        let vocab = self.engine.model().n_vocab();
-        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id >= vocab) {
-            return Err(EngineError::Tokenize(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            )));
-        }
+        check_ids(self.engine, ids)?;
         let start = Instant::now();
         self.tokens
             .extend(ids.iter().map(|&id| TokenRecord { id, logprob: None }));
@@ -238,13 +233,7 @@ impl StartPrompt for LlamaSession<'_> {
     /// the runs before it (nor on which sequence of a batch it lands on).
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
         self.sampler = build_sampler(&self.sampling);
-        let shared = self
-            .tokens
-            .iter()
-            .zip(ids)
-            .take_while(|(a, b)| a.id == **b)
-            .count()
-            .min(ids.len().saturating_sub(1));
+        let shared = kept_prefix(&self.tokens, ids);
         self.truncate(shared)?;
         self.append_tokens(&ids[shared..])?;
         self.stats.cached_tokens += shared;
@@ -365,6 +354,28 @@ impl Session for LlamaSession<'_> {
     fn tokens(&self) -> &[TokenRecord] {
         &self.tokens
     }
+}
+
+/// Refuses token ids outside the model's vocabulary.
+pub(super) fn check_ids(engine: &LlamaEngine, ids: &[i32]) -> Result<(), EngineError> {
+    let vocab = engine.model().n_vocab();
+    match ids.iter().find(|&&id| id < 0 || id >= vocab) {
+        Some(bad) => Err(EngineError::Tokenize(format!(
+            "token id {bad} is outside the vocabulary of {vocab}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// How many tokens of a new prompt `ids` a context holding `tokens` keeps: the prefix they
+/// share, less the prompt's last token, which is evaluated again for its logits.
+pub(super) fn kept_prefix(tokens: &[TokenRecord], ids: &[i32]) -> usize {
+    tokens
+        .iter()
+        .zip(ids)
+        .take_while(|(a, b)| a.id == **b)
+        .count()
+        .min(ids.len().saturating_sub(1))
 }
 
 /// The context window of one sequence: the options' own, else the model's training context
