@@ -161,7 +161,7 @@ fn batched_greedy_runs_match_single_sequence_runs_token_for_token() {
 /// one unified KV cache have their cells interleaved with the others' (masked out), so the
 /// attention is summed in another order: the logits differ slightly, and a near tie can go
 /// the other way. Seen here: a pick 0.057 below the best at token 61 of one sequence, in one
-/// run of three; a bug in the batching (a wrong position, mask or token) would part them by
+/// run of seven; a bug in the batching (a wrong position, mask or token) would part them by
 /// whole logits.
 const NEAR_TIE: f32 = 0.25;
 
