@@ -35,7 +35,11 @@ step "llama.cpp's llama-server from the crate's llama.cpp (the remote-engine tes
 scripts/llama-tool.sh server llama-server
 
 step "tests"
-cargo test --release --locked --workspace
+# One test at a time: most end-to-end tests run llama.cpp or the trainer on every core, and
+# llama.cpp's threads spin at each step's barriers, so two such tests on the same cores stall
+# each other (docs/ARCHITECTURE.md, "CPU threads"): with two at once the suite took 50 minutes on
+# the 2-core VM, alone each one runs at full speed.
+cargo test --release --locked --workspace -- --test-threads=1
 
 step "web UI end to end (Chromium against catena serve)"
 CATENA_BIN="$target/release/catena" scripts/ui.sh e2e

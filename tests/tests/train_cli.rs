@@ -57,7 +57,7 @@ fn train_command(data: &Path, out: &Path) -> Command {
     ])
     .args([
         "--epochs",
-        "2",
+        "1",
         "--batch-tokens",
         "150",
         "--eval-fraction",
