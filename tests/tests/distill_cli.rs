@@ -10,7 +10,13 @@ use std::path::Path;
 use std::process::Command;
 
 const TASKS: &str = "{\"id\": \"mul\", \"question\": \"What is 17 * 23?\", \"answer\": \"391\"}\n\
-{\"id\": \"primes\", \"question\": \"How many primes are there below 100?\", \"answer\": \"25\"}\n";
+{\"id\": \"primes\", \"question\": \"How many primes are there below 100?\", \"answer\": \"25\"}\n\
+{\"id\": \"sum\", \"question\": \"What is the sum of the integers from 1 to 50?\", \"answer\": \"1275\"}\n";
+
+/// Completion tokens of all the agents' calls in one multi-agent run: enough for the planner,
+/// the thinker and a tool agent (the tests' checks), few enough that a run's dozen prompts do
+/// not make the suite slow.
+const MAS_TOKENS: &str = "250";
 
 fn tasks_file(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("tasks.jsonl");
@@ -36,7 +42,7 @@ fn run_mode_mas_streams_every_agent_and_counts_every_call() {
         "--temperature",
         "0",
         "--max-tokens",
-        "1500",
+        MAS_TOKENS,
         "--json",
         "What is 17 * 23?",
     ]);
@@ -101,11 +107,13 @@ fn eval_mode_mas_reports_model_calls_and_tokens_beside_coa() {
     let model = common::default_model();
     let dir = tempfile::tempdir().unwrap();
     let tasks = tasks_file(dir.path());
-    let eval = |mode: &str| {
+    let eval = |mode: &str, parallel: &str| {
         let output = common::catena(&[
             "eval",
             "--mode",
             mode,
+            "--parallel",
+            parallel,
             "--model",
             model.to_str().unwrap(),
             "--tasks",
@@ -113,14 +121,15 @@ fn eval_mode_mas_reports_model_calls_and_tokens_beside_coa() {
             "--limit",
             "1",
             "--max-tokens",
-            "1200",
+            MAS_TOKENS,
             "--json",
         ]);
         assert!(output.status.success(), "{}", stderr(&output));
         serde_json::from_slice::<Value>(&output.stdout).unwrap()
     };
-    let mas = eval("mas");
-    let coa = eval("coa");
+    // The multi-agent run through the batched engine (its agents' calls in one sequence).
+    let mas = eval("mas", "2");
+    let coa = eval("coa", "1");
     assert_eq!(
         (mas["mode"].as_str(), coa["mode"].as_str()),
         (Some("mas"), Some("coa"))
@@ -136,56 +145,86 @@ fn eval_mode_mas_reports_model_calls_and_tokens_beside_coa() {
     }
 }
 
+/// One test, because a teacher run is the costly part (a dozen model calls): the first run is
+/// the reference the server's run must equal, and the run the resumed distillation keeps.
 #[test]
-fn distill_stores_every_teacher_run_and_goes_on_where_it_stopped() {
+fn distill_stores_every_run_goes_on_where_it_stopped_and_a_teacher_at_a_server_runs_the_same() {
     let model = common::default_model();
     let dir = tempfile::tempdir().unwrap();
     let tasks = tasks_file(dir.path());
-    let out = dir.path().join("distilled");
-    let distill = |limit: &str| {
-        common::catena(&[
-            "distill",
-            "--teacher-model",
-            model.to_str().unwrap(),
-            "--tasks",
-            tasks.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--limit",
-            limit,
-            "--temperature",
-            "0",
-            "--max-tokens",
-            "1200",
-        ])
+    let distill = |teacher: &str, out: &str, limit: &str, parallel: &str, key: &str| {
+        let mut command = Command::new(common::catena_bin());
+        command
+            .args(["distill", "--teacher", teacher, "--tasks"])
+            .arg(&tasks)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .args(["--limit", limit, "--parallel", parallel])
+            .args(["--temperature", "0", "--max-tokens", MAS_TOKENS])
+            .env("CATENA_STORE_DIR", common::test_store_dir())
+            .env("CATENA_ENGINE_KEY", key);
+        if teacher == "local" {
+            command.arg("--teacher-model").arg(&model);
+        }
+        command.output().unwrap()
     };
-    let first = distill("1");
+    let first = distill("local", "here", "1", "1", "");
     assert!(first.status.success(), "{}", stderr(&first));
-    let log = out.join("runs.jsonl");
+    let log = dir.path().join("here").join("runs.jsonl");
     let first_line = std::fs::read_to_string(&log).unwrap();
     assert_eq!(first_line.lines().count(), 1);
-    // A run being written when the process died: half a line at the end.
     let stored: Value = serde_json::from_str(first_line.trim()).unwrap();
+
+    // The same teacher at a server (a real `catena serve` on loopback, with a key of its own):
+    // every agent wrote the same text, every tool answered the same, every call cost the same.
+    let server_data = tempfile::tempdir().unwrap();
+    let server = common::serve(Command::new(common::catena_bin()), |c| {
+        c.env("CATENA_DATA_DIR", server_data.path())
+            .env("CATENA_STORE_DIR", server_data.path().join("sessions"))
+            .env("CATENA_API_KEY", "sk-teacher");
+    });
+    let remote_url = format!("{}/v1", server.base);
+    let there = distill(&remote_url, "there", "1", "1", "sk-teacher");
+    assert!(there.status.success(), "{}", stderr(&there));
+    let text = std::fs::read_to_string(dir.path().join("there").join("runs.jsonl")).unwrap();
+    let there: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(stored["run"]["activations"], there["run"]["activations"]);
+    assert_eq!(stored["answer"], there["answer"]);
+    for count in ["calls", "prompt_tokens", "completion_tokens"] {
+        assert_eq!(stored["usage"][count], there["usage"][count], "{count}");
+    }
+    assert!(stored["usage"]["calls"].as_u64().unwrap() >= 3);
+    // A key the server refuses is said in the server's words, and never printed.
+    let refused = distill(&remote_url, "refused", "1", "1", "sk-wrong");
+    assert!(!refused.status.success());
+    let said = stderr(&refused);
+    assert!(said.contains("refused the key (HTTP 401)"), "{said}");
+    assert!(!said.contains("sk-wrong"), "{said}");
+    drop(server);
+
+    // A run being written when the process died: half a line at the end. The two runs left
+    // then decode together in one context; each is stored as it ends.
     let half = &first_line[..first_line.len() / 2];
     std::fs::write(&log, format!("{first_line}{half}")).unwrap();
-
-    let second = distill("2");
+    let second = distill("local", "here", "3", "2", "");
     let said = stderr(&second);
     assert!(second.status.success(), "{said}");
     assert!(said.contains("was cut off"), "{said}");
-    assert!(said.contains("Resuming: 1 of 2"), "{said}");
+    assert!(said.contains("Resuming: 1 of 3"), "{said}");
+    assert!(said.contains("2 runs at a time"), "{said}");
     let text = std::fs::read_to_string(&log).unwrap();
     let runs: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(runs.len(), 2);
+    assert_eq!(runs.len(), 3);
     assert_eq!(runs[0], stored, "the stored run is kept as it was");
-    let ids: Vec<&str> = runs
+    let mut ids: Vec<&str> = runs
         .iter()
         .map(|r| r["run"]["task_id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["mul", "primes"]);
+    ids[1..].sort_unstable();
+    assert_eq!(ids, ["mul", "primes", "sum"]);
     for run in &runs {
         let activations = run["run"]["activations"].as_array().unwrap();
         assert_eq!(activations[0]["role"], "planner");
@@ -194,9 +233,10 @@ fn distill_stores_every_teacher_run_and_goes_on_where_it_stopped() {
         assert!(reward == 0.0 || reward == 1.0);
     }
 
+    let out = dir.path().join("here");
     let report: Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(report["teacher_runs"], 2);
+    assert_eq!(report["teacher_runs"], 3);
     let stages: Vec<&str> = report["filters"]["stages"]
         .as_array()
         .unwrap()
@@ -216,59 +256,6 @@ fn distill_stores_every_teacher_run_and_goes_on_where_it_stopped() {
     let alpaca: Value =
         serde_json::from_slice(&std::fs::read(out.join("alpaca.json")).unwrap()).unwrap();
     assert_eq!(alpaca.as_array().unwrap().len(), kept);
-}
-
-#[test]
-fn a_teacher_at_a_server_gives_the_same_greedy_runs_as_the_teacher_here() {
-    // The server is a real `catena serve` on loopback, with a key of its own.
-    let model = common::default_model();
-    let server_data = tempfile::tempdir().unwrap();
-    let server = common::serve(Command::new(common::catena_bin()), |c| {
-        c.env("CATENA_DATA_DIR", server_data.path())
-            .env("CATENA_STORE_DIR", server_data.path().join("sessions"))
-            .env("CATENA_API_KEY", "sk-teacher");
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let tasks = tasks_file(dir.path());
-    let distill = |teacher: &str, out: &str, key: &str| {
-        let mut command = Command::new(common::catena_bin());
-        command
-            .args(["distill", "--teacher", teacher, "--tasks"])
-            .arg(&tasks)
-            .arg("--out")
-            .arg(dir.path().join(out))
-            .args(["--limit", "1", "--temperature", "0", "--max-tokens", "1200"])
-            .env("CATENA_STORE_DIR", common::test_store_dir())
-            .env("CATENA_ENGINE_KEY", key);
-        if teacher == "local" {
-            command.arg("--teacher-model").arg(&model);
-        }
-        command.output().unwrap()
-    };
-    let remote_url = format!("{}/v1", server.base);
-    let here = distill("local", "here", "");
-    assert!(here.status.success(), "{}", stderr(&here));
-    let there = distill(&remote_url, "there", "sk-teacher");
-    assert!(there.status.success(), "{}", stderr(&there));
-    let run = |out: &str| -> Value {
-        let text = std::fs::read_to_string(dir.path().join(out).join("runs.jsonl")).unwrap();
-        serde_json::from_str(text.trim()).unwrap()
-    };
-    let (here, there) = (run("here"), run("there"));
-    // Every agent wrote the same text, every tool answered the same, every call cost the same.
-    assert_eq!(here["run"]["activations"], there["run"]["activations"]);
-    assert_eq!(here["answer"], there["answer"]);
-    for count in ["calls", "prompt_tokens", "completion_tokens"] {
-        assert_eq!(here["usage"][count], there["usage"][count], "{count}");
-    }
-    assert!(here["usage"]["calls"].as_u64().unwrap() >= 3);
-
-    // A key the server refuses is said in the server's words, and never printed.
-    let refused = distill(&remote_url, "refused", "sk-wrong");
-    assert!(!refused.status.success());
-    let said = stderr(&refused);
-    assert!(said.contains("refused the key (HTTP 401)"), "{said}");
-    assert!(!said.contains("sk-wrong"), "{said}");
 }
 
 #[test]

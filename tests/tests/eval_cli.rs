@@ -145,8 +145,15 @@ fn runs_decoded_together_give_the_report_of_runs_one_at_a_time() {
     let runs: Vec<(&str, u64)> = sampled.iter().map(|r| (r.0.as_str(), r.1)).collect();
     assert_eq!(runs, [("0", 0), ("0", 1), ("1", 0), ("1", 1)]);
 
-    // Runs together are for Chain-of-Agents runs in this process only.
-    let refused = eval(&["--parallel", "2", "--mode", "mas", "--limit", "1"]);
+    // Runs together are for a model in this process only (the server is not asked).
+    let refused = eval(&[
+        "--parallel",
+        "2",
+        "--engine",
+        "http://127.0.0.1:9/v1",
+        "--limit",
+        "1",
+    ]);
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("--parallel decodes"),

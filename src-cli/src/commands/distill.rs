@@ -7,6 +7,7 @@
 use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_agent::Budgets;
+use catena_agent::tools::ToolBox;
 use catena_distill::mas::{MasRequest, run_multi_agent};
 use catena_distill::{
     FilterConfig, FilterReport, RunLog, TeacherRun, alpaca_item, filter_runs, sft_line,
@@ -16,15 +17,17 @@ use catena_engine::plan::Overrides;
 use catena_engine::{ChatEngine, SamplingParams};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
+use catena_sandbox::Sandbox;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
 
 #[derive(Args)]
@@ -84,6 +87,11 @@ pub struct DistillArgs {
     #[arg(long, default_value_t = 20)]
     max_hops: usize,
 
+    /// Teacher runs at a time. Here they decode together in one context (each run's
+    /// sequence with its own 8,192-token context); at a server each is a client of its own.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    parallel: u32,
+
     /// Layers to offload to the GPU.
     #[arg(long, value_name = "N")]
     gpu_layers: Option<u32>,
@@ -141,6 +149,22 @@ pub fn run(args: DistillArgs, paths: &Paths) -> Result<ExitCode> {
         teach(&args, paths, &profile, &tasks, &todo, &mut log, &mut runs)?
     };
     let minutes = started.elapsed().as_secs_f64() / 60.0;
+    // Runs decoded together end in any order: the filters and outputs see them in the tasks'
+    // order (runs of tasks no longer in the file last, as stored).
+    let position: HashMap<&str, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, task)| (task.id.as_str(), i))
+        .collect();
+    runs.sort_by_key(|r| {
+        (
+            position
+                .get(r.run.task_id.as_str())
+                .copied()
+                .unwrap_or(usize::MAX),
+            r.sample,
+        )
+    });
 
     let config = FilterConfig {
         min_hops: args.min_hops,
@@ -170,7 +194,7 @@ pub fn run(args: DistillArgs, paths: &Paths) -> Result<ExitCode> {
 }
 
 /// Runs the teacher on every task still to do, storing each run as it ends. Returns how many
-/// runs it stored. Ctrl-C stops after the current agent call; the unfinished run is not stored.
+/// runs it stored. Ctrl-C stops after the current agent calls; unfinished runs are not stored.
 fn teach(
     args: &DistillArgs,
     paths: &Paths,
@@ -187,34 +211,7 @@ fn teach(
         top_k: 40,
         seed: args.seed,
     };
-    let loaded;
-    let (model_name, mut chat): (String, Box<dyn ChatEngine + '_>) = match args.teacher.as_str() {
-        "local" => {
-            let model_path = setup::model_path(args.teacher_model.as_deref(), paths)?;
-            loaded = setup::load_planned(
-                &model_path,
-                Overrides {
-                    context: Some(8192),
-                    gpu_layers: args.gpu_layers,
-                    kv_cache: None,
-                    kv_caches: 1,
-                },
-                None,
-            )?;
-            let (engine, plan) = &loaded;
-            let options = setup::planned_session(plan.as_ref(), Some(8192), base_sampling);
-            let name = setup::model_name(engine, &model_path);
-            (name, Box::new(LocalChat::new(engine, &options)?))
-        }
-        url => {
-            let model = args
-                .teacher_model
-                .as_ref()
-                .map(|m| m.to_string_lossy().into_owned());
-            let (chat, name) = setup::remote_chat(url, model.as_deref(), base_sampling)?;
-            (format!("{name} at {url}"), Box::new(chat))
-        }
-    };
+    let parallel = args.parallel as usize;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     let _ = ctrlc::set_handler(move || {
@@ -222,70 +219,224 @@ fn teach(
             std::process::exit(130);
         }
     });
-    eprintln!(
-        "Teacher: {model_name} (the explicit multi-agent system, profile {}).",
-        profile.name
-    );
     let bar = ProgressBar::new(todo.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("teacher runs [{bar:30}] {pos}/{len} ETA {eta}  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let mut stored = 0;
-    let mut solved = 0;
-    for &(t, sample) in todo {
-        let task = &tasks[t];
+    let (mut stored, mut solved) = (0, 0);
+    let mut keep = |run: TeacherRun| -> Result<()> {
+        log.append(&run)?;
+        stored += 1;
+        solved += usize::from(run.run.reward >= 1.0);
+        runs.push(run);
+        bar.inc(1);
+        bar.set_message(format!("{solved} solved of {stored}"));
+        Ok(())
+    };
+    let mut teacher = Teacher {
+        model: String::new(),
+        profile,
+        tasks,
+        tools: &tools,
+        scoring: scoring_sandbox.as_deref(),
+        base_sampling,
+        max_tokens: args.max_tokens,
+        cancel: &cancel,
+    };
+    let announce = |model: &str| {
+        eprintln!(
+            "Teacher: {model} (the explicit multi-agent system, profile {}{}).",
+            profile.name,
+            if parallel > 1 {
+                format!(", {parallel} runs at a time")
+            } else {
+                String::new()
+            }
+        );
+    };
+    let outcome = match args.teacher.as_str() {
+        "local" => {
+            let model_path = setup::model_path(args.teacher_model.as_deref(), paths)?;
+            let (engine, plan) = setup::load_planned(
+                &model_path,
+                Overrides {
+                    context: Some(TEACHER_CONTEXT),
+                    gpu_layers: args.gpu_layers,
+                    kv_cache: None,
+                    kv_caches: args.parallel,
+                },
+                None,
+            )?;
+            let options =
+                setup::planned_session(plan.as_ref(), Some(TEACHER_CONTEXT), base_sampling);
+            teacher.model = setup::model_name(&engine, &model_path);
+            announce(&teacher.model);
+            if parallel > 1 {
+                // The runs' sequences decode together in one context.
+                engine.with_sequences(&options, parallel, |sessions| {
+                    let chats = sessions
+                        .into_iter()
+                        .map(|session| LocalChat::over(&engine, session))
+                        .collect();
+                    teacher.concurrently(chats, todo, &mut keep)
+                })?
+            } else {
+                teacher.one_at_a_time(&mut LocalChat::new(&engine, &options)?, todo, &mut keep)
+            }
+        }
+        url => {
+            let model = args
+                .teacher_model
+                .as_ref()
+                .map(|m| m.to_string_lossy().into_owned());
+            // A chat client per run in flight: the server decides how many it decodes at once.
+            let mut chats = Vec::with_capacity(parallel);
+            let mut name = String::new();
+            for _ in 0..parallel {
+                let (chat, served) = setup::remote_chat(url, model.as_deref(), base_sampling)?;
+                chats.push(chat);
+                name = served;
+            }
+            teacher.model = format!("{name} at {url}");
+            announce(&teacher.model);
+            teacher.concurrently(chats, todo, &mut keep)
+        }
+    };
+    if cancel.load(Ordering::SeqCst) {
+        bar.abandon_with_message("stopped; the finished runs are stored");
+    } else {
+        bar.finish_and_clear();
+    }
+    outcome.map(|()| stored)
+}
+
+/// The context each teacher run has (with `--parallel`, each sequence).
+const TEACHER_CONTEXT: u32 = 8192;
+
+/// What every teacher run shares.
+struct Teacher<'a> {
+    /// The teacher's name in the stored runs.
+    model: String,
+    profile: &'a Profile,
+    tasks: &'a [catena_eval::EvalTask],
+    tools: &'a ToolBox,
+    /// The sandbox code tasks' tests run in.
+    scoring: Option<&'a Sandbox>,
+    base_sampling: SamplingParams,
+    max_tokens: usize,
+    cancel: &'a Arc<AtomicBool>,
+}
+
+impl Teacher<'_> {
+    /// Run `sample` of task `t`, scored; `None` when Ctrl-C stopped it (it is not stored).
+    fn run(
+        &self,
+        chat: &mut dyn ChatEngine,
+        t: usize,
+        sample: usize,
+    ) -> Result<Option<TeacherRun>> {
+        let task = &self.tasks[t];
         let sampling = SamplingParams {
-            seed: args.seed.wrapping_add(sample as u32),
-            ..base_sampling
+            seed: self.base_sampling.seed.wrapping_add(sample as u32),
+            ..self.base_sampling
         };
         chat.set_sampling(sampling);
         let request = MasRequest {
             task_id: &task.id,
             question: &task.question,
-            profile,
-            model: model_name.clone(),
+            profile: self.profile,
+            model: self.model.clone(),
             sampling,
             budgets: Budgets {
-                max_tool_calls: profile.max_tool_calls,
-                max_tokens: args.max_tokens,
+                max_tool_calls: self.profile.max_tool_calls,
+                max_tokens: self.max_tokens,
                 max_time: None,
             },
-            cancel: Some(cancel.clone()),
+            cancel: Some(self.cancel.clone()),
         };
         let t0 = Instant::now();
-        let mut mas = run_multi_agent(chat.as_mut(), request, &tools, &mut |_| {})
+        let mut mas = run_multi_agent(chat, request, self.tools, &mut |_| {})
             .with_context(|| format!("task {}", task.id))?;
-        if cancel.load(Ordering::SeqCst) {
-            bar.abandon_with_message("stopped; the finished runs are stored");
-            break;
+        if self.cancel.load(Ordering::SeqCst) {
+            return Ok(None);
         }
         let trajectory = catena_distill::to_trajectory(&mas.run).unwrap_or_default();
-        let score = catena_eval::score_run(
-            task,
-            mas.answer.as_deref(),
-            &trajectory,
-            scoring_sandbox.as_deref(),
-        );
+        let score = catena_eval::score_run(task, mas.answer.as_deref(), &trajectory, self.scoring);
         mas.run.reward = score.reward;
-        let run = TeacherRun {
+        Ok(Some(TeacherRun {
             run: mas.run,
             sample,
             answer: mas.answer,
             stop: mas.stop_reason.as_str().to_string(),
             usage: mas.usage,
             seconds: t0.elapsed().as_secs_f64(),
-        };
-        log.append(&run)?;
-        stored += 1;
-        solved += usize::from(score.solved);
-        runs.push(run);
-        bar.inc(1);
-        bar.set_message(format!("{solved} solved of {stored}"));
+        }))
     }
-    bar.finish_and_clear();
-    Ok(stored)
+
+    /// The runs of `todo` in order through one chat.
+    fn one_at_a_time(
+        &self,
+        chat: &mut dyn ChatEngine,
+        todo: &[(usize, usize)],
+        keep: &mut dyn FnMut(TeacherRun) -> Result<()>,
+    ) -> Result<()> {
+        for &(t, sample) in todo {
+            match self.run(chat, t, sample)? {
+                Some(run) => keep(run)?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The runs of `todo` on one thread per chat, each taking the next run as it finishes one.
+    /// Runs are kept as they end (in the order they end); after an error no new run starts, the
+    /// runs under way are still kept, and the first error is returned.
+    fn concurrently<C: ChatEngine + Send>(
+        &self,
+        chats: Vec<C>,
+        todo: &[(usize, usize)],
+        keep: &mut dyn FnMut(TeacherRun) -> Result<()>,
+    ) -> Result<()> {
+        let next = &AtomicUsize::new(0);
+        let failed = &AtomicBool::new(false);
+        let (finished, ended) = mpsc::channel::<Result<TeacherRun>>();
+        std::thread::scope(|scope| {
+            for mut chat in chats {
+                let finished = finished.clone();
+                scope.spawn(move || {
+                    while !failed.load(Ordering::SeqCst) {
+                        let Some(&(t, sample)) = todo.get(next.fetch_add(1, Ordering::SeqCst))
+                        else {
+                            break;
+                        };
+                        let run = match self.run(&mut chat, t, sample) {
+                            Ok(Some(run)) => Ok(run),
+                            Ok(None) => break,
+                            Err(e) => {
+                                failed.store(true, Ordering::SeqCst);
+                                Err(e)
+                            }
+                        };
+                        if finished.send(run).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(finished);
+            let mut first_error = None;
+            for run in ended {
+                if let Err(e) = run.and_then(&mut *keep) {
+                    failed.store(true, Ordering::SeqCst);
+                    first_error.get_or_insert(e);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
+    }
 }
 
 /// sft.jsonl and alpaca.json, each written under a temporary name and renamed when complete.

@@ -93,7 +93,8 @@ pub struct EvalArgs {
     gpu_layers: Option<u32>,
 
     /// Runs decoded together (one batch a step over one KV cache; a run waiting for a tool
-    /// leaves the batch until its observation is in). Each keeps its own 4,096-token context.
+    /// leaves the batch until its observation is in). Each keeps its own 4,096-token context;
+    /// a multi-agent run makes its agents' calls one after another in its own.
     /// Greedy results are the same as one at a time, up to llama.cpp's rounding (ARCHITECTURE.md).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     parallel: u32,
@@ -135,6 +136,11 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         top_k: 40,
         seed: args.seed,
     };
+    if args.parallel > 1 && args.engine.is_some() {
+        bail!(
+            "--parallel decodes the runs of a model in this process together; with --engine the runs go one at a time"
+        );
+    }
     let remote = match (&args.engine, args.mode) {
         (Some(url), Mode::Mas) => {
             let (chat, served) =
@@ -147,11 +153,6 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         )),
         (None, _) => None,
     };
-    if args.parallel > 1 && (remote.is_some() || args.mode != Mode::Coa) {
-        bail!(
-            "--parallel decodes Chain-of-Agents runs of a model in this process; with --engine or --mode mas the runs go one at a time"
-        );
-    }
     let local = match remote {
         Some(_) => None,
         None => {
@@ -194,8 +195,8 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             let options = setup::planned_session(plan.as_ref(), Some(RUN_CONTEXT), base_sampling);
             let name = setup::model_name(engine, model_path);
             let results = match args.mode {
-                Mode::Coa if args.parallel > 1 => {
-                    eval.batched(engine, &options, args.parallel as usize, &name)?
+                mode if args.parallel > 1 => {
+                    eval.batched(engine, &options, args.parallel as usize, mode, &name)?
                 }
                 // One session for all runs: the prompt's shared beginning (system message and
                 // instructions) stays in the KV cache and only each question is evaluated
@@ -295,26 +296,7 @@ impl Evaluation<'_> {
                         )?;
                         self.coa(&mut session, prompt, 0, task, sampling, model)?
                     }
-                    Runner::Mas(chat) => {
-                        chat.set_sampling(sampling);
-                        let request = MasRequest {
-                            task_id: &task.id,
-                            question: &task.question,
-                            profile: self.profile,
-                            model: model.to_string(),
-                            sampling,
-                            budgets: self.budgets,
-                            cancel: None,
-                        };
-                        let mas = run_multi_agent(chat.as_mut(), request, self.tools, &mut |_| {})
-                            .with_context(|| format!("task {}", task.id))?;
-                        Outcome {
-                            model_calls: mas.usage.calls,
-                            total_tokens: mas.usage.total(),
-                            generated_tokens: mas.usage.completion_tokens,
-                            summary: mas.run_summary(),
-                        }
-                    }
+                    Runner::Mas(chat) => self.mas(chat.as_mut(), task, sampling, model)?,
                 };
                 results.push(self.scored(index, sample, run, t0.elapsed()));
             }
@@ -323,20 +305,30 @@ impl Evaluation<'_> {
     }
 
     /// Every run on `parallel` sequences decoded together, each taking the next run as it
-    /// finishes one; the results in the order one at a time gives.
+    /// finishes one; the results in the order one at a time gives. A multi-agent run makes its
+    /// agents' calls one after another in its sequence.
     fn batched(
         &self,
         engine: &LlamaEngine,
         options: &SessionOptions,
         parallel: usize,
+        mode: Mode,
         model: &str,
     ) -> Result<Vec<TaskResult>> {
+        enum Lane<'s> {
+            Coa(BatchedSession<'s>),
+            Mas(LocalChat<'s, BatchedSession<'s>>),
+        }
         let runs: Vec<(usize, usize)> = (0..self.tasks.len())
             .flat_map(|task| (0..self.samples).map(move |sample| (task, sample)))
             .collect();
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
-        let worker = |mut session: BatchedSession<'_>| -> Result<Vec<(usize, TaskResult)>> {
+        let worker = |session: BatchedSession<'_>| -> Result<Vec<(usize, TaskResult)>> {
+            let mut lane = match mode {
+                Mode::Coa => Lane::Coa(session),
+                Mode::Mas => Lane::Mas(LocalChat::over(engine, session)),
+            };
             let mut done = Vec::new();
             while !failed.load(Ordering::Relaxed) {
                 let at = next.fetch_add(1, Ordering::Relaxed);
@@ -345,20 +337,16 @@ impl Evaluation<'_> {
                 };
                 let task = &self.tasks[index];
                 let t0 = Instant::now();
-                let run = start_task(engine, &mut session, self.profile, &task.question)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|prompt| {
-                        let generated_before = session.stats().generated_tokens;
-                        let sampling = self.sampling(sample);
-                        self.coa(
-                            &mut session,
-                            prompt,
-                            generated_before,
-                            task,
-                            sampling,
-                            model,
-                        )
-                    });
+                let sampling = self.sampling(sample);
+                let run = match &mut lane {
+                    Lane::Coa(session) => start_task(engine, session, self.profile, &task.question)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|prompt| {
+                            let generated_before = session.stats().generated_tokens;
+                            self.coa(session, prompt, generated_before, task, sampling, model)
+                        }),
+                    Lane::Mas(chat) => self.mas(chat, task, sampling, model),
+                };
                 match run {
                     Ok(run) => done.push((at, self.scored(index, sample, run, t0.elapsed()))),
                     Err(e) => {
@@ -417,6 +405,34 @@ impl Evaluation<'_> {
             total_tokens: summary.context_tokens,
             generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
             summary,
+        })
+    }
+
+    /// One run of the explicit multi-agent system, its agents' calls through `chat`.
+    fn mas(
+        &self,
+        chat: &mut dyn ChatEngine,
+        task: &EvalTask,
+        sampling: SamplingParams,
+        model: &str,
+    ) -> Result<Outcome> {
+        chat.set_sampling(sampling);
+        let request = MasRequest {
+            task_id: &task.id,
+            question: &task.question,
+            profile: self.profile,
+            model: model.to_string(),
+            sampling,
+            budgets: self.budgets,
+            cancel: None,
+        };
+        let mas = run_multi_agent(chat, request, self.tools, &mut |_| {})
+            .with_context(|| format!("task {}", task.id))?;
+        Ok(Outcome {
+            model_calls: mas.usage.calls,
+            total_tokens: mas.usage.total(),
+            generated_tokens: mas.usage.completion_tokens,
+            summary: mas.run_summary(),
         })
     }
 

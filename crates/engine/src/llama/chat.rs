@@ -1,20 +1,23 @@
 //! Chat turns on a local model: one session for every turn, so the prefix consecutive prompts
 //! share (the chat template's opening, an agent's system message when the same agent runs
-//! twice) is kept in the KV cache and only the rest is evaluated.
+//! twice) is kept in the KV cache and only the rest is evaluated. The session is a context of
+//! its own ([`LocalChat::new`]) or one sequence of a batch ([`LocalChat::over`]), so several
+//! multi-agent runs can decode together.
 
 use super::{LlamaEngine, LlamaSession};
 use crate::{
-    ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Session, SessionOptions,
-    StartPrompt, StopMatcher,
+    ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, SessionOptions, StartPrompt,
+    StopMatcher,
 };
 
-/// A local model answering chat turns ([`ChatEngine`]) in one session of its own.
-pub struct LocalChat<'m> {
+/// A local model answering chat turns ([`ChatEngine`]) in one session.
+pub struct LocalChat<'m, S = LlamaSession<'m>> {
     engine: &'m LlamaEngine,
-    session: LlamaSession<'m>,
+    session: S,
 }
 
 impl<'m> LocalChat<'m> {
+    /// Chat turns in a context of their own.
     pub fn new(engine: &'m LlamaEngine, options: &SessionOptions) -> Result<Self, EngineError> {
         Ok(LocalChat {
             engine,
@@ -23,7 +26,15 @@ impl<'m> LocalChat<'m> {
     }
 }
 
-impl ChatEngine for LocalChat<'_> {
+impl<'m, S: StartPrompt> LocalChat<'m, S> {
+    /// Chat turns in `session` (a [`BatchedSession`](super::BatchedSession), say), which
+    /// `engine` made.
+    pub fn over(engine: &'m LlamaEngine, session: S) -> Self {
+        LocalChat { engine, session }
+    }
+}
+
+impl<S: StartPrompt> ChatEngine for LocalChat<'_, S> {
     fn chat(
         &mut self,
         turn: &ChatTurn,
