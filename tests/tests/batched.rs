@@ -24,6 +24,7 @@ fn options(sampling: SamplingParams) -> SessionOptions {
     SessionOptions {
         context_size: Some(1024),
         sampling,
+        logprobs: true,
         ..SessionOptions::default()
     }
 }

@@ -100,6 +100,7 @@ fn greedy(engine: &LlamaEngine, prompt: &str, n: usize) -> Vec<(i32, f32)> {
         .session(&SessionOptions {
             context_size: Some(512),
             sampling: SamplingParams::greedy(),
+            logprobs: true,
             ..SessionOptions::default()
         })
         .unwrap();

@@ -21,6 +21,7 @@ fn options(sampling: SamplingParams) -> SessionOptions {
     SessionOptions {
         context_size: Some(2048),
         sampling,
+        logprobs: true,
         ..SessionOptions::default()
     }
 }
@@ -129,6 +130,34 @@ fn a_seed_makes_sampling_repeatable() {
             .text
     };
     assert_eq!(run(5), run(5));
+}
+
+/// RL reads log-probabilities; everywhere else a pass over the vocabulary a token would be
+/// wasted, so they are recorded only where asked for, greedy or sampled.
+#[test]
+fn log_probabilities_are_recorded_only_where_asked_for() {
+    for sampling in [SamplingParams::greedy(), SamplingParams::default()] {
+        let mut session = engine()
+            .session(&SessionOptions {
+                logprobs: false,
+                ..options(sampling)
+            })
+            .unwrap();
+        let prompt_tokens = session.append(&prompt("Name three colours.")).unwrap();
+        let generation = session
+            .generate(
+                &StopMatcher::default(),
+                GenerateLimits::tokens(8),
+                &mut |_| {},
+            )
+            .unwrap();
+        assert!(generation.tokens > 0);
+        assert!(
+            session.tokens()[prompt_tokens..]
+                .iter()
+                .all(|t| t.logprob.is_none())
+        );
+    }
 }
 
 #[test]

@@ -81,6 +81,7 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
     // A group of four, decoded together.
     let options = SessionOptions {
         context_size: Some(2048u32),
+        logprobs: true,
         ..SessionOptions::default()
     };
     let (group, _) = engine

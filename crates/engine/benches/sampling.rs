@@ -1,9 +1,10 @@
 //! The per-token cost Catena adds on top of llama.cpp's decode: the log-probability of the sampled
 //! token over the whole vocabulary (Qwen2.5: 151,936 entries), against the anchor of a plain
 //! scalar `f64` computation, measured in the same run. At ~25 ms per decoded token on a laptop
-//! CPU, this must stay far below a millisecond.
+//! CPU, this must stay far below a millisecond; on a GPU a token takes about 1 ms, so it is
+//! computed only where RL reads it, and greedy decoding elsewhere is `argmax` alone.
 
-use catena_engine::{greedy_pick, token_logprob};
+use catena_engine::{argmax, greedy_pick, token_logprob};
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 
@@ -39,6 +40,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("catena: greedy_pick", |b| {
         b.iter(|| greedy_pick(black_box(&l)))
     });
+    group.bench_function("catena: argmax", |b| b.iter(|| argmax(black_box(&l))));
     group.finish();
 }
 

@@ -13,7 +13,7 @@ mod sampling;
 mod stops;
 mod utf8;
 
-pub use sampling::{SamplingParams, greedy_pick, token_logprob};
+pub use sampling::{SamplingParams, argmax, greedy_pick, token_logprob};
 pub use stops::StopMatcher;
 
 use serde::{Deserialize, Serialize};
@@ -250,6 +250,10 @@ pub struct SessionOptions {
     /// How keys and values are stored in the KV cache.
     #[serde(default)]
     pub kv_cache: KvCacheType,
+    /// Record each sampled token's log-probability ([`TokenRecord::logprob`]). It costs a pass
+    /// over the whole vocabulary a token, and only RL reads it, so it is off unless asked for.
+    #[serde(default)]
+    pub logprobs: bool,
 }
 
 /// The KV cache's element type: F16 is exact, Q8_0 halves the cache's memory for a small loss.
@@ -298,6 +302,7 @@ impl Default for SessionOptions {
             threads: None,
             batch_size: 512,
             kv_cache: KvCacheType::default(),
+            logprobs: false,
         }
     }
 }

@@ -47,8 +47,18 @@ impl SamplingParams {
     }
 }
 
-/// The most likely token and its log-probability (temperature 1): greedy sampling in two passes
-/// over the logits, without building llama.cpp's candidate array.
+/// The most likely token (the first of equals): greedy sampling without building llama.cpp's
+/// candidate array. `None` when no logit is a number above minus infinity.
+pub fn argmax(logits: &[f32]) -> Option<usize> {
+    let max = max_of(logits);
+    if max == f32::NEG_INFINITY {
+        return None;
+    }
+    logits.iter().position(|&l| l == max)
+}
+
+/// The most likely token and its log-probability (temperature 1): [`argmax`] and one more pass
+/// over the logits.
 pub fn greedy_pick(logits: &[f32]) -> Option<(usize, f32)> {
     let max = max_of(logits);
     let token = logits.iter().position(|&l| l == max)?;
@@ -149,6 +159,16 @@ fn exp_nonpositive(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn argmax_takes_the_first_largest_and_refuses_rows_without_numbers() {
+        assert_eq!(argmax(&[0.5, 2.0, f32::NAN, 2.0, -1.0]), Some(1));
+        let row: Vec<f32> = (0..1000).map(|i| ((i * 37) % 101) as f32).collect();
+        assert_eq!(argmax(&row), greedy_pick(&row).map(|(i, _)| i));
+        assert_eq!(argmax(&[]), None);
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), None);
+        assert_eq!(argmax(&[f32::NEG_INFINITY]), None);
+    }
 
     #[test]
     fn logprob_matches_a_hand_computed_softmax() {

@@ -453,8 +453,10 @@ fn run_step(
         model_name: engine.info().name.clone().unwrap_or_default(),
     };
     // One sequence per rollout of a group, decoded together.
+    // The update's importance weights read every sampled token's log-probability.
     let session_options = SessionOptions {
         context_size: Some(u32::try_from(options.max_tokens + 3072).unwrap_or(u32::MAX)),
+        logprobs: true,
         ..SessionOptions::default()
     };
     let sampled_groups = engine.with_sequences(&session_options, options.group, |mut sessions| {

@@ -117,6 +117,7 @@ fn rollout(
             task.id
         )));
     }
+    let prompt_tokens = prompt.prompt_tokens;
     let sampling = SamplingParams {
         temperature: setup.temperature,
         // No truncation: the sampled distribution is the model's own, the one the trainer
@@ -141,6 +142,13 @@ fn rollout(
     let summary = run_chain(session, request, setup.tools, &mut |_| {})
         .map_err(|e| TrainError::Stopped(format!("task {}: sampling a rollout: {e}", task.id)))?;
     let (tokens, trained, rollout_logprobs) = training_view(session.tokens())?;
+    // Tokens past the prompt begin with sampled ones; without their log-probabilities nothing
+    // would be trained.
+    if rollout_logprobs.is_empty() && tokens.len() > prompt_tokens {
+        return Err(TrainError::Config(
+            "the rollout's sequence records no log-probabilities (SessionOptions::logprobs)".into(),
+        ));
+    }
     Ok(Rollout {
         tokens,
         trained,

@@ -19,9 +19,10 @@
 //! evaluated in the same step waits one step to share it.
 
 use super::LlamaEngine;
-use super::session::{build_sampler, check_ids, context_size, kept_prefix, new_context};
+use super::session::{
+    build_sampler, check_ids, context_size, kept_prefix, new_context, pick_token,
+};
 use crate::generated::{GeneratedText, TokenText};
-use crate::sampling::{greedy_pick, token_logprob};
 use crate::stops::StopMatcher;
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
@@ -94,6 +95,7 @@ impl LlamaEngine {
                     batch_size: batch_size as usize,
                     kv: vec![Vec::new(); sequences],
                     samplers: (0..sequences).map(|_| None).collect(),
+                    logprobs: options.logprobs,
                     active: Vec::new(),
                 }
                 .run(&inbox);
@@ -315,6 +317,8 @@ struct Scheduler<'m> {
     kv: Vec<Vec<i32>>,
     /// Each sequence's sampler and the settings it was built for (not needed when greedy).
     samplers: Vec<Option<(SamplingParams, LlamaSampler)>>,
+    /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
+    logprobs: bool,
     active: Vec<Active>,
 }
 
@@ -542,30 +546,17 @@ impl Scheduler<'_> {
         let active = &mut self.active[index];
         let seq = active.request.seq;
         let sampling = active.request.sampling;
-        let (token, logprob) = if sampling.is_greedy() {
-            let (id, logprob) = greedy_pick(self.ctx.get_logits_ith(at))
-                .ok_or_else(|| EngineError::Decode("the model produced no usable logits".into()))?;
-            (LlamaToken(id as i32), Some(logprob))
-        } else {
-            let slot = &mut self.samplers[seq];
+        let slot = &mut self.samplers[seq];
+        let record = pick_token(&self.ctx, at, &sampling, self.logprobs, || {
             if slot.as_ref().is_none_or(|(built, _)| *built != sampling) {
                 *slot = Some((sampling, build_sampler(&sampling)));
             }
-            let Some((_, sampler)) = slot.as_mut() else {
-                return Err(EngineError::Decode("no sampler".into()));
-            };
-            let token = sampler.sample(&self.ctx, at);
-            let logprob = token_logprob(
-                self.ctx.get_logits_ith(at),
-                token.0 as usize,
-                sampling.logprob_temperature(),
-            );
-            (token, logprob)
-        };
-        active.records.push(TokenRecord {
-            id: token.0,
-            logprob,
-        });
+            slot.as_mut()
+                .map(|(_, sampler)| sampler)
+                .ok_or_else(|| EngineError::Decode("no sampler".into()))
+        })?;
+        let token = LlamaToken(record.id);
+        active.records.push(record);
         active.sampled += 1;
         active.pending.push(token.0);
         let vocab = self.engine.model().vocab();

@@ -7,7 +7,7 @@
 
 use super::LlamaEngine;
 use crate::generated::{GeneratedText, TokenText};
-use crate::sampling::{greedy_pick, token_logprob};
+use crate::sampling::{argmax, greedy_pick, token_logprob};
 use crate::stops::StopMatcher;
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
@@ -40,6 +40,8 @@ pub struct LlamaSession<'m> {
     stats: SessionStats,
     /// The caller's thread count, for side chats too.
     threads: Option<i32>,
+    /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
+    logprobs: bool,
 }
 
 impl<'m> LlamaSession<'m> {
@@ -63,6 +65,7 @@ impl<'m> LlamaSession<'m> {
             logits_at: None,
             stats: SessionStats::default(),
             threads: options.threads,
+            logprobs: options.logprobs,
         })
     }
 
@@ -192,24 +195,12 @@ impl<'m> LlamaSession<'m> {
                 "no logits to sample from (nothing was evaluated)".into(),
             ));
         };
-        let (token, logprob) = if self.sampling.is_greedy() {
-            // Greedy needs no sampler: the argmax pass also gives the log-probability.
-            let (id, logprob) = greedy_pick(self.ctx.get_logits_ith(index))
-                .ok_or_else(|| EngineError::Decode("the model produced no usable logits".into()))?;
-            (LlamaToken(id as i32), Some(logprob))
-        } else {
-            let token = self.sampler.sample(&self.ctx, index);
-            let logprob = token_logprob(
-                self.ctx.get_logits_ith(index),
-                token.0 as usize,
-                self.sampling.logprob_temperature(),
-            );
-            (token, logprob)
-        };
-        self.tokens.push(TokenRecord {
-            id: token.0,
-            logprob,
-        });
+        let sampler = &mut self.sampler;
+        let record = pick_token(&self.ctx, index, &self.sampling, self.logprobs, || {
+            Ok(sampler)
+        })?;
+        let token = LlamaToken(record.id);
+        self.tokens.push(record);
         self.logits_at = None;
         self.stats.generated_tokens += 1;
         Ok(token)
@@ -376,6 +367,45 @@ pub(super) fn kept_prefix(tokens: &[TokenRecord], ids: &[i32]) -> usize {
         .take_while(|(a, b)| a.id == **b)
         .count()
         .min(ids.len().saturating_sub(1))
+}
+
+/// The next token from the logits at batch index `at` of `ctx`: the most likely one when the
+/// sampling is greedy (no sampler needed), else `sampler`'s pick; with its log-probability only
+/// when `logprobs` asks (a pass over the whole vocabulary that only RL reads).
+pub(super) fn pick_token<'s>(
+    ctx: &LlamaContext<'_>,
+    at: i32,
+    sampling: &SamplingParams,
+    logprobs: bool,
+    sampler: impl FnOnce() -> Result<&'s mut LlamaSampler, EngineError>,
+) -> Result<TokenRecord, EngineError> {
+    let unusable = || EngineError::Decode("the model produced no usable logits".into());
+    let (token, logprob) = if sampling.is_greedy() {
+        let logits = ctx.get_logits_ith(at);
+        if logprobs {
+            let (token, logprob) = greedy_pick(logits).ok_or_else(unusable)?;
+            (token, Some(logprob))
+        } else {
+            (argmax(logits).ok_or_else(unusable)?, None)
+        }
+    } else {
+        let token = sampler()?.sample(ctx, at);
+        let token = usize::try_from(token.0).map_err(|_| unusable())?;
+        let logprob = if logprobs {
+            token_logprob(
+                ctx.get_logits_ith(at),
+                token,
+                sampling.logprob_temperature(),
+            )
+        } else {
+            None
+        };
+        (token, logprob)
+    };
+    Ok(TokenRecord {
+        id: i32::try_from(token).map_err(|_| unusable())?,
+        logprob,
+    })
 }
 
 /// The context window of one sequence: the options' own, else the model's training context
