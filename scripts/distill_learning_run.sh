@@ -9,7 +9,8 @@
 #                                            distillation and each evaluation resume or are kept)
 # Sizes from the environment: TEACH (tasks the teacher runs, default 40), HELD (held-out tasks,
 # default 30), SAMPLES (teacher runs per task, default 1), TEACHER (a GGUF or an installed model; default: the default model), TEACHER_URL
-# (a teacher at a server instead).
+# (a teacher at a server instead), PARALLEL (runs decoded together in distillation and evaluation,
+# default 1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${1:-distill-run}"
@@ -37,9 +38,9 @@ fi
 
 stamp "distillation: the explicit system on $teach tasks"
 "$catena" distill --tasks tasks/teach.jsonl --out distilled "${teacher_flags[@]}" \
-  --temperature 0.6 --samples "${SAMPLES:-1}" --max-tokens 2048
+  --temperature 0.6 --samples "${SAMPLES:-1}" --max-tokens 2048 --parallel "${PARALLEL:-1}"
 
-eval_flags=(--max-tokens 768)
+eval_flags=(--max-tokens 768 --parallel "${PARALLEL:-1}")
 evaluate() { # NAME TASKS [FLAGS...]
   local name="$1" tasks="$2"
   shift 2
@@ -67,7 +68,7 @@ if [ -n "${TEACHER_URL:-}" ]; then
 elif [ -n "${TEACHER:-}" ]; then
   teacher_eval+=(--model "$TEACHER")
 fi
-eval_flags=(--max-tokens 2048)
+eval_flags=(--max-tokens 2048 --parallel "${PARALLEL:-1}")
 evaluate teacher-held tasks/held.jsonl "${teacher_eval[@]}"
 evaluate teacher-unseen "$unseen" "${teacher_eval[@]}"
 
