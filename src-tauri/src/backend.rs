@@ -82,6 +82,7 @@ impl Backend {
                 ..SessionOptions::default()
             },
             sessions: KEPT_SESSIONS,
+            parallel: 1,
             kv_cache: None,
             queue_limit: QUEUE_LIMIT,
             paths: self.paths.clone(),

@@ -1,5 +1,6 @@
 //! `catena serve` end to end: the real binary on loopback with the default model, the official
-//! OpenAI Python client, the agent API, a SIGKILL in the middle of a run, and a bounded load test.
+//! OpenAI Python client, the agent API, a SIGKILL in the middle of a run, a bounded load test, and
+//! parallel slots (`--parallel N`) serving requests side by side.
 
 mod common;
 
@@ -21,10 +22,14 @@ struct Served {
 impl Served {
     fn start(store: &Path, extra: &[&str], api_key: Option<&str>) -> Served {
         let served = common::serve(Command::new(common::catena_bin()), |cmd| {
-            cmd.args(["--ctx-size", "4096", "--sessions", "2", "--store-dir"])
+            cmd.args(["--ctx-size", "4096", "--store-dir"])
                 .arg(store)
                 .args(extra)
                 .env_remove("CATENA_API_KEY");
+            // With parallel slots, the slots are the kept caches.
+            if !extra.contains(&"--parallel") {
+                cmd.args(["--sessions", "2"]);
+            }
             if let Some(key) = api_key {
                 cmd.env("CATENA_API_KEY", key);
             }
@@ -323,13 +328,7 @@ fn an_agent_run_survives_a_sigkill_of_the_server() {
     assert_eq!(record["status"], "interrupted", "{record}");
     assert_eq!(record["live"], false);
     // Every event that was shown before the kill is there, in order, with the same ids.
-    let replay = read_events(
-        client
-            .get(server.url(&format!("/v1/agent/runs/{run}/events")))
-            .send()
-            .unwrap(),
-        |_| false,
-    );
+    let replay = all_events(&client, &server, &run);
     assert!(
         replay.len() >= seen.len(),
         "{} < {}",
@@ -360,13 +359,7 @@ fn runs_can_be_cancelled_rated_listed_and_exported() {
     // A short run that finishes.
     let short =
         start(json!({"task": "Say OK.", "profile": "web", "max_tokens": 12, "temperature": 0}));
-    let events = read_events(
-        client
-            .get(server.url(&format!("/v1/agent/runs/{short}/events")))
-            .send()
-            .unwrap(),
-        |_| false,
-    );
+    let events = all_events(&client, &server, &short);
     let summary = events.last().unwrap();
     assert_eq!(summary["type"], "summary", "{summary}");
     assert!(
@@ -456,10 +449,11 @@ fn runs_can_be_cancelled_rated_listed_and_exported() {
 }
 
 #[test]
-fn sixteen_concurrent_clients_get_answers_or_a_clear_queue_full() {
+fn sixteen_concurrent_clients_of_four_slots_get_answers_or_a_clear_queue_full() {
     let store = tempfile::tempdir().unwrap();
-    // A queue of 8 for 16 clients: some requests must be refused, and only that way.
-    let server = Served::start(store.path(), &["--queue", "8"], None);
+    // Four requests decoded at a time and a queue of 8 for 16 clients: some requests must be
+    // refused, and only that way.
+    let server = Served::start(store.path(), &["--parallel", "4", "--queue", "8"], None);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/loadtest.py");
     let records = tempfile::NamedTempFile::new().unwrap();
     let started = Instant::now();
@@ -488,10 +482,15 @@ fn sixteen_concurrent_clients_get_answers_or_a_clear_queue_full() {
     // Every request's latency was recorded.
     let lines = std::fs::read_to_string(records.path()).unwrap();
     assert_eq!(lines.lines().count(), 32);
+    let mut cached = 0;
     for line in lines.lines() {
         let r: Value = serde_json::from_str(line).unwrap();
         assert!(r["latency_s"].as_f64().unwrap() > 0.0);
+        cached += r["cached_tokens"].as_u64().unwrap_or(0);
     }
+    // The slots keep what they evaluated: later requests start from the chat template's shared
+    // opening instead of evaluating it again.
+    assert!(cached > 0, "no request reused a slot's cache");
     // The server is still healthy afterwards.
     let health: Value = http()
         .get(server.url("/health"))
@@ -500,6 +499,206 @@ fn sixteen_concurrent_clients_get_answers_or_a_clear_queue_full() {
         .json()
         .unwrap();
     assert_eq!(health["status"], "ok");
+}
+
+/// A short greedy chat completion ("Say hi."), answered whole.
+fn say_hi(client: &reqwest::blocking::Client, server: &Served, max_tokens: u32) -> Value {
+    client
+        .post(server.url("/v1/chat/completions"))
+        .json(&json!({
+            "model": server.model,
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+/// Every event of a run, to its end.
+fn all_events(client: &reqwest::blocking::Client, server: &Served, run: &str) -> Vec<Value> {
+    read_events(
+        client
+            .get(server.url(&format!("/v1/agent/runs/{run}/events")))
+            .send()
+            .unwrap(),
+        |_| false,
+    )
+}
+
+/// What a streamed chat completion sent: each content chunk with the moment it arrived, and the
+/// error the stream ended with, if any.
+struct Streamed {
+    chunks: Vec<(Instant, String)>,
+    failure: Option<Value>,
+}
+
+/// A streamed chat completion read on a thread of its own; returns once the first chunk is in.
+fn stream_chat(
+    server: &Served,
+    content: &str,
+    max_tokens: u32,
+) -> std::thread::JoinHandle<Streamed> {
+    let (started, first_chunk) = std::sync::mpsc::channel();
+    let response = http()
+        .post(server.url("/v1/chat/completions"))
+        .json(&json!({
+            "model": server.model,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": true,
+        }))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let reader = std::thread::spawn(move || {
+        let mut chunks = Vec::new();
+        let mut failure = None;
+        for line in BufReader::new(response).lines() {
+            let Ok(line) = line else { break };
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                continue;
+            };
+            if data == "[DONE]" {
+                break;
+            }
+            let event: Value = serde_json::from_str(data).unwrap();
+            if event.get("error").is_some() {
+                failure = Some(event);
+            } else if let Some(text) = event["choices"][0]["delta"]["content"].as_str() {
+                chunks.push((Instant::now(), text.to_string()));
+                let _ = started.send(());
+            }
+        }
+        Streamed { chunks, failure }
+    });
+    // The stream's end (a failure before any text) also ends the wait.
+    let _ = first_chunk.recv();
+    reader
+}
+
+/// Waits until a run has streamed `tokens` model tokens (or ended).
+fn until_model_tokens(
+    client: &reqwest::blocking::Client,
+    server: &Served,
+    run: &str,
+    tokens: usize,
+) {
+    read_events(
+        client
+            .get(server.url(&format!("/v1/agent/runs/{run}/events")))
+            .send()
+            .unwrap(),
+        |events| {
+            events.iter().filter(|e| e["source"] == "model").count() >= tokens
+                || events.last().is_some_and(|e| e["type"] == "summary")
+        },
+    );
+}
+
+#[test]
+fn parallel_slots_serve_side_by_side_and_share_one_worker_restart() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &["--parallel", "3"], None);
+    let client = http();
+    let (pid, ..) = worker_state(&client, &server);
+
+    // A long reply streams on one slot ...
+    let long = stream_chat(&server, "Count from 1 to 300, one number per line.", 300);
+    // ... and once it is under way, a short request on another slot is answered before it ends
+    // (one request at a time, the short one would wait for all 300 tokens).
+    let short_sent = Instant::now();
+    let short = say_hi(&client, &server, 4);
+    let short_done = Instant::now();
+    assert!(
+        short["usage"]["completion_tokens"].as_u64().unwrap() >= 1,
+        "{short}"
+    );
+    // An agent run on the third slot: its code runs in the sandbox while the others decode,
+    // and its observation is appended to its own sequence.
+    let run = start_run(
+        &client,
+        &server,
+        &json!({
+            "task": "What is 17 times 23?",
+            "profile": "math",
+            "prefill": "<plan>compute it</plan>\n<code>\n```py\nprint(17*23)\n```\n</code>",
+            "max_tokens": 60,
+            "temperature": 0,
+        }),
+    );
+    let events = all_events(&client, &server, &run);
+    let observation = events.iter().find(|e| e["type"] == "observation").unwrap();
+    assert!(
+        observation["text"].as_str().unwrap().contains("391"),
+        "{observation}"
+    );
+    assert_eq!(events.last().unwrap()["type"], "summary", "{events:?}");
+
+    let Streamed { chunks, failure } = long.join().unwrap();
+    assert!(failure.is_none(), "{failure:?}");
+    let text: String = chunks.iter().map(|(_, t)| t.as_str()).collect();
+    assert!(text.starts_with("1\n2\n3"), "{text}");
+    let during = |at: &Instant| *at < short_sent;
+    let after = |at: &Instant| *at > short_done;
+    assert!(
+        chunks.iter().any(|(at, _)| during(at)),
+        "the long reply had not started"
+    );
+    assert!(
+        chunks.iter().any(|(at, _)| after(at)),
+        "the long reply had ended before the short one was answered"
+    );
+
+    // The worker dies while two slots are generating: both requests fail with the reason, the
+    // worker is started again once, and the next request is served.
+    let doomed: Vec<String> = (0..2)
+        .map(|n| {
+            start_run(
+                &client,
+                &server,
+                &json!({
+                    "task": format!("Write a long story about river number {n}."),
+                    "profile": "web",
+                    "max_tokens": 2000,
+                    "temperature": 0.7,
+                    "seed": n,
+                }),
+            )
+        })
+        .collect();
+    for run in &doomed {
+        until_model_tokens(&client, &server, run, 3);
+    }
+    let status = Command::new("kill")
+        .args(["-ABRT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for run in &doomed {
+        let events = all_events(&client, &server, run);
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "error", "{last}");
+        assert!(
+            last["message"].as_str().unwrap().contains("SIGABRT"),
+            "{last}"
+        );
+    }
+    let reply = say_hi(&client, &server, 4);
+    assert!(
+        reply["choices"][0]["message"]["content"].is_string(),
+        "{reply}"
+    );
+    let (new_pid, alive, restarts) = worker_state(&client, &server);
+    assert!(alive);
+    assert_ne!(new_pid, pid);
+    assert_eq!(
+        restarts, 1,
+        "one restart for the two lanes that saw the worker die"
+    );
 }
 
 /// The health endpoint's view of the worker: (pid, alive, restarts).
@@ -584,13 +783,7 @@ fn a_worker_that_aborts_costs_only_its_run() {
 
     // The server kept serving; a new worker takes the next run, which succeeds.
     let next = start("What is 2 to the power 100?", 60);
-    let events = read_events(
-        client
-            .get(server.url(&format!("/v1/agent/runs/{next}/events")))
-            .send()
-            .unwrap(),
-        |_| false,
-    );
+    let events = all_events(&client, &server, &next);
     let observation = events.iter().find(|e| e["type"] == "observation").unwrap();
     assert!(
         observation["text"]
@@ -629,18 +822,7 @@ fn a_worker_that_aborts_costs_only_its_run() {
     }
 
     // Chat completions are served by the new worker too.
-    let reply: Value = client
-        .post(server.url("/v1/chat/completions"))
-        .json(&json!({
-            "model": server.model,
-            "messages": [{"role": "user", "content": "Say hi."}],
-            "max_tokens": 8,
-            "temperature": 0,
-        }))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let reply = say_hi(&client, &server, 8);
     assert!(
         reply["choices"][0]["message"]["content"]
             .as_str()

@@ -1,7 +1,9 @@
-//! The model's one thread: requests wait in a bounded queue and run one at a time, with the KV
-//! caches kept between them (in the worker process). A request that finds the queue full is
-//! refused at once with a clear error instead of piling up. When the worker dies, the request it
-//! was serving fails with a clear error, and the worker is started again for the next one.
+//! The model's threads: requests wait in a bounded queue and run on the worker's lanes, one
+//! thread per lane (one lane by default; `catena serve --parallel N` decodes N requests together),
+//! with the KV caches kept between them (in the worker process). A request that finds the queue
+//! full is refused at once with a clear error instead of piling up. When the worker dies, the
+//! requests it was serving fail with a clear error, and the worker is started again for the next
+//! ones. A model switch waits until the requests already running have finished.
 
 use crate::ServiceError;
 use crate::live::LiveRuns;
@@ -18,7 +20,7 @@ use catena_protocol::Profile;
 use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use catena_store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
 use catena_worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,8 +33,11 @@ pub struct InferenceConfig {
     pub gpu_layers: Option<u32>,
     /// Settings of each kept session (context size, threads).
     pub session: SessionOptions,
-    /// Sessions (KV caches) kept at once.
+    /// Sessions (KV caches) kept at once, with one lane.
     pub sessions: usize,
+    /// Requests decoded together (lanes of the worker); above 1, each lane's slot is a kept
+    /// cache and `sessions` does not apply.
+    pub parallel: usize,
     /// The KV cache type, when the user chose one.
     pub kv_cache: Option<catena_engine::KvCacheType>,
     /// Requests that may wait for the model; more are refused.
@@ -138,6 +143,7 @@ impl Inference {
                 gpu_layers: config.gpu_layers,
                 session: config.session.clone(),
                 sessions: config.sessions,
+                parallel: config.parallel.max(1),
                 kv_cache: config.kv_cache,
             },
             status.clone(),
@@ -148,21 +154,28 @@ impl Inference {
         }));
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
-        let worker = Worker {
-            client,
+        let lanes = client.lanes();
+        let worker = Arc::new(Worker {
+            client: RwLock::new(client),
             jobs: JobContext {
                 store,
                 live,
-                sandbox: None,
+                sandbox: Mutex::new(None),
                 config: config.clone(),
                 serving: serving.clone(),
             },
             in_flight: in_flight.clone(),
-        };
-        std::thread::Builder::new()
-            .name("catena-inference".into())
-            .spawn(move || worker.run(rx))
-            .map_err(|e| EngineError::Backend(format!("cannot start the inference thread: {e}")))?;
+        });
+        let queue = Arc::new(Mutex::new(rx));
+        for lane in 0..lanes {
+            let (worker, queue) = (worker.clone(), queue.clone());
+            std::thread::Builder::new()
+                .name(format!("catena-inference-{lane}"))
+                .spawn(move || worker.run(lane, &queue))
+                .map_err(|e| {
+                    EngineError::Backend(format!("cannot start an inference thread: {e}"))
+                })?;
+        }
         Ok(Inference {
             tx,
             in_flight,
@@ -215,9 +228,11 @@ pub fn model_id(path: &std::path::Path) -> String {
         .to_string()
 }
 
-/// The thread that feeds the worker process.
+/// What the lanes' threads share: the worker process and what jobs need besides the model.
+/// Each thread drives its own lane through a shared read guard of the client; a restart or a
+/// model switch takes the write guard, so it waits until the jobs running have ended.
 struct Worker {
-    client: WorkerClient,
+    client: RwLock<WorkerClient>,
     jobs: JobContext,
     in_flight: Arc<AtomicUsize>,
 }
@@ -227,17 +242,22 @@ struct JobContext {
     store: Arc<Store>,
     live: Arc<LiveRuns>,
     /// Created on the first agent run that needs `<code>`.
-    sandbox: Option<Arc<Sandbox>>,
+    sandbox: Mutex<Option<Arc<Sandbox>>>,
     config: InferenceConfig,
     serving: Arc<RwLock<Serving>>,
 }
 
 impl Worker {
-    fn run(mut self, mut rx: mpsc::Receiver<Job>) {
-        while let Some(job) = rx.blocking_recv() {
+    /// One lane's thread: takes the next job from the shared queue, runs it on `lane`.
+    fn run(&self, lane: usize, queue: &Mutex<mpsc::Receiver<Job>>) {
+        loop {
+            // One thread waits at the queue at a time; the others wait for the lock.
+            let Some(job) = queue.lock().blocking_recv() else {
+                return;
+            };
             match job {
-                Job::Chat(job) => self.chat(job),
-                Job::Agent(job) => self.agent(job),
+                Job::Chat(job) => self.chat(lane, job),
+                Job::Agent(job) => self.agent(lane, job),
                 Job::Switch(job) => self.switch(job),
             }
             self.revive();
@@ -245,17 +265,17 @@ impl Worker {
         }
     }
 
-    /// Loads another model in the worker's place (the kept KV caches go with the old one).
-    fn switch(&mut self, job: SwitchJob) {
-        let outcome = self
-            .client
+    /// Loads another model in the worker's place (the kept KV caches go with the old one),
+    /// once the jobs running on other lanes have ended.
+    fn switch(&self, job: SwitchJob) {
+        let mut client = self.client.write();
+        let outcome = client
             .switch_model(job.model_path.clone())
             .map(|()| {
                 let serving = Serving {
                     model_id: model_id(&job.model_path),
-                    info: self.client.info().clone(),
+                    info: client.info().clone(),
                 };
-                self.jobs.config.model_path = job.model_path;
                 *self.jobs.serving.write() = serving.clone();
                 serving
             })
@@ -265,30 +285,46 @@ impl Worker {
 
     /// Starts the worker again if the last job saw it die, so the next job finds it ready. A
     /// worker that cannot start (the model now fails to load) is tried again before the next job.
-    fn revive(&mut self) {
-        if self.client.check() {
-            return;
-        }
-        if let Err(e) = self.client.restart() {
+    fn revive(&self) {
+        if let Err(e) = self.ready() {
             tracing::error!(error = %e, "the model worker could not be restarted");
         }
     }
 
-    fn chat(&mut self, job: ChatJob) {
+    /// The worker, started again first if it died while idle, or died in the last job and the
+    /// restart after it failed. Another lane may have restarted it meanwhile: checked again
+    /// under the write guard.
+    fn ready(&self) -> Result<(), EngineError> {
+        if self.client.read().check() {
+            return Ok(());
+        }
+        let mut client = self.client.write();
+        if client.check() {
+            Ok(())
+        } else {
+            client.restart()
+        }
+    }
+
+    fn chat(&self, lane: usize, job: ChatJob) {
         if job.cancel.load(Ordering::Relaxed) {
             return;
         }
         let reply = job.reply.clone();
-        if let Err(e) = self.try_chat(job) {
+        if let Err(e) = self.try_chat(lane, job) {
             let _ = reply.send(ChatEvent::Failed(e.to_string()));
         }
     }
 
-    fn try_chat(&mut self, job: ChatJob) -> Result<(), EngineError> {
+    fn try_chat(&self, lane: usize, job: ChatJob) -> Result<(), EngineError> {
         self.ready()?;
-        let opened = self.client.open(Prompt::Conversation {
-            messages: job.messages.clone(),
-        })?;
+        let client = self.client.read();
+        let opened = client.open(
+            lane,
+            Prompt::Conversation {
+                messages: job.messages.clone(),
+            },
+        )?;
         let mut session = opened.session;
         session.set_sampling(job.sampling);
         let stops = StopMatcher::new(job.stops.iter().cloned());
@@ -329,17 +365,7 @@ impl Worker {
         session.close(true, conversation)
     }
 
-    /// The worker, started again first if it died while idle, or died in the last job and the
-    /// restart after it failed.
-    fn ready(&mut self) -> Result<(), EngineError> {
-        if self.client.check() {
-            Ok(())
-        } else {
-            self.client.restart()
-        }
-    }
-
-    fn agent(&mut self, job: AgentJob) {
+    fn agent(&self, lane: usize, job: AgentJob) {
         let store = self.jobs.store.clone();
         let mut recorder = Recorder::new(&store, job.run_id.clone());
         if job.cancel.load(Ordering::Relaxed) {
@@ -360,22 +386,30 @@ impl Worker {
             if let Err(e) = store.finish_run(&job.run_id, &end) {
                 tracing::error!(error = %e, "could not save a cancelled run");
             }
-        } else if let Err(message) = self.try_agent(&job, &mut recorder) {
+        } else if let Err(message) = self.try_agent(lane, &job, &mut recorder) {
             let stored = recorder.fail(&message);
             self.jobs.live.publish(&job.run_id, stored);
         }
         self.jobs.live.finish(&job.run_id);
     }
 
-    fn try_agent(&mut self, job: &AgentJob, recorder: &mut Recorder<'_>) -> Result<(), String> {
+    fn try_agent(
+        &self,
+        lane: usize,
+        job: &AgentJob,
+        recorder: &mut Recorder<'_>,
+    ) -> Result<(), String> {
         let tools = self.jobs.tools(&job.profile)?;
         self.ready().map_err(|e| e.to_string())?;
-        let opened = self
-            .client
-            .open(Prompt::Task {
-                system: job.profile.system.clone(),
-                user: job.user_prompt.clone(),
-            })
+        let client = self.client.read();
+        let opened = client
+            .open(
+                lane,
+                Prompt::Task {
+                    system: job.profile.system.clone(),
+                    user: job.user_prompt.clone(),
+                },
+            )
             .map_err(|e| e.to_string())?;
         let mut session = opened.session;
         let request = RunRequest {
@@ -473,9 +507,11 @@ impl JobContext {
         self.store.run(&id).ok().map(|r| r.session_id)
     }
 
-    /// The tools of a profile; the sandbox is prepared once, on first need.
-    fn tools(&mut self, profile: &Profile) -> Result<ToolBox, String> {
-        let existing = self.sandbox.clone();
+    /// The tools of a profile; the sandbox is prepared once, on first need (a second lane
+    /// needing it meanwhile waits for it rather than preparing another).
+    fn tools(&self, profile: &Profile) -> Result<ToolBox, String> {
+        let mut sandbox = self.sandbox.lock();
+        let existing = sandbox.clone();
         let config = &self.config;
         let mut made = None;
         let mut tools = profile_tools(profile, || match existing {
@@ -502,7 +538,7 @@ impl JobContext {
         crate::add_web_tools(&mut tools, profile, &config.paths, |_| {}, None)
             .map_err(|e| e.to_string())?;
         if made.is_some() {
-            self.sandbox = made;
+            *sandbox = made;
         }
         Ok(tools)
     }

@@ -1,15 +1,24 @@
 //! The worker process (`catena worker`): loads the model named in the first frame, keeps the KV
-//! caches, and answers requests one at a time. A separate thread reads the input so a `Cancel`
-//! reaches a running generation, and the end of the input (the server is gone) stops everything.
+//! caches, and answers requests on its lanes. A lane is one conversation with the server: one
+//! open session, its requests answered in order. With one lane (the default) requests run one at
+//! a time, each session a context of its own; with N lanes (`catena serve --parallel N`) the
+//! worker decodes N sequences together in one context ([`LlamaEngine::with_sequences`]), each
+//! lane on a thread of its own, and the N slots are the kept caches. A separate thread reads the
+//! input so a `Cancel` reaches a running generation, and the end of the input (the server is
+//! gone) stops everything.
 
-use super::pool::SessionPool;
-use super::protocol::{Prompt, Reply, Request, TokensDelta, WorkerConfig, read_frame, write_frame};
+use super::pool::{MakeSession, SessionPool};
+use super::protocol::{
+    FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
+    write_frame,
+};
 use catena_engine::hardware::plan_for_model;
-use catena_engine::llama::{LlamaEngine, LlamaSession, LoadOptions};
+use catena_engine::llama::{LlamaEngine, LoadOptions};
 use catena_engine::plan::{Overrides, Plan};
 use catena_engine::{
-    CancelFlag, EngineError, GenerateLimits, Session, SessionOptions, StopMatcher, TokenRecord,
+    CancelFlag, EngineError, GenerateLimits, SessionOptions, StartPrompt, StopMatcher, TokenRecord,
 };
+use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -35,39 +44,82 @@ pub fn run_stdio() -> Result<(), WorkerExit> {
 /// Serves frames from `input` to `output` until the input ends.
 pub fn serve(
     mut input: impl Read + Send + 'static,
-    mut output: impl Write,
+    output: impl Write + Send,
 ) -> Result<(), WorkerExit> {
-    let config = match read_frame::<Request>(&mut input)? {
-        Some(Request::Start(config)) => config,
+    let config = match read_frame::<ToWorker>(&mut input)? {
+        Some(ToWorker {
+            request: Request::Start(config),
+            ..
+        }) => config,
         _ => return Err(WorkerExit::NotStarted),
     };
+    let output = Output(Mutex::new(output));
     let (engine, plan, session) = match load(&config) {
         Ok(loaded) => loaded,
         Err(e) => {
-            write_frame(&mut output, &Reply::Error { error: (&e).into() })?;
+            output.send(0, &Reply::Error { error: (&e).into() })?;
             return Err(WorkerExit::Load(e));
         }
     };
-    write_frame(
-        &mut output,
-        &Reply::Ready {
-            info: engine.info().clone(),
-            plan,
-        },
-    )?;
-    let cancel = CancelFlag::default();
-    let requests = spawn_reader(input, cancel.clone());
-    let mut worker = Worker {
-        engine,
-        pool: SessionPool::new(engine, session, config.sessions),
-        open: None,
-        cancel,
-        output,
+    let ready = Reply::Ready {
+        info: engine.info().clone(),
+        plan,
     };
-    while let Ok(request) = requests.recv() {
-        worker.handle(request)?;
+    let lanes = spawn_reader(input, config.parallel.max(1));
+    if lanes.len() == 1 {
+        output.send(0, &ready)?;
+        let make: MakeSession<_> = Box::new(move || engine.session(&session));
+        let pool = Mutex::new(SessionPool::new(make, config.sessions));
+        let (inbox, cancel) = lanes.into_iter().next().ok_or(WorkerExit::NotStarted)?;
+        return Ok(Lane::new(0, engine, &pool, cancel, &output).serve(inbox)?);
     }
-    Ok(())
+    let served = engine.with_sequences(&session, lanes.len(), |sequences| {
+        // Ready only once the one context for every slot exists: a plan that does not fit
+        // fails the start, with llama.cpp's reason, rather than the first request.
+        output.send(0, &ready)?;
+        let pool = Mutex::new(SessionPool::fixed(sequences));
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = lanes
+                .into_iter()
+                .enumerate()
+                .map(|(lane, (inbox, cancel))| {
+                    let lane = Lane::new(lane, engine, &pool, cancel, &output);
+                    std::thread::Builder::new()
+                        .name(format!("catena-worker-lane-{}", lane.lane))
+                        .spawn_scoped(scope, move || lane.serve(inbox))
+                })
+                .collect();
+            let mut outcome = Ok(());
+            for thread in threads {
+                let ended = match thread {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|_| Err(io::Error::other("a lane thread panicked"))),
+                    Err(e) => Err(e),
+                };
+                if outcome.is_ok() {
+                    outcome = ended;
+                }
+            }
+            outcome
+        })
+    });
+    match served {
+        Ok(lanes_ended) => Ok(lanes_ended?),
+        Err(e) => {
+            output.send(0, &Reply::Error { error: (&e).into() })?;
+            Err(WorkerExit::Load(e))
+        }
+    }
+}
+
+/// The frame channel back to the server, shared by the lanes (a frame is written whole).
+struct Output<W>(Mutex<W>);
+
+impl<W: Write> Output<W> {
+    fn send(&self, lane: usize, reply: &Reply) -> io::Result<()> {
+        write_frame(&mut *self.0.lock(), &FromWorker { lane, reply })
+    }
 }
 
 /// Plans the placement (GPU layers, context, KV cache; the user's choices kept), then loads.
@@ -79,7 +131,13 @@ fn load(
         context: session.context_size,
         gpu_layers: config.gpu_layers,
         kv_cache: config.kv_cache,
-        kv_caches: u32::try_from(config.sessions).unwrap_or(u32::MAX),
+        // With lanes, the slots of the one batched context are the caches.
+        kv_caches: u32::try_from(if config.parallel > 1 {
+            config.parallel
+        } else {
+            config.sessions
+        })
+        .unwrap_or(u32::MAX),
     };
     let plan = match plan_for_model(&config.model_path, overrides) {
         Ok(plan) => {
@@ -112,47 +170,65 @@ fn load(
     Ok((Box::leak(Box::new(engine)), plan, session))
 }
 
-/// Reads frames on a thread of its own: `Cancel` sets the flag at once, everything else is queued.
-/// When the input ends or breaks, the flag is set and the queue closes, which ends the worker.
+/// Reads frames on a thread of its own and hands each lane its requests; `Cancel` sets the
+/// lane's flag at once. When the input ends or breaks, or names a lane that does not exist (the
+/// server broke the protocol), every flag is set and every lane's queue closes, which ends the
+/// worker.
 fn spawn_reader(
     mut input: impl Read + Send + 'static,
-    cancel: CancelFlag,
-) -> mpsc::Receiver<Request> {
-    let (tx, rx) = mpsc::channel();
+    lanes: usize,
+) -> Vec<(mpsc::Receiver<Request>, CancelFlag)> {
+    let (senders, lanes): (Vec<_>, Vec<_>) = (0..lanes)
+        .map(|_| {
+            let (tx, rx) = mpsc::channel();
+            let cancel = CancelFlag::default();
+            ((tx, cancel.clone()), (rx, cancel))
+        })
+        .unzip();
     let spawned = std::thread::Builder::new()
         .name("catena-worker-input".into())
         .spawn(move || {
             loop {
-                match read_frame::<Request>(&mut input) {
-                    Ok(Some(Request::Cancel)) => cancel.store(true, Ordering::Relaxed),
-                    Ok(Some(request)) => {
-                        if tx.send(request).is_err() {
-                            break;
-                        }
-                    }
+                let frame = match read_frame::<ToWorker>(&mut input) {
+                    Ok(Some(frame)) => frame,
                     Ok(None) => break,
                     Err(e) => {
                         tracing::error!(error = %e, "the worker's input broke");
                         break;
                     }
+                };
+                let Some((queue, cancel)) = senders.get(frame.lane) else {
+                    tracing::error!(
+                        lane = frame.lane,
+                        "a request for a lane that does not exist"
+                    );
+                    break;
+                };
+                match frame.request {
+                    Request::Cancel => cancel.store(true, Ordering::Relaxed),
+                    // A lane that has ended no longer listens; the others go on.
+                    request => drop(queue.send(request)),
                 }
             }
-            cancel.store(true, Ordering::Relaxed);
+            for (_, cancel) in &senders {
+                cancel.store(true, Ordering::Relaxed);
+            }
         });
     if let Err(e) = spawned {
-        // Without a reader the worker cannot hear anything: dropping the sender ends it cleanly.
+        // Without a reader the worker cannot hear anything: the senders are gone with the
+        // closure, so every lane's queue is closed and the worker ends cleanly.
         tracing::error!(error = %e, "cannot start the worker's input thread");
     }
-    rx
+    lanes
 }
 
-/// The session a request is working on, and the tokens the server was last told about.
-struct Open {
-    session: LlamaSession<'static>,
+/// The session a lane is working on, and the tokens the server was last told about.
+struct Open<S> {
+    session: S,
     reported: Vec<TokenRecord>,
 }
 
-impl Open {
+impl<S: StartPrompt> Open<S> {
     /// What changed in the token list since the last report.
     fn delta(&mut self) -> TokensDelta {
         let current = self.session.tokens();
@@ -173,16 +249,49 @@ fn same_token(a: &TokenRecord, b: &TokenRecord) -> bool {
     a.id == b.id && a.logprob.map(f32::to_bits) == b.logprob.map(f32::to_bits)
 }
 
-struct Worker<W: Write> {
-    engine: &'static LlamaEngine,
-    pool: SessionPool,
-    open: Option<Open>,
+/// One lane: its requests, in order, against a session from the shared pool.
+struct Lane<'w, S, W> {
+    lane: usize,
+    engine: &'w LlamaEngine,
+    pool: &'w Mutex<SessionPool<S>>,
+    open: Option<Open<S>>,
     cancel: CancelFlag,
-    output: W,
+    output: &'w Output<W>,
 }
 
-impl<W: Write> Worker<W> {
-    /// Answers one request; only a broken output is fatal.
+impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
+    fn new(
+        lane: usize,
+        engine: &'w LlamaEngine,
+        pool: &'w Mutex<SessionPool<S>>,
+        cancel: CancelFlag,
+        output: &'w Output<W>,
+    ) -> Self {
+        Lane {
+            lane,
+            engine,
+            pool,
+            open: None,
+            cancel,
+            output,
+        }
+    }
+
+    /// Answers the lane's requests until its queue closes; only a broken output is fatal.
+    fn serve(mut self, inbox: mpsc::Receiver<Request>) -> io::Result<()> {
+        let served = inbox.iter().try_for_each(|request| self.handle(request));
+        self.release(None, true);
+        served
+    }
+
+    /// Gives the open session back to the pool: kept for reuse, or emptied (`forget`).
+    fn release(&mut self, conversation: Option<String>, forget: bool) {
+        if let Some(open) = self.open.take() {
+            self.pool.lock().checkin(open.session, conversation, forget);
+        }
+    }
+
+    /// Answers one request.
     fn handle(&mut self, request: Request) -> io::Result<()> {
         let reply = match request {
             Request::Start(_) => Err(EngineError::Worker("the worker is already started".into())),
@@ -194,7 +303,7 @@ impl<W: Write> Worker<W> {
                     Ok(text) => Reply::SideAnswer { text },
                     Err(e) => Reply::Error { error: (&e).into() },
                 };
-                return write_frame(&mut self.output, &reply);
+                return self.output.send(self.lane, &reply);
             }
             Request::Open { prompt } => self.open(prompt),
             Request::Append { parts } => self.with_open(|open| {
@@ -212,36 +321,31 @@ impl<W: Write> Worker<W> {
                 sampling,
             } => self.generate(stops, max_tokens, deadline_ms, sampling),
             Request::Close { keep, conversation } => {
-                if let Some(open) = self.open.take()
-                    && keep
-                {
-                    self.pool.checkin(open.session, conversation);
-                }
+                self.release(conversation, !keep);
                 Ok(Reply::Closed)
             }
         };
         let reply = reply.unwrap_or_else(|e| {
-            // The session's state is unknown after an error: do not keep it.
-            self.open = None;
+            // The session's state is unknown after an error: do not keep what it holds.
+            self.release(None, true);
             Reply::Error { error: (&e).into() }
         });
-        write_frame(&mut self.output, &reply)
+        self.output.send(self.lane, &reply)
     }
 
     fn open(&mut self, prompt: Prompt) -> Result<Reply, EngineError> {
-        // A session left open by a confused client is dropped, not reused.
-        self.open = None;
+        // A session left open by a confused client is emptied, not reused.
+        self.release(None, true);
         let parts = match &prompt {
             Prompt::Conversation { messages } => self.engine.conversation_prompt(messages)?,
             Prompt::Task { system, user } => self.engine.chat_prompt(system, user)?,
         };
         let tokens = self.engine.tokenize_parts(&parts);
-        let checkout = self.pool.checkout(&tokens)?;
+        let checkout = self.pool.lock().checkout(&tokens)?;
         let mut open = Open {
             session: checkout.session,
             reported: Vec::new(),
         };
-        open.session.append_tokens(&tokens[checkout.cached..])?;
         let reply = Reply::Opened {
             prompt_tokens: tokens.len(),
             cached: checkout.cached,
@@ -261,25 +365,24 @@ impl<W: Write> Worker<W> {
         deadline_ms: Option<u64>,
         sampling: catena_engine::SamplingParams,
     ) -> Result<Reply, EngineError> {
-        let Some(mut open) = self.open.take() else {
-            return Err(no_session());
-        };
-        self.cancel.store(false, Ordering::Relaxed);
+        let lane = self.lane;
+        let output = self.output;
+        let cancel = self.cancel.clone();
+        let open = self.open.as_mut().ok_or_else(no_session)?;
+        cancel.store(false, Ordering::Relaxed);
         let limits = GenerateLimits {
             max_tokens,
             deadline: deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
-            cancel: Some(self.cancel.clone()),
+            cancel: Some(cancel.clone()),
         };
         open.session.set_sampling(sampling);
-        let output = &mut self.output;
-        let cancel = &self.cancel;
         let mut broken = None;
         let generation = open
             .session
             .generate(&StopMatcher::new(stops), limits, &mut |text| {
                 if broken.is_none()
-                    && let Err(e) = write_frame(
-                        output,
+                    && let Err(e) = output.send(
+                        lane,
                         &Reply::Text {
                             text: text.to_string(),
                         },
@@ -296,18 +399,16 @@ impl<W: Write> Worker<W> {
             )));
         }
         let generation = generation?;
-        let reply = Reply::Generated {
+        Ok(Reply::Generated {
             generation,
             tokens: open.delta(),
             stats: open.session.stats(),
-        };
-        self.open = Some(open);
-        Ok(reply)
+        })
     }
 
     fn with_open(
         &mut self,
-        op: impl FnOnce(&mut Open) -> Result<Reply, EngineError>,
+        op: impl FnOnce(&mut Open<S>) -> Result<Reply, EngineError>,
     ) -> Result<Reply, EngineError> {
         let open = self.open.as_mut().ok_or_else(no_session)?;
         op(open)
@@ -315,5 +416,5 @@ impl<W: Write> Worker<W> {
 }
 
 fn no_session() -> EngineError {
-    EngineError::Worker("no session is open in the worker".into())
+    EngineError::Worker("no session is open on this lane of the worker".into())
 }

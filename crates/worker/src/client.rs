@@ -1,12 +1,21 @@
 //! The server's side of the worker: spawns `catena worker`, speaks frames to it, notices when it
 //! dies (and how), and restarts it. [`RemoteSession`] implements [`Session`] over the pipe, so the
 //! agent runner drives a model in another process exactly as it drives one in its own.
+//!
+//! The worker has lanes (`WorkerConfig::parallel`), each one conversation: a thread reads the
+//! worker's output and hands each lane its replies, so several threads can each drive a session
+//! on a lane of their own through a shared `&WorkerClient`. Restarting or switching the model
+//! takes `&mut WorkerClient`, which no open session can be holding.
 
-use super::protocol::{Prompt, Reply, Request, TokensDelta, WorkerConfig, read_frame, write_frame};
+use super::protocol::{
+    FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
+    write_frame,
+};
 use catena_engine::{
     EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, SamplingParams, Session,
     SessionStats, StopMatcher, TokenRecord,
 };
+use parking_lot::Mutex;
 use std::io::{self, BufReader, BufWriter};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -63,7 +72,7 @@ impl WorkerStatus {
     }
 }
 
-/// What the reader thread passes on.
+/// What the reader thread passes on to a lane.
 enum Incoming {
     Reply(Reply),
     /// The output ended or broke: the worker is gone (or unusable).
@@ -80,9 +89,19 @@ pub struct WorkerClient {
 }
 
 struct Process {
-    child: Child,
-    stdin: BufWriter<ChildStdin>,
-    replies: mpsc::Receiver<Incoming>,
+    child: Mutex<Child>,
+    stdin: Mutex<BufWriter<ChildStdin>>,
+    /// Each lane's replies, in order.
+    lanes: Vec<Mutex<mpsc::Receiver<Incoming>>>,
+    /// Why the process can no longer be used (it died, or broke the protocol); the first lane
+    /// to notice says, the others repeat it.
+    dead: Mutex<Option<String>>,
+}
+
+impl Process {
+    fn pid(&self) -> u32 {
+        self.child.lock().id()
+    }
 }
 
 impl WorkerClient {
@@ -107,17 +126,27 @@ impl WorkerClient {
         &self.info
     }
 
+    /// Lanes the worker serves at once (at least 1); a session's lane is below this.
+    pub fn lanes(&self) -> usize {
+        self.config.parallel.max(1)
+    }
+
     pub fn is_alive(&self) -> bool {
-        self.process.is_some()
+        self.process
+            .as_ref()
+            .is_some_and(|process| process.dead.lock().is_none())
     }
 
     /// Whether the worker is running, noticing one that died while idle (the out-of-memory
     /// killer does not wait for a request), so the next request does not fail on its corpse.
-    pub fn check(&mut self) -> bool {
-        let exited = match self.process.as_mut() {
-            None => return false,
-            Some(process) => matches!(process.child.try_wait(), Ok(Some(_))),
+    pub fn check(&self) -> bool {
+        let Some(process) = self.process.as_ref() else {
+            return false;
         };
+        if process.dead.lock().is_some() {
+            return false;
+        }
+        let exited = matches!(process.child.lock().try_wait(), Ok(Some(_)));
         if exited {
             let _ = self.died(None);
         }
@@ -131,7 +160,7 @@ impl WorkerClient {
         }
         self.status.restarts.fetch_add(1, Ordering::SeqCst);
         let (process, info) = spawn(&self.command, &self.config, &self.status)?;
-        tracing::warn!(pid = process.child.id(), "the model worker was restarted");
+        tracing::warn!(pid = process.pid(), "the model worker was restarted");
         self.process = Some(process);
         self.info = info;
         Ok(())
@@ -162,10 +191,17 @@ impl WorkerClient {
         }
     }
 
-    /// Opens a session holding `prompt` (evaluated, or found in a kept KV cache).
-    pub fn open(&mut self, prompt: Prompt) -> Result<OpenedSession<'_>, EngineError> {
-        self.send(&Request::Open { prompt })?;
-        match self.receive(&mut |_| {})? {
+    /// Opens a session on `lane` holding `prompt` (evaluated, or found in a kept KV cache). A
+    /// lane carries one session at a time: a caller drives each lane from one thread.
+    pub fn open(&self, lane: usize, prompt: Prompt) -> Result<OpenedSession<'_>, EngineError> {
+        if lane >= self.lanes() {
+            return Err(EngineError::Worker(format!(
+                "lane {lane} does not exist (the worker has {})",
+                self.lanes()
+            )));
+        }
+        self.send(lane, &Request::Open { prompt })?;
+        match self.receive(lane, &mut |_| {})? {
             Reply::Opened {
                 prompt_tokens,
                 cached,
@@ -176,6 +212,7 @@ impl WorkerClient {
             } => {
                 let mut session = RemoteSession {
                     client: self,
+                    lane,
                     tokens: Vec::new(),
                     stats,
                     context_size,
@@ -194,34 +231,46 @@ impl WorkerClient {
         }
     }
 
-    fn send(&mut self, request: &Request) -> Result<(), EngineError> {
-        let process = self.process.as_mut().ok_or_else(not_running)?;
-        if let Err(e) = write_frame(&mut process.stdin, request) {
-            return Err(self.died(Some(e)));
+    fn process(&self) -> Result<&Process, EngineError> {
+        let process = self.process.as_ref().ok_or_else(not_running)?;
+        if let Some(reason) = process.dead.lock().as_ref() {
+            return Err(EngineError::WorkerDied(reason.clone()));
         }
-        Ok(())
+        Ok(process)
     }
 
-    /// The next reply that is not streamed text; text goes to `on_text`.
-    fn receive(&mut self, on_text: &mut dyn FnMut(&str)) -> Result<Reply, EngineError> {
-        self.receive_until(on_text, &mut || false)
+    fn send(&self, lane: usize, request: &Request) -> Result<(), EngineError> {
+        let process = self.process()?;
+        let sent = write_frame(&mut *process.stdin.lock(), &ToWorker { lane, request });
+        sent.map_err(|e| self.died(Some(e)))
+    }
+
+    /// The lane's next reply that is not streamed text; text goes to `on_text`.
+    fn receive(&self, lane: usize, on_text: &mut dyn FnMut(&str)) -> Result<Reply, EngineError> {
+        self.receive_until(lane, on_text, &mut || false)
     }
 
     /// Like [`receive`](Self::receive), sending `Cancel` once when `cancelled` turns true.
     fn receive_until(
-        &mut self,
+        &self,
+        lane: usize,
         on_text: &mut dyn FnMut(&str),
         cancelled: &mut dyn FnMut() -> bool,
     ) -> Result<Reply, EngineError> {
+        let process = self.process()?;
+        let replies = process
+            .lanes
+            .get(lane)
+            .ok_or_else(|| EngineError::Worker(format!("lane {lane} does not exist")))?
+            .lock();
         let mut cancel_sent = false;
         loop {
-            let process = self.process.as_mut().ok_or_else(not_running)?;
-            let incoming = match process.replies.recv_timeout(POLL) {
+            let incoming = match replies.recv_timeout(POLL) {
                 Ok(incoming) => incoming,
                 Err(RecvTimeoutError::Timeout) => {
                     if !cancel_sent && cancelled() {
                         cancel_sent = true;
-                        self.send(&Request::Cancel)?;
+                        self.send(lane, &Request::Cancel)?;
                     }
                     continue;
                 }
@@ -237,30 +286,42 @@ impl WorkerClient {
     }
 
     /// The worker broke the protocol: it cannot be trusted any more.
-    fn unexpected(&mut self, reply: &Reply) -> EngineError {
+    fn unexpected(&self, reply: &Reply) -> EngineError {
         let what = format!("{reply:?}");
         let what: String = what.chars().take(120).collect();
-        if let Some(process) = self.process.take() {
-            stop(process);
+        let reason = format!("it broke the protocol (answered {what})");
+        if let Some(process) = self.process.as_ref() {
+            let mut dead = process.dead.lock();
+            if dead.is_none() {
+                kill(&mut process.child.lock());
+                *dead = Some(reason.clone());
+            }
         }
         self.status.alive.store(false, Ordering::SeqCst);
-        EngineError::WorkerDied(format!("it broke the protocol (answered {what})"))
+        EngineError::WorkerDied(reason)
     }
 
-    /// The worker is gone: collect how it ended.
-    fn died(&mut self, cause: Option<io::Error>) -> EngineError {
+    /// The worker is gone: collect how it ended (once; every lane that notices gets the same
+    /// reason).
+    fn died(&self, cause: Option<io::Error>) -> EngineError {
         self.status.alive.store(false, Ordering::SeqCst);
-        let Some(mut process) = self.process.take() else {
+        let Some(process) = self.process.as_ref() else {
             return not_running();
         };
-        let status = wait_briefly(&mut process.child);
+        let mut dead = process.dead.lock();
+        if let Some(reason) = dead.as_ref() {
+            return EngineError::WorkerDied(reason.clone());
+        }
+        let mut child = process.child.lock();
+        let status = wait_briefly(&mut child);
         let reason = match (status, cause) {
             (Some(status), _) => describe_exit(status),
             (None, Some(e)) => format!("its pipe broke ({e}) and it was stopped"),
             (None, None) => "it closed its output and was stopped".to_string(),
         };
-        stop(process);
+        kill(&mut child);
         tracing::error!(%reason, "the model worker died");
+        *dead = Some(reason.clone());
         EngineError::WorkerDied(reason)
     }
 }
@@ -273,7 +334,7 @@ impl Drop for WorkerClient {
     }
 }
 
-/// Starts a process and waits for `Ready`.
+/// Starts a process with a reader thread for its lanes, and waits for `Ready`.
 fn spawn(
     command: &WorkerCommand,
     config: &WorkerConfig,
@@ -289,44 +350,42 @@ fn spawn(
             EngineError::WorkerDied(format!("cannot start {}: {e}", command.program.display()))
         })?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = child.kill();
-        let _ = child.wait();
+        kill(&mut child);
         return Err(EngineError::WorkerDied("its pipes were not created".into()));
     };
-    let (tx, replies) = mpsc::channel();
+    let (senders, lanes): (Vec<_>, Vec<_>) = (0..config.parallel.max(1))
+        .map(|_| {
+            let (tx, rx) = mpsc::channel();
+            (tx, Mutex::new(rx))
+        })
+        .unzip();
     let reader = std::thread::Builder::new()
         .name("catena-worker-output".into())
-        .spawn(move || {
-            let mut stdout = BufReader::new(stdout);
-            loop {
-                let incoming = match read_frame::<Reply>(&mut stdout) {
-                    Ok(Some(reply)) => Incoming::Reply(reply),
-                    Ok(None) => Incoming::End(None),
-                    Err(e) => Incoming::End(Some(e)),
-                };
-                let end = matches!(incoming, Incoming::End(_));
-                if tx.send(incoming).is_err() || end {
-                    break;
-                }
-            }
-        });
+        .spawn(move || route_replies(BufReader::new(stdout), &senders));
     if let Err(e) = reader {
-        let _ = child.kill();
-        let _ = child.wait();
+        kill(&mut child);
         return Err(EngineError::WorkerDied(format!(
             "cannot start the thread that reads it: {e}"
         )));
     }
-    let mut process = Process {
-        child,
-        stdin: BufWriter::new(stdin),
-        replies,
+    let process = Process {
+        child: Mutex::new(child),
+        stdin: Mutex::new(BufWriter::new(stdin)),
+        lanes,
+        dead: Mutex::new(None),
     };
-    status.pid.store(process.child.id(), Ordering::SeqCst);
-    let started = write_frame(&mut process.stdin, &Request::Start(config.clone()));
-    let first = match started {
-        Ok(()) => process.replies.recv().unwrap_or(Incoming::End(None)),
-        Err(e) => Incoming::End(Some(e)),
+    status.pid.store(process.pid(), Ordering::SeqCst);
+    let started = write_frame(
+        &mut *process.stdin.lock(),
+        &ToWorker {
+            lane: 0,
+            request: &Request::Start(config.clone()),
+        },
+    );
+    let first = match (started, process.lanes.first()) {
+        (Ok(()), Some(lane)) => lane.lock().recv().unwrap_or(Incoming::End(None)),
+        (Ok(()), None) => Incoming::End(None),
+        (Err(e), _) => Incoming::End(Some(e)),
     };
     match first {
         Incoming::Reply(Reply::Ready { info, plan }) => {
@@ -336,6 +395,7 @@ fn spawn(
                     gpu_layers = plan.gpu_layers,
                     context = plan.context,
                     kv_cache = plan.kv_cache.name(),
+                    lanes = config.parallel.max(1),
                     "the worker placed the model as planned"
                 );
             }
@@ -352,7 +412,7 @@ fn spawn(
             )))
         }
         Incoming::End(_) => {
-            let status = wait_briefly(&mut process.child);
+            let status = wait_briefly(&mut process.child.lock());
             stop(process);
             Err(EngineError::WorkerDied(format!(
                 "it ended while loading the model: {}",
@@ -362,16 +422,46 @@ fn spawn(
     }
 }
 
+/// The reader thread: each reply to its lane's queue. The end of the output (or a reply on a
+/// lane that does not exist: the worker broke the protocol) ends every lane.
+fn route_replies(mut stdout: impl io::Read, lanes: &[mpsc::Sender<Incoming>]) {
+    let end = loop {
+        match read_frame::<FromWorker>(&mut stdout) {
+            Ok(Some(FromWorker { lane, reply })) => match lanes.get(lane) {
+                // A lane whose client is gone (the server shutting down) hears nothing more.
+                Some(queue) => drop(queue.send(Incoming::Reply(reply))),
+                None => {
+                    break Some(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the worker answered on lane {lane}, which does not exist"),
+                    ));
+                }
+            },
+            Ok(None) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    for queue in lanes {
+        let cause = end
+            .as_ref()
+            .map(|e| io::Error::new(e.kind(), e.to_string()));
+        let _ = queue.send(Incoming::End(cause));
+    }
+}
+
 /// Ends a process: closing its input asks it to finish; it is killed if it does not.
 fn stop(process: Process) {
-    let Process {
-        mut child, stdin, ..
-    } = process;
+    let Process { child, stdin, .. } = process;
     drop(stdin);
+    let mut child = child.into_inner();
     if wait_briefly(&mut child).is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
+        kill(&mut child);
     }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The exit status, if the process ends within a second.
@@ -427,7 +517,8 @@ pub struct OpenedSession<'c> {
 
 /// A session living in the worker process, mirrored here (tokens, counters).
 pub struct RemoteSession<'c> {
-    client: &'c mut WorkerClient,
+    client: &'c WorkerClient,
+    lane: usize,
     tokens: Vec<TokenRecord>,
     stats: SessionStats,
     context_size: usize,
@@ -447,8 +538,9 @@ impl RemoteSession<'_> {
         if !self.client.is_alive() {
             return Ok(());
         }
-        self.client.send(&Request::Close { keep, conversation })?;
-        match self.client.receive(&mut |_| {})? {
+        self.client
+            .send(self.lane, &Request::Close { keep, conversation })?;
+        match self.client.receive(self.lane, &mut |_| {})? {
             Reply::Closed => Ok(()),
             other => Err(self.client.unexpected(&other)),
         }
@@ -474,18 +566,21 @@ impl Drop for RemoteSession<'_> {
 impl Session for RemoteSession<'_> {
     fn side_chat(&mut self, chat: &catena_engine::SideChat) -> Result<String, EngineError> {
         self.client
-            .send(&Request::SideChat { chat: chat.clone() })?;
-        match self.client.receive(&mut |_| {})? {
+            .send(self.lane, &Request::SideChat { chat: chat.clone() })?;
+        match self.client.receive(self.lane, &mut |_| {})? {
             Reply::SideAnswer { text } => Ok(text),
             other => Err(self.client.unexpected(&other)),
         }
     }
 
     fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
-        self.client.send(&Request::Append {
-            parts: parts.to_vec(),
-        })?;
-        match self.client.receive(&mut |_| {})? {
+        self.client.send(
+            self.lane,
+            &Request::Append {
+                parts: parts.to_vec(),
+            },
+        )?;
+        match self.client.receive(self.lane, &mut |_| {})? {
             Reply::Appended {
                 added,
                 tokens,
@@ -509,15 +604,18 @@ impl Session for RemoteSession<'_> {
             let left = deadline.saturating_duration_since(Instant::now());
             u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
         });
-        self.client.send(&Request::Generate {
-            stops: stops.stops().to_vec(),
-            max_tokens: limits.max_tokens,
-            deadline_ms,
-            sampling: self.sampling,
-        })?;
+        self.client.send(
+            self.lane,
+            &Request::Generate {
+                stops: stops.stops().to_vec(),
+                max_tokens: limits.max_tokens,
+                deadline_ms,
+                sampling: self.sampling,
+            },
+        )?;
         match self
             .client
-            .receive_until(on_text, &mut || limits.is_cancelled())?
+            .receive_until(self.lane, on_text, &mut || limits.is_cancelled())?
         {
             Reply::Generated {
                 generation,

@@ -25,8 +25,11 @@ pub struct WorkerConfig {
     pub gpu_layers: Option<u32>,
     /// Settings of every session (context size, threads, batch).
     pub session: SessionOptions,
-    /// KV caches kept between requests.
+    /// KV caches kept between requests (one sequence at a time, `parallel` = 1).
     pub sessions: usize,
+    /// Lanes: requests served at once. Above 1, the worker decodes that many sequences together
+    /// in one context (`catena serve --parallel N`), and those slots are the kept KV caches.
+    pub parallel: usize,
     /// The KV cache type, when the user chose one (otherwise the plan chooses).
     pub kv_cache: Option<KvCacheType>,
 }
@@ -47,11 +50,12 @@ pub enum Prompt {
 pub enum Request {
     Start(WorkerConfig),
     /// Opens a session for `prompt` (reusing the kept KV cache with the longest shared prefix) and
-    /// evaluates the prompt's new tokens. One session is open at a time.
+    /// evaluates the prompt's new tokens (with lanes, at the first generation). One session is
+    /// open at a time on a lane.
     Open {
         prompt: Prompt,
     },
-    /// Evaluates more text at the end of the open session.
+    /// Evaluates more text at the end of the lane's open session.
     Append {
         parts: Vec<PromptPart>,
     },
@@ -65,8 +69,8 @@ pub enum Request {
     },
     /// Stops the generation in progress between two tokens (ignored when none runs).
     Cancel,
-    /// A one-off answer in a context of its own, beside the open session (which it leaves as
-    /// it is): the page summariser's calls. Answered by `SideAnswer`.
+    /// A one-off answer in a context of its own, beside the lane's open session (which it leaves
+    /// as it is): the page summariser's calls. Answered by `SideAnswer`.
     SideChat {
         chat: SideChat,
     },
@@ -76,6 +80,23 @@ pub enum Request {
         keep: bool,
         conversation: Option<String>,
     },
+}
+
+/// A request on one lane. Lanes are independent conversations with the worker: each has at most
+/// one open session, and its replies come back tagged with it, in order. `Start` goes on lane 0.
+/// The server frames a borrowed request (`R = &Request`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ToWorker<R = Request> {
+    pub lane: usize,
+    pub request: R,
+}
+
+/// A reply on the lane its request came on (`Ready` and a failed start on lane 0). The worker
+/// frames a borrowed reply (`R = &Reply`: a prompt's token list is not copied to be sent).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FromWorker<R = Reply> {
+    pub lane: usize,
+    pub reply: R,
 }
 
 /// The worker's view of the open session's tokens, sent after every change: the client keeps its
@@ -216,23 +237,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_round_trip() {
+    fn frames_round_trip_with_their_lanes() {
         let mut wire = Vec::new();
-        write_frame(&mut wire, &Request::Cancel).unwrap();
+        let cancel = Request::Cancel;
         write_frame(
             &mut wire,
-            &Request::Append {
-                parts: vec![PromptPart::plain("<observation>\n2\n</observation>")],
+            &ToWorker {
+                lane: 3,
+                request: &cancel,
+            },
+        )
+        .unwrap();
+        let append = Request::Append {
+            parts: vec![PromptPart::plain("<observation>\n2\n</observation>")],
+        };
+        write_frame(
+            &mut wire,
+            &ToWorker {
+                lane: 0,
+                request: &append,
             },
         )
         .unwrap();
         let mut input = wire.as_slice();
         assert!(matches!(
-            read_frame::<Request>(&mut input).unwrap(),
-            Some(Request::Cancel)
+            read_frame::<ToWorker>(&mut input).unwrap(),
+            Some(ToWorker {
+                lane: 3,
+                request: Request::Cancel
+            })
         ));
-        match read_frame::<Request>(&mut input).unwrap() {
-            Some(Request::Append { parts }) => {
+        match read_frame::<ToWorker>(&mut input).unwrap() {
+            Some(ToWorker {
+                lane: 0,
+                request: Request::Append { parts },
+            }) => {
                 assert_eq!(
                     parts,
                     vec![PromptPart::plain("<observation>\n2\n</observation>")]
@@ -240,7 +279,25 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        assert!(read_frame::<Request>(&mut input).unwrap().is_none());
+        assert!(read_frame::<ToWorker>(&mut input).unwrap().is_none());
+        // A reply framed from a borrow reads back as an owned one.
+        let closed = Reply::Closed;
+        let mut back = Vec::new();
+        write_frame(
+            &mut back,
+            &FromWorker {
+                lane: 2,
+                reply: &closed,
+            },
+        )
+        .unwrap();
+        assert!(matches!(
+            read_frame::<FromWorker>(&mut back.as_slice()).unwrap(),
+            Some(FromWorker {
+                lane: 2,
+                reply: Reply::Closed
+            })
+        ));
     }
 
     #[test]

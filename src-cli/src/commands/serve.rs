@@ -47,9 +47,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "TOKENS", default_value_t = 8192)]
     pub ctx_size: u32,
 
-    /// Conversations whose KV cache is kept between requests.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub sessions: usize,
+    /// Conversations whose KV cache is kept between requests [default: 4]. With --parallel
+    /// above 1, each slot keeps its own conversation's cache instead.
+    #[arg(long, value_name = "N")]
+    pub sessions: Option<usize>,
+
+    /// Requests decoded together: N slots in one context of N × --ctx-size tokens, one batch a
+    /// step (continuous batching: a slot joins or leaves between two tokens).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub parallel: usize,
 
     /// Requests that may wait for the model; more are refused with 429.
     #[arg(long, value_name = "N", default_value_t = 32)]
@@ -72,6 +79,13 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
     let Some(code_timeout) = catena_protocol::units::positive_seconds(args.code_timeout) else {
         anyhow::bail!("--code-timeout must be a positive number of seconds");
     };
+    if args.parallel > 1 && args.sessions.is_some() {
+        anyhow::bail!(
+            "--sessions does not apply with --parallel {}: each slot keeps its own conversation's \
+             KV cache",
+            args.parallel
+        );
+    }
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
     let store =
         Arc::new(Store::open_in(&paths.store_dir).context("cannot open the session store")?);
@@ -89,7 +103,8 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
                 threads: args.threads,
                 ..SessionOptions::default()
             },
-            sessions: args.sessions,
+            sessions: args.sessions.unwrap_or(4),
+            parallel: args.parallel,
             kv_cache: args.kv_cache,
             queue_limit: args.queue,
             paths: paths.clone(),
