@@ -74,7 +74,8 @@ pub struct Overrides {
     pub context: Option<u32>,
     pub gpu_layers: Option<u32>,
     pub kv_cache: Option<KvCacheType>,
-    /// KV caches alive at once (`catena serve --sessions`); 0 counts as 1.
+    /// KV caches alive at once (`catena serve --sessions`, or the slots of `--parallel`); 0
+    /// counts as 1.
     pub kv_caches: u32,
 }
 
