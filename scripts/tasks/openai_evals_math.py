@@ -19,28 +19,14 @@ temporary folder.
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import zipfile
-from pathlib import Path
+
+from pypi_wheel import wheel_path
 
 PACKAGE = "evals==3.0.1.post1"
 SETS = ("math_for_5th-grader", "multistep-word-problems", "algebra_word_problems")
-
-
-def wheel_path(given, scratch):
-    if given:
-        return Path(given)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-         "-q", "-d", scratch, PACKAGE],
-        check=True,
-    )
-    wheels = sorted(Path(scratch).glob("evals-*.whl"))
-    if not wheels:
-        sys.exit(f"pip download {PACKAGE} gave no wheel")
-    return wheels[0]
 
 
 def tasks(wheel):
@@ -78,7 +64,7 @@ def main():
     parser.add_argument("--wheel")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        chosen = list(tasks(wheel_path(args.wheel, scratch)))
+        chosen = list(tasks(wheel_path(PACKAGE, args.wheel, scratch)))
     with open(args.out, "w") as out:
         for t in chosen:
             out.write(json.dumps(t) + "\n")
