@@ -31,6 +31,9 @@ use std::time::{Duration, Instant};
 /// How often the verifier may send the thinker back before the answerer writes anyway.
 pub const MAX_REJECTIONS: usize = 2;
 
+/// Tool calls the system makes before it may answer with none of them having worked.
+pub const EARLY_ATTEMPTS: usize = 3;
+
 /// Tokens each agent may write in one call.
 fn role_budget(role: Role, tool: Option<Tag>, profile: &Profile) -> usize {
     match (role, tool) {
@@ -144,6 +147,8 @@ struct Step {
     tool: Tag,
     input: String,
     observation: String,
+    /// Whether the call worked (a program that ran, a page that was read).
+    worked: bool,
     reflection: String,
 }
 
@@ -249,13 +254,16 @@ impl System<'_, '_> {
                 prompts::progress_input(question, &plan, &self.steps),
                 emit,
             )?;
-            let action = match next_action(&thought, profile) {
-                Some(action) => action,
-                // No choice that can be read: work first, answer once something was done.
-                None => match profile.tools.first() {
-                    Some(&tool) if self.steps.is_empty() => Action::Tool(tool),
-                    _ => Action::Answer,
-                },
+            // Work before answering: while no call has worked yet (and fewer than
+            // EARLY_ATTEMPTS were made), an answer or an unreadable choice runs the profile's
+            // first tool instead. A small thinker otherwise answers from its own guess, and a
+            // guess is what the answerer then writes down.
+            let unproven =
+                !self.steps.iter().any(|s| s.worked) && self.steps.len() < EARLY_ATTEMPTS;
+            let action = match (next_action(&thought, profile), profile.tools.first()) {
+                (Some(Action::Tool(tool)), _) => Action::Tool(tool),
+                (_, Some(&tool)) if unproven => Action::Tool(tool),
+                _ => Action::Answer,
             };
             match action {
                 Action::Tool(tool) if budget_left => self.tool_step(tool, &plan, &thought, emit)?,
@@ -277,7 +285,7 @@ impl System<'_, '_> {
                         Role::Answerer,
                         None,
                         prompts::answerer(profile),
-                        prompts::answer_input(question, &plan, &self.steps),
+                        prompts::answer_input(question, &plan, &self.steps, profile.answer),
                         emit,
                     )?;
                     let answer = answer_block(profile, &answer);
@@ -332,6 +340,7 @@ impl System<'_, '_> {
             tool,
             input,
             observation,
+            worked: success,
             reflection: String::new(),
         };
         step.reflection = self.call(

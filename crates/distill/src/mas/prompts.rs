@@ -149,8 +149,25 @@ pub(super) fn reflector_input(question: &str, step: &Step) -> String {
     )
 }
 
-/// What the answerer sees: the task, the plan and the steps. Not the verifier's score: a small
-/// model given `The score this time is:4` answers 4.
-pub(super) fn answer_input(question: &str, plan: &str, steps: &[Step]) -> String {
-    progress_input(question, plan, steps)
+/// What the answerer sees. For a program, the task, the plan and the steps (the programs it
+/// builds on are in them). For a short or boxed answer, the task and the last call that worked
+/// with its result: given the whole history, a small model copies a number from the wrong place
+/// (seen: a result of -30 written down as 9). Never the verifier's score: a small model given
+/// `The score this time is:4` answers 4.
+pub(super) fn answer_input(
+    question: &str,
+    plan: &str,
+    steps: &[Step],
+    answer: AnswerFormat,
+) -> String {
+    let last_worked = steps.iter().rev().find(|s| s.worked);
+    match (answer, last_worked) {
+        (AnswerFormat::Program, _) | (_, None) => progress_input(question, plan, steps),
+        (_, Some(step)) => format!(
+            "Task:\n{question}\n\nThe last step that worked ({}):\n{}\n\nIts result:\n{}\n",
+            step.tool,
+            step.input.trim(),
+            step.observation.trim()
+        ),
+    }
 }

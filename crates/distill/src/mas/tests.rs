@@ -222,12 +222,20 @@ fn each_agent_sees_only_the_state_it_needs() {
     );
 }
 
+/// The plan and one code call that works (`print(5)`), reviewed.
+const ONE_STEP: [&str; 4] = [
+    "1. Add.",
+    "Next: code",
+    "```py\nprint(5)\n```",
+    "It printed 5.",
+];
+
 #[test]
 fn a_low_verifier_score_sends_the_thinker_back_to_work() {
-    let mut model = Scripted::new(&[
-        "1. Add.",
+    let mut replies = ONE_STEP.to_vec();
+    replies.extend([
         "Next: answer",
-        "Nothing was computed yet. The score this time is:1",
+        "Five is not the sum. The score this time is:1",
         "Next: code",
         "```py\nprint(6)\n```",
         "It printed 6.",
@@ -235,20 +243,63 @@ fn a_low_verifier_score_sends_the_thinker_back_to_work() {
         "The score this time is:3",
         "\\boxed{6}",
     ]);
+    let mut model = Scripted::new(&replies);
     let tools = toolbox(Tag::Code);
     let (summary, _) = run("math", &mut model, &tools, 12);
     use Role::*;
     assert_eq!(
         roles(&summary),
         [
-            Planner, Thinker, Verifier, Thinker, ToolAgent, Reflector, Thinker, Verifier, Answerer
+            Planner, Thinker, ToolAgent, Reflector, Thinker, Verifier, Thinker, ToolAgent,
+            Reflector, Thinker, Verifier, Answerer
         ]
     );
 }
 
 #[test]
-fn the_answerer_writes_after_the_verifiers_last_rejection() {
+fn an_answer_before_any_call_worked_runs_the_tool_first() {
+    // The thinker wants to answer at once; the code tool runs instead, and fails twice.
+    let mut model = Scripted::new(&[
+        "1. Add.",
+        "It is 6.\nNext: answer",
+        "```py\nfail(1)\n```",
+        "It failed.",
+        "Next: answer",
+        "```py\nfail(2)\n```",
+        "It failed again.",
+        "Next: answer",
+        "```py\nprint(6)\n```",
+        "It printed 6.",
+        "Next: answer",
+        "The score this time is:4",
+        "\\boxed{6}",
+    ]);
+    let tools = toolbox(Tag::Code);
+    let (summary, _) = run("math", &mut model, &tools, 12);
+    assert_eq!(summary.tool_calls, 3);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{6}"));
+    // The answerer is shown the task and the call that worked, not the failures before it.
+    let answerer = &model.turns.last().unwrap().user;
+    assert!(answerer.contains("What is 2 + 4?") && answerer.contains("ran ```py\nprint(6)"));
+    assert!(!answerer.contains("fail("), "{answerer}");
+
+    // After EARLY_ATTEMPTS calls that all failed, the answer is taken.
     let mut replies = vec!["1. Add."];
+    for _ in 0..EARLY_ATTEMPTS {
+        replies.extend(["Next: answer", "```py\nfail()\n```", "It failed."]);
+    }
+    replies.extend(["Next: answer", "The score this time is:3", "\\boxed{6}"]);
+    let mut model = Scripted::new(&replies);
+    let (summary, _) = run("math", &mut model, &tools, 12);
+    assert_eq!(summary.tool_calls, EARLY_ATTEMPTS);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{6}"));
+    // With no call that worked, the answerer sees every step.
+    assert!(model.turns.last().unwrap().user.contains("Step 3 (code)"));
+}
+
+#[test]
+fn the_answerer_writes_after_the_verifiers_last_rejection() {
+    let mut replies = ONE_STEP.to_vec();
     for _ in 0..MAX_REJECTIONS {
         replies.extend(["Next: answer", "The score this time is:2"]);
     }
@@ -418,6 +469,7 @@ fn later_agents_see_older_results_cut_and_recent_ones_whole() {
         tool: Tag::Code,
         input: format!("print({n})"),
         observation: format!("result {n} {}", "x".repeat(1000)),
+        worked: true,
         reflection: format!("review {n}"),
     };
     let steps: Vec<Step> = (1..=5).map(step).collect();
@@ -432,7 +484,9 @@ fn later_agents_see_older_results_cut_and_recent_ones_whole() {
 
 #[test]
 fn a_bare_math_answer_is_written_in_the_boxed_form() {
-    let mut model = Scripted::new(&["1. Add.", "Next: answer", "The score this time is:4", " 6 "]);
+    let mut replies = ONE_STEP.to_vec();
+    replies.extend(["Next: answer", "The score this time is:4", " 6 "]);
+    let mut model = Scripted::new(&replies);
     let tools = toolbox(Tag::Code);
     let (summary, _) = run("math", &mut model, &tools, 12);
     assert_eq!(summary.answer.as_deref(), Some("\\boxed{6}"));
@@ -442,17 +496,17 @@ fn a_bare_math_answer_is_written_in_the_boxed_form() {
         (Role::Answerer, "\\boxed{6}")
     );
     // An answer of several lines is not a value: it stays as written.
-    let mut model = Scripted::new(&[
-        "1. Add.",
-        "Next: answer",
-        "The score this time is:4",
-        "It is\n6",
-    ]);
+    let mut replies = ONE_STEP.to_vec();
+    replies.extend(["Next: answer", "The score this time is:4", "It is\n6"]);
+    let mut model = Scripted::new(&replies);
     let (summary, _) = run("math", &mut model, &toolbox(Tag::Code), 12);
     assert_eq!(summary.answer.as_deref(), Some("It is\n6"));
     // Other profiles keep the answer as written.
     let mut model = Scripted::new(&[
         "1. Look.",
+        "Next: web_search",
+        "capital of France",
+        "Found it.",
         "Next: answer",
         "The score this time is:4",
         "Paris",
