@@ -431,13 +431,28 @@ impl System<'_, '_> {
             deadline: self.deadline,
             cancel: self.request.cancel.clone(),
         };
+        // The answerer transcribes what the team found, greedily: sampled, a small model
+        // miscopies digits (seen: a printed 914 answered as 194 and 1808 at temperature 0.6,
+        // and as 914 greedily). The other roles keep the run's sampling.
+        let sampling = self.request.sampling;
+        let greedy = role == Role::Answerer && sampling.temperature > 0.0;
+        if greedy {
+            self.model.set_sampling(SamplingParams {
+                temperature: 0.0,
+                ..sampling
+            });
+        }
         let reply = self.model.chat(&turn, limits, &mut |text| {
             emit(AgentEvent::BlockDelta {
                 tag,
                 text: text.to_string(),
                 source: Source::Model,
             })
-        })?;
+        });
+        if greedy {
+            self.model.set_sampling(sampling);
+        }
+        let reply = reply?;
         self.usage.add(&reply);
         let output = reply.text.trim().to_string();
         emit(AgentEvent::BlockEnded {

@@ -10,6 +10,9 @@ use std::collections::VecDeque;
 struct Scripted {
     replies: VecDeque<Result<String, EngineError>>,
     turns: Vec<ChatTurn>,
+    /// The temperature each turn was sampled at.
+    temperatures: Vec<f32>,
+    temperature: f32,
 }
 
 impl Scripted {
@@ -17,6 +20,8 @@ impl Scripted {
         Scripted {
             replies: replies.iter().map(|r| Ok(r.to_string())).collect(),
             turns: Vec::new(),
+            temperatures: Vec::new(),
+            temperature: SamplingParams::default().temperature,
         }
     }
 }
@@ -29,6 +34,7 @@ impl ChatEngine for Scripted {
         on_text: &mut dyn FnMut(&str),
     ) -> Result<ChatReply, EngineError> {
         self.turns.push(turn.clone());
+        self.temperatures.push(self.temperature);
         let text = self
             .replies
             .pop_front()
@@ -47,7 +53,9 @@ impl ChatEngine for Scripted {
         8192
     }
 
-    fn set_sampling(&mut self, _sampling: SamplingParams) {}
+    fn set_sampling(&mut self, sampling: SamplingParams) {
+        self.temperature = sampling.temperature;
+    }
 }
 
 /// Answers every program with what it was given, and counts its calls.
@@ -278,6 +286,12 @@ fn an_answer_before_any_call_worked_runs_the_tool_first() {
     let (summary, _) = run("math", &mut model, &tools, 12);
     assert_eq!(summary.tool_calls, 3);
     assert_eq!(summary.answer.as_deref(), Some("\\boxed{6}"));
+    // Every agent samples as the run does but the answerer, which transcribes greedily.
+    let sampled = SamplingParams::default().temperature;
+    assert!(sampled > 0.0);
+    let (answerer, others) = model.temperatures.split_last().unwrap();
+    assert_eq!(*answerer, 0.0);
+    assert!(others.iter().all(|t| *t == sampled), "{others:?}");
     // The answerer is shown the task and the call that worked, not the failures before it.
     let answerer = &model.turns.last().unwrap().user;
     assert!(answerer.contains("What is 2 + 4?") && answerer.contains("ran ```py\nprint(6)"));
