@@ -67,7 +67,7 @@ pub fn to_trajectory(run: &MultiAgentRun) -> Result<String, ConvertError> {
             },
             role => tag_of(role).unwrap_or(Tag::Think),
         };
-        let block = render_block(tag, &activation.output);
+        let block = render_block(tag, &fences_on_their_own_lines(&activation.output));
         let (blocks, issues) = parse_all(&block);
         if !issues.is_empty() || blocks.len() != 1 {
             return Err(ConvertError::TagsInside {
@@ -104,6 +104,22 @@ pub fn to_trajectory(run: &MultiAgentRun) -> Result<String, ConvertError> {
         });
     }
     Ok(text)
+}
+
+/// `text` with a code fence that opens or closes it set on a line of its own. An agent's reply
+/// often is just a fenced program (the answerer's, for the code profile); placed straight after
+/// `<answer>`, its opening fence would not start a line, so the parser would take the closing
+/// fence for an opening one and the block's closing tag for code (PROTOCOL.md §1: tags inside a
+/// fence are code). The program is unchanged.
+fn fences_on_their_own_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    let opens = text.starts_with("```");
+    let closes = text.len() > 3 && text.ends_with("```");
+    if !opens && !closes {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let before = if opens { "\n" } else { "" };
+    let after = if closes { "\n" } else { "" };
+    std::borrow::Cow::Owned(format!("{before}{text}{after}"))
 }
 
 #[cfg(test)]
@@ -162,6 +178,23 @@ pub(crate) mod tests {
              </double_check>\n<answer>\\boxed{1024}</answer>"
         );
         assert!(catena_eval::well_formed(&trajectory, true));
+    }
+
+    #[test]
+    fn a_program_answer_gets_its_fence_on_lines_of_its_own() {
+        // What the answerer of the code profile writes: the fenced program and nothing else.
+        let program = "```python\ndef f(xs):\n    return [x for x in xs if x < 2]\n```";
+        let trajectory = to_trajectory(&run(vec![
+            act(Role::Planner, "1. write f"),
+            tool(Tag::Code, "\n```py\nprint(1)\n```\n", "1\n", true),
+            act(Role::Reflector, "it ran"),
+            act(Role::Answerer, program),
+        ]))
+        .unwrap();
+        assert!(trajectory.ends_with(&format!("<answer>\n{program}\n</answer>")));
+        assert!(catena_eval::well_formed(&trajectory, false));
+        let (blocks, _) = parse_all(&trajectory);
+        assert_eq!(blocks.last().unwrap().content.trim(), program);
     }
 
     #[test]
