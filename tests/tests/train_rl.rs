@@ -49,7 +49,7 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
     let model = Qwen2Lora::new(&base, &lora, 5).expect("the training module");
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("adapter.gguf");
-    export::write_gguf(&model.lora, "qwen2", &adapter).unwrap();
+    export::write_gguf(&model.lora, "qwen2", &adapter, export::FactorPrecision::F32).unwrap();
     let engine = LlamaEngine::load(
         &model_path,
         &LoadOptions {

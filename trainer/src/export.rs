@@ -36,24 +36,43 @@ pub fn export(
 ) -> Result<Exported> {
     std::fs::create_dir_all(out).map_err(TrainError::io(out))?;
     let gguf = out.join("adapter.gguf");
-    write_gguf(params, architecture, &gguf)?;
+    write_gguf(params, architecture, &gguf, FactorPrecision::F32)?;
     let peft_dir = out.join("peft");
     write_peft(params, base_name, &peft_dir)?;
     Ok(Exported { gguf, peft_dir })
 }
 
+/// How the factors are stored in a GGUF adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FactorPrecision {
+    /// As trained: what training and RL's rollout engine read, so their numbers agree.
+    #[default]
+    F32,
+    /// Half the size, for an adapter that is shipped or copied around; llama.cpp reads either.
+    F16,
+}
+
 /// The GGUF adapter, written to a temporary name and renamed into place.
-pub fn write_gguf(params: &LoraParams, architecture: &str, path: &Path) -> Result<()> {
+pub fn write_gguf(
+    params: &LoraParams,
+    architecture: &str,
+    path: &Path,
+    precision: FactorPrecision,
+) -> Result<()> {
+    let dtype = match precision {
+        FactorPrecision::F32 => GgmlDType::F32,
+        FactorPrecision::F16 => GgmlDType::F16,
+    };
     let mut tensors = Vec::new();
     for ((block, target), pair) in params.pairs() {
         let base = format!("blk.{block}.{}.weight", target.gguf());
         let a = QTensor::quantize(
             &pair.a.as_tensor().to_device(&candle_core::Device::Cpu)?,
-            GgmlDType::F32,
+            dtype,
         )?;
         let b = QTensor::quantize(
             &pair.b.as_tensor().to_device(&candle_core::Device::Cpu)?,
-            GgmlDType::F32,
+            dtype,
         )?;
         tensors.push((format!("{base}.lora_a"), a));
         tensors.push((format!("{base}.lora_b"), b));
@@ -91,7 +110,12 @@ pub fn write_gguf(params: &LoraParams, architecture: &str, path: &Path) -> Resul
 /// `adapter_model.safetensors`) into the GGUF adapter llama.cpp applies to `base` (a Qwen2 GGUF),
 /// written to `out`. Every factor is checked against the base model's shapes first, so an adapter
 /// for another model is refused with the tensor that does not fit. Returns the factors written.
-pub fn peft_to_gguf(peft: &Path, base: &Path, out: &Path) -> Result<usize> {
+pub fn peft_to_gguf(
+    peft: &Path,
+    base: &Path,
+    out: &Path,
+    precision: FactorPrecision,
+) -> Result<usize> {
     let device = candle_core::Device::Cpu;
     let base_model = crate::base::BaseModel::load(base, &device)?;
     let (config, tensors) = read_peft(peft, &device)?;
@@ -103,7 +127,7 @@ pub fn peft_to_gguf(peft: &Path, base: &Path, out: &Path) -> Result<usize> {
             path: peft.to_path_buf(),
             reason: format!("{reason} (is it an adapter for this base model?)"),
         })?;
-    write_gguf(&model.lora, "qwen2", out)?;
+    write_gguf(&model.lora, "qwen2", out, precision)?;
     Ok(model.lora.pairs().count() * 2)
 }
 

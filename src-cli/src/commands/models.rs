@@ -142,6 +142,9 @@ pub struct ImportAdapterArgs {
     /// folder's name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Store the factors as 16-bit floats (half the size) instead of 32-bit.
+    #[arg(long)]
+    pub f16: bool,
 }
 
 pub fn run(args: ModelsArgs, paths: &Paths) -> Result<ExitCode> {
@@ -237,7 +240,12 @@ fn import_adapter(args: ImportAdapterArgs, paths: &Paths) -> Result<ExitCode> {
         );
     }
     std::fs::create_dir_all(&folder).with_context(|| format!("creating {}", folder.display()))?;
-    let written = catena_trainer::export::peft_to_gguf(&args.dir, &base, &out);
+    let precision = if args.f16 {
+        catena_trainer::export::FactorPrecision::F16
+    } else {
+        catena_trainer::export::FactorPrecision::F32
+    };
+    let written = catena_trainer::export::peft_to_gguf(&args.dir, &base, &out, precision);
     let checked = written.map_err(anyhow::Error::new).and_then(|factors| {
         let options = LoadOptions {
             gpu_layers: Some(0),

@@ -259,7 +259,12 @@ fn reload_engine(
     architecture: &str,
 ) -> Result<LlamaEngine> {
     let path = options.out.join("rollout-adapter.gguf");
-    export::write_gguf(&model.lora, architecture, &path)?;
+    export::write_gguf(
+        &model.lora,
+        architecture,
+        &path,
+        export::FactorPrecision::F32,
+    )?;
     Ok(LlamaEngine::load(
         &options.base,
         &LoadOptions {
