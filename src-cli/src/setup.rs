@@ -98,15 +98,20 @@ pub fn uses_builtin_default(model: Option<&Path>, paths: &Paths) -> bool {
     model.is_none() && matches!(catena_hub::installed::chosen_default(paths), Ok(None))
 }
 
-/// What a user on the built-in default should know: it is a small stand-in, which AFM this
-/// machine could run instead, and where getting that AFM stands.
-pub fn stand_in_note(paths: &Paths) -> String {
+/// What a user on the built-in default should know: it is a small stand-in (with or without the
+/// adapter Catena ships for it), which AFM this machine could run instead, and where getting
+/// that AFM stands.
+pub fn stand_in_note(paths: &Paths, adapted: bool) -> String {
     use catena_gguf::inspect::human_bytes;
     use catena_hub::catalog::Catalog;
-    let mut note = String::from(
+    let mut note = String::from(if adapted {
+        "The default model, Qwen2.5-Coder-0.5B-Instruct with Catena's adapter, is a small \
+         stand-in: the adapter trains it toward the Chain-of-Agents protocol, but a model of \
+         0.5B parameters still often answers wrong."
+    } else {
         "The default model, Qwen2.5-Coder-0.5B-Instruct, is a small stand-in: it was never \
-         trained on the Chain-of-Agents protocol and often answers wrong.",
-    );
+         trained on the Chain-of-Agents protocol and often answers wrong."
+    });
     // With a GPU, what fits its memory or the RAM; on a CPU alone, nothing above 8B parameters,
     // which fit in memory long before they run at a usable speed.
     let machine = catena_engine::hardware::probe().ok();
@@ -241,6 +246,58 @@ impl AdapterArgs {
             path: path.clone(),
             scale: self.adapter_scale,
         })
+    }
+}
+
+/// The adapter of a run or an evaluation: the one named with `--adapter`, else the one Catena
+/// ships for the model (the default model's), unless `--no-adapter`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunAdapterArgs {
+    #[command(flatten)]
+    pub chosen: AdapterArgs,
+
+    /// Run the default model as published, without the adapter Catena ships for it.
+    #[arg(long, conflicts_with = "adapter")]
+    pub no_adapter: bool,
+}
+
+/// An adapter a run applies, with the name it is recorded under.
+pub struct AppliedAdapter {
+    pub options: AdapterOptions,
+    pub name: String,
+    /// Whether it is the adapter Catena ships (rather than one named with `--adapter`).
+    pub shipped: bool,
+}
+
+impl RunAdapterArgs {
+    /// The adapter to apply on the model at `model`, writing the shipped one out on first use.
+    pub fn resolve(&self, model: &Path, paths: &Paths) -> Result<Option<AppliedAdapter>> {
+        if let Some(options) = self.chosen.options() {
+            let name = options.path.display().to_string();
+            return Ok(Some(AppliedAdapter {
+                options,
+                name,
+                shipped: false,
+            }));
+        }
+        if self.no_adapter {
+            return Ok(None);
+        }
+        let Some(shipped) = catena_hub::assets::adapter_for_model(model, paths) else {
+            return Ok(None);
+        };
+        let path = shipped
+            .ensure(paths)
+            .with_context(|| format!("cannot write out the adapter {}", shipped.name))?;
+        eprintln!(
+            "adapter: {} (Catena's, for the default model; --no-adapter runs the model without it)",
+            shipped.name
+        );
+        Ok(Some(AppliedAdapter {
+            options: AdapterOptions { path, scale: 1.0 },
+            name: shipped.name.to_string(),
+            shipped: true,
+        }))
     }
 }
 

@@ -75,6 +75,7 @@ impl Backend {
         );
         let config = InferenceConfig {
             model_path,
+            shipped_adapter: true,
             gpu_layers: None,
             session: SessionOptions {
                 context_size: Some(CONTEXT_TOKENS),

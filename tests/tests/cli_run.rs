@@ -209,3 +209,82 @@ fn runs_are_stored_and_can_be_listed_rated_and_exported() {
     assert!(assistant.starts_with(PREFILL));
     assert!(assistant.contains("<observation>\n[EXECUTED]"));
 }
+
+/// The default model runs with the adapter Catena ships for it: the run says so, the store
+/// records it, and the greedy chain is not the bare model's; `--no-adapter` runs the model as
+/// published, and cannot be combined with an adapter of one's own.
+#[test]
+fn the_default_model_runs_with_its_shipped_adapter_unless_told_not_to() {
+    common::default_model();
+    let store = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--profile",
+            "math",
+            "--json",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "48",
+        ];
+        args.extend_from_slice(extra);
+        args.push("What is 17 * 23?");
+        let output = std::process::Command::new(common::catena_bin())
+            .args(&args)
+            .env("CATENA_STORE_DIR", store.path())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let events = common::json_lines(&output);
+        let trajectory = events.last().unwrap()["trajectory"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (stderr, trajectory)
+    };
+    let (adapted_stderr, adapted) = run(&[]);
+    assert!(
+        adapted_stderr.contains("adapter: catena-coa-0.5b"),
+        "{adapted_stderr}"
+    );
+    let (bare_stderr, bare) = run(&["--no-adapter"]);
+    assert!(!bare_stderr.contains("adapter:"), "{bare_stderr}");
+    assert_ne!(adapted, bare, "the adapter changed nothing");
+
+    let list = std::process::Command::new(common::catena_bin())
+        .args(["sessions", "list", "--json"])
+        .env("CATENA_STORE_DIR", store.path())
+        .output()
+        .unwrap();
+    let sessions: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let mut adapters: Vec<Value> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let id = s["id"].as_str().unwrap();
+            let show = std::process::Command::new(common::catena_bin())
+                .args(["sessions", "show", id, "--json"])
+                .env("CATENA_STORE_DIR", store.path())
+                .output()
+                .unwrap();
+            serde_json::from_slice::<Value>(&show.stdout).unwrap()["adapter"].clone()
+        })
+        .collect();
+    adapters.sort_by_key(|a| a.to_string());
+    assert_eq!(adapters, [Value::from("catena-coa-0.5b"), Value::Null]);
+
+    let both = common::catena(&["run", "--adapter", "x.gguf", "--no-adapter", "task"]);
+    assert_eq!(both.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&both.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+}

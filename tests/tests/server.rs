@@ -833,3 +833,31 @@ fn a_worker_that_aborts_costs_only_its_run() {
     assert!(alive);
     assert_eq!(restarts, 2);
 }
+
+/// The default model is served with the adapter Catena ships for it (its worker loads it, and
+/// `/health` names it), or as published with `--no-adapter`; either way it answers.
+#[test]
+fn the_default_model_is_served_with_its_adapter_unless_told_not_to() {
+    let client = http();
+    for (extra, expected) in [
+        (&[][..], Value::from("catena-coa-0.5b")),
+        (&["--no-adapter"][..], Value::Null),
+    ] {
+        let store = tempfile::tempdir().unwrap();
+        let server = Served::start(store.path(), extra, None);
+        let health: Value = client
+            .get(server.url("/health"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(health["adapter"], expected, "{extra:?}: {health}");
+        let reply = say_hi(&client, &server, 8);
+        assert!(
+            reply["choices"][0]["message"]["content"]
+                .as_str()
+                .is_some_and(|text| !text.is_empty()),
+            "{extra:?}: {reply}"
+        );
+    }
+}

@@ -30,6 +30,9 @@ use tokio::sync::mpsc;
 #[derive(Debug, Clone)]
 pub struct InferenceConfig {
     pub model_path: PathBuf,
+    /// Whether the adapter Catena ships for a model (the default model's) is applied when that
+    /// model is served, at the start and after a switch (`catena serve --no-adapter`: never).
+    pub shipped_adapter: bool,
     pub gpu_layers: Option<u32>,
     /// Settings of each kept session (context size, threads).
     pub session: SessionOptions,
@@ -114,6 +117,8 @@ pub struct Serving {
     /// Its name for clients.
     pub model_id: String,
     pub info: ModelInfo,
+    /// The adapter applied on it (the one Catena ships for the default model), by name.
+    pub adapter: Option<&'static str>,
 }
 
 /// The handle the HTTP layer holds.
@@ -136,10 +141,12 @@ impl Inference {
         live: Arc<LiveRuns>,
     ) -> Result<Inference, EngineError> {
         let status = Arc::new(WorkerStatus::default());
+        let adapter = shipped_adapter(&config, &config.model_path)?;
         let client = WorkerClient::start(
             config.worker.clone(),
             WorkerConfig {
                 model_path: config.model_path.clone(),
+                adapter: adapter.as_ref().map(|(path, _)| path.clone()),
                 gpu_layers: config.gpu_layers,
                 session: config.session.clone(),
                 sessions: config.sessions,
@@ -151,6 +158,7 @@ impl Inference {
         let serving = Arc::new(RwLock::new(Serving {
             model_id: model_id(&config.model_path),
             info: client.info().clone(),
+            adapter: adapter.map(|(_, name)| name),
         }));
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -220,6 +228,31 @@ impl Inference {
     }
 }
 
+/// The adapter to serve `model` with, its file and name: the one Catena ships for it (written
+/// out on first use), unless the configuration turns shipped adapters off.
+fn shipped_adapter(
+    config: &InferenceConfig,
+    model: &std::path::Path,
+) -> Result<Option<(PathBuf, &'static str)>, EngineError> {
+    if !config.shipped_adapter {
+        return Ok(None);
+    }
+    let Some(adapter) = assets::adapter_for_model(model, &config.paths) else {
+        return Ok(None);
+    };
+    let path = adapter
+        .ensure(&config.paths)
+        .map_err(|e| EngineError::BadAdapter {
+            path: adapter.path(&config.paths),
+            reason: e.to_string(),
+        })?;
+    tracing::info!(
+        adapter = adapter.name,
+        "serving the model with Catena's adapter"
+    );
+    Ok(Some((path, adapter.name)))
+}
+
 /// The name clients use for the model: its file name without `.gguf`.
 pub fn model_id(path: &std::path::Path) -> String {
     path.file_stem()
@@ -269,12 +302,17 @@ impl Worker {
     /// once the jobs running on other lanes have ended.
     fn switch(&self, job: SwitchJob) {
         let mut client = self.client.write();
-        let outcome = client
-            .switch_model(job.model_path.clone())
-            .map(|()| {
+        let outcome = shipped_adapter(&self.jobs.config, &job.model_path)
+            .and_then(|adapter| {
+                let (path, name) = adapter.unzip();
+                client.switch_model(job.model_path.clone(), path)?;
+                Ok(name)
+            })
+            .map(|adapter| {
                 let serving = Serving {
                     model_id: model_id(&job.model_path),
                     info: client.info().clone(),
+                    adapter,
                 };
                 *self.jobs.serving.write() = serving.clone();
                 serving

@@ -135,6 +135,7 @@ impl Service {
             "status": "ok",
             "model": serving.model_id,
             "architecture": serving.info.architecture,
+            "adapter": serving.adapter,
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_s": self.started.elapsed().as_secs(),
             "in_flight": self.inference.in_flight(),

@@ -13,7 +13,7 @@ use super::protocol::{
     write_frame,
 };
 use catena_engine::hardware::plan_for_model;
-use catena_engine::llama::{LlamaEngine, LoadOptions};
+use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
 use catena_engine::plan::{Overrides, Plan};
 use catena_engine::{
     CancelFlag, EngineError, GenerateLimits, SessionOptions, StartPrompt, StopMatcher, TokenRecord,
@@ -163,7 +163,10 @@ fn load(
         &config.model_path,
         &LoadOptions {
             gpu_layers,
-            ..LoadOptions::default()
+            adapter: config
+                .adapter
+                .clone()
+                .map(|path| AdapterOptions { path, scale: 1.0 }),
         },
     )?;
     // The model lives as long as the worker process; sessions borrow it.

@@ -166,14 +166,21 @@ impl WorkerClient {
         Ok(())
     }
 
-    /// Serves another model: the running worker stops first (two models at once may not fit in
-    /// memory), then a worker loads `model_path`. When that model cannot load, the previous one
-    /// is loaded again and the error says why the new one failed.
-    pub fn switch_model(&mut self, model_path: std::path::PathBuf) -> Result<(), EngineError> {
+    /// Serves another model (with its adapter, if any): the running worker stops first (two
+    /// models at once may not fit in memory), then a worker loads `model_path`. When that model
+    /// cannot load, the previous one is loaded again and the error says why the new one failed.
+    pub fn switch_model(
+        &mut self,
+        model_path: std::path::PathBuf,
+        adapter: Option<std::path::PathBuf>,
+    ) -> Result<(), EngineError> {
         if let Some(process) = self.process.take() {
             stop(process);
         }
-        let previous = std::mem::replace(&mut self.config.model_path, model_path);
+        let previous = (
+            std::mem::replace(&mut self.config.model_path, model_path),
+            std::mem::replace(&mut self.config.adapter, adapter),
+        );
         match spawn(&self.command, &self.config, &self.status) {
             Ok((process, info)) => {
                 tracing::info!(model = %self.config.model_path.display(), "now serving another model");
@@ -182,7 +189,7 @@ impl WorkerClient {
                 Ok(())
             }
             Err(e) => {
-                self.config.model_path = previous;
+                (self.config.model_path, self.config.adapter) = previous;
                 if let Err(again) = self.restart() {
                     tracing::error!(error = %again, "the previous model could not be loaded again");
                 }

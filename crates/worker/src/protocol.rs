@@ -22,6 +22,10 @@ pub const MAX_FRAME: usize = 64 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     pub model_path: PathBuf,
+    /// A LoRA adapter applied on the model as trained (the one Catena ships for the default
+    /// model, unless the server was told not to).
+    #[serde(default)]
+    pub adapter: Option<PathBuf>,
     pub gpu_layers: Option<u32>,
     /// Settings of every session (context size, threads, batch).
     pub session: SessionOptions,

@@ -47,7 +47,7 @@ struct Speed {
 pub fn run(args: DoctorArgs, paths: &Paths) -> Result<ExitCode> {
     let hardware = hardware::probe().context("cannot ask llama.cpp for its devices")?;
     let stand_in = setup::uses_builtin_default(args.model.as_deref(), paths)
-        .then(|| setup::stand_in_note(paths));
+        .then(|| setup::stand_in_note(paths, true));
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
     let inspection = inspect_file(&model_path)
         .with_context(|| format!("cannot read {}", model_path.display()))?;

@@ -45,7 +45,7 @@ pub struct EvalArgs {
 
     /// Run the model at an OpenAI-compatible server (`http://HOST:PORT/v1`), its key from
     /// CATENA_ENGINE_KEY. A Chain-of-Agents run (--mode coa) needs llama.cpp's llama-server.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter", "no_adapter"])]
     engine: Option<String>,
 
     /// The model at --engine (default: the first the server lists).
@@ -60,7 +60,7 @@ pub struct EvalArgs {
     model: Option<PathBuf>,
 
     #[command(flatten)]
-    adapter: setup::AdapterArgs,
+    adapter: setup::RunAdapterArgs,
 
     /// Only the first N tasks.
     #[arg(long, value_name = "N")]
@@ -157,6 +157,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         Some(_) => None,
         None => {
             let model_path = setup::model_path(args.model.as_deref(), paths)?;
+            let adapter = args.adapter.resolve(&model_path, paths)?;
             let loaded = setup::load_planned(
                 &model_path,
                 Overrides {
@@ -165,9 +166,9 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                     kv_cache: None,
                     kv_caches: args.parallel,
                 },
-                args.adapter.options(),
+                adapter.as_ref().map(|a| a.options.clone()),
             )?;
-            Some((model_path, loaded))
+            Some((model_path, loaded, adapter.map(|a| a.name)))
         }
     };
     let eval = Evaluation {
@@ -191,7 +192,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             let results = eval.one_at_a_time(&mut runner, &name)?;
             (name, results)
         }
-        (None, Some((model_path, (engine, plan)))) => {
+        (None, Some((model_path, (engine, plan), _))) => {
             let options = setup::planned_session(plan.as_ref(), Some(RUN_CONTEXT), base_sampling);
             let name = setup::model_name(engine, model_path);
             let results = match args.mode {
@@ -216,10 +217,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let report = Report::new(
         model_name,
-        args.adapter
-            .adapter
-            .as_ref()
-            .map(|p| p.display().to_string()),
+        local.as_ref().and_then(|(_, _, adapter)| adapter.clone()),
         profile.name.clone(),
         args.mode.name(),
         results,

@@ -103,7 +103,7 @@ pub struct RunArgs {
     pub seed: Option<u32>,
 
     #[command(flatten)]
-    pub adapter: setup::AdapterArgs,
+    pub adapter: setup::RunAdapterArgs,
 
     /// Layers to offload to the GPU (default: as many as fit, see `catena doctor`).
     #[arg(long, value_name = "N")]
@@ -140,7 +140,7 @@ pub struct RunArgs {
     /// (`http://HOST:PORT/v1`: llama.cpp's llama-server, vLLM, another `catena serve`, a hosted
     /// API), its key from CATENA_ENGINE_KEY. A Chain-of-Agents run (--mode coa) needs llama.cpp's
     /// llama-server (raw completion over token ids with its prompt cache).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "adapter", "no_adapter"])]
     pub engine: Option<String>,
 
     /// The model at --engine (default: the first the server lists).
@@ -209,6 +209,10 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let mut tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
     args.search.add_to(&mut tools, &profile, paths)?;
+    let adapter = match &model_path {
+        Some(model_path) => args.adapter.resolve(model_path, paths)?,
+        None => None,
+    };
     let loaded = match &model_path {
         Some(model_path) => Some(setup::load_planned(
             model_path,
@@ -218,7 +222,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 kv_cache: args.kv_cache,
                 kv_caches: 1,
             },
-            args.adapter.options(),
+            adapter.as_ref().map(|a| a.options.clone()),
         )?),
         None => None,
     };
@@ -260,11 +264,6 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     } else {
         Box::new(HumanPrinter::new())
     };
-    let adapter_name = args
-        .adapter
-        .adapter
-        .as_ref()
-        .map(|p| p.display().to_string());
     let store = if args.no_store {
         None
     } else {
@@ -295,7 +294,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 task: &task,
                 profile: Some(&profile.name),
                 model: &model_name,
-                adapter: adapter_name.as_deref(),
+                adapter: adapter.as_ref().map(|a| a.name.as_str()),
                 options: options_json,
                 system_prompt: &profile.system,
                 user_prompt: &user_prompt,
@@ -409,7 +408,10 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         eprintln!("Saved as run {id} (catena sessions show {id}).");
     }
     if on_builtin_default && !args.json {
-        eprintln!("\nNote: {}", setup::stand_in_note(paths));
+        eprintln!(
+            "\nNote: {}",
+            setup::stand_in_note(paths, adapter.as_ref().is_some_and(|a| a.shipped))
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -73,6 +73,10 @@ pub struct ServeArgs {
     /// Wall-time limit of one sandboxed program, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 7.0)]
     pub code_timeout: f64,
+
+    /// Serve the default model as published, without the adapter Catena ships for it.
+    #[arg(long)]
+    pub no_adapter: bool,
 }
 
 pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
@@ -96,6 +100,7 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
         max_body_bytes: args.max_body_kib.max(1) << 10,
         inference: InferenceConfig {
             model_path,
+            shipped_adapter: !args.no_adapter,
             gpu_layers: args.gpu_layers,
             session: SessionOptions {
                 context_size: Some(args.ctx_size),

