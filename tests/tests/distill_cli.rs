@@ -66,8 +66,25 @@ fn run_mode_mas_streams_every_agent_and_counts_every_call() {
     .into_iter()
     .collect();
     assert!(started.iter().all(|t| allowed.contains(t)), "{started:?}");
-    // Every code block is a tool call with an observation from the real sandbox.
-    let codes = started.iter().filter(|t| **t == "code").count();
+    // Every whole code block is a tool call with an observation from the real sandbox; a block
+    // the token budget cut off ends unclosed, last, and is not run.
+    let ended: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "block_ended")
+        .collect();
+    assert_eq!(ended.len(), started.len());
+    let cut: Vec<usize> = (0..ended.len())
+        .filter(|&i| ended[i]["closed"] != true)
+        .collect();
+    let summary = events.last().unwrap();
+    if !cut.is_empty() {
+        assert_eq!(cut, [ended.len() - 1], "{ended:?}");
+        assert_eq!(summary["stop_reason"], "token_budget", "{summary}");
+    }
+    let codes = ended
+        .iter()
+        .filter(|e| e["tag"] == "code" && e["closed"] == true)
+        .count();
     let observations: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "observation")
@@ -80,7 +97,6 @@ fn run_mode_mas_streams_every_agent_and_counts_every_call() {
             "{text}"
         );
     }
-    let summary = events.last().unwrap();
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["mode"], "mas");
     // One model call per agent block (the math profile reads no pages).

@@ -455,10 +455,21 @@ impl System<'_, '_> {
         let reply = reply?;
         self.usage.add(&reply);
         let output = reply.text.trim().to_string();
+        // A call the run's budget, deadline or cancel cut off wrote a block that is not whole
+        // (a program cut mid-line is not run): it ends unclosed, as a cut block does in a
+        // Chain-of-Agents run.
+        let halt = match reply.stop {
+            GenerationStop::Cancelled => Some(StopReason::Cancelled),
+            GenerationStop::Deadline => Some(StopReason::TimeBudget),
+            GenerationStop::MaxTokens if reply.completion_tokens >= left => {
+                Some(StopReason::TokenBudget)
+            }
+            _ => None,
+        };
         emit(AgentEvent::BlockEnded {
             tag,
             content: output.clone(),
-            closed: true,
+            closed: halt.is_none(),
             source: Source::Model,
         });
         self.activations.push(Activation {
@@ -470,13 +481,9 @@ impl System<'_, '_> {
             prompt_tokens: reply.prompt_tokens as u64,
             completion_tokens: reply.completion_tokens as u64,
         });
-        match reply.stop {
-            GenerationStop::Cancelled => Err(Halt::Stop(StopReason::Cancelled)),
-            GenerationStop::Deadline => Err(Halt::Stop(StopReason::TimeBudget)),
-            GenerationStop::MaxTokens if reply.completion_tokens >= left => {
-                Err(Halt::Stop(StopReason::TokenBudget))
-            }
-            _ => Ok(output),
+        match halt {
+            Some(reason) => Err(Halt::Stop(reason)),
+            None => Ok(output),
         }
     }
 }

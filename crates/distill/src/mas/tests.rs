@@ -30,22 +30,29 @@ impl ChatEngine for Scripted {
     fn chat(
         &mut self,
         turn: &ChatTurn,
-        _limits: GenerateLimits,
+        limits: GenerateLimits,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<ChatReply, EngineError> {
         self.turns.push(turn.clone());
         self.temperatures.push(self.temperature);
-        let text = self
+        let mut text = self
             .replies
             .pop_front()
             .unwrap_or_else(|| panic!("no reply scripted for turn {}", self.turns.len()))?;
+        // One token a byte, cut where the run's budget ends, as the engine cuts a reply.
+        let stop = if text.len() >= limits.max_tokens {
+            text.truncate(limits.max_tokens);
+            GenerationStop::MaxTokens
+        } else {
+            GenerationStop::EndOfTurn
+        };
         on_text(&text);
         Ok(ChatReply {
             prompt_tokens: turn.system.len() + turn.user.len(),
             cached_tokens: 1,
             completion_tokens: text.len(),
             text,
-            stop: GenerationStop::EndOfTurn,
+            stop,
         })
     }
 
@@ -99,6 +106,20 @@ fn run(
     tools: &ToolBox,
     max_tool_calls: u32,
 ) -> (MasSummary, Vec<AgentEvent>) {
+    let budgets = Budgets {
+        max_tool_calls,
+        max_tokens: 100_000,
+        max_time: None,
+    };
+    run_within(profile, model, tools, budgets)
+}
+
+fn run_within(
+    profile: &str,
+    model: &mut Scripted,
+    tools: &ToolBox,
+    budgets: Budgets,
+) -> (MasSummary, Vec<AgentEvent>) {
     let profile = Profile::builtin(profile).unwrap();
     let request = MasRequest {
         task_id: "t1",
@@ -106,11 +127,7 @@ fn run(
         profile: &profile,
         model: "scripted".into(),
         sampling: SamplingParams::default(),
-        budgets: Budgets {
-            max_tool_calls,
-            max_tokens: 100_000,
-            max_time: None,
-        },
+        budgets,
         cancel: None,
     };
     let mut events = Vec::new();
@@ -396,6 +413,38 @@ fn a_prompt_too_long_for_the_context_ends_the_run_as_context_full() {
     assert_eq!(summary.stop_reason, StopReason::ContextFull);
     assert_eq!(summary.answer, None);
     assert_eq!(summary.run.activations.len(), 2);
+}
+
+#[test]
+fn a_program_the_token_budget_cuts_ends_unclosed_and_is_not_run() {
+    let plan = "1. Add the numbers.";
+    let think = "I should compute it.\nNext: code";
+    let program = "```py\nprint(2 + 4)\n```";
+    let mut model = Scripted::new(&[plan, think, program]);
+    let tools = toolbox(Tag::Code);
+    let budgets = Budgets {
+        max_tool_calls: 12,
+        max_tokens: plan.len() + think.len() + 10,
+        max_time: None,
+    };
+    let (summary, events) = run_within("math", &mut model, &tools, budgets);
+    assert_eq!(summary.stop_reason, StopReason::TokenBudget);
+    let ended: Vec<(Tag, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::BlockEnded { tag, closed, .. } => Some((*tag, *closed)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ended,
+        [(Tag::Plan, true), (Tag::Think, true), (Tag::Code, false)]
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Observation { .. }))
+    );
 }
 
 #[test]
