@@ -55,6 +55,8 @@ test('a real task streams its chain: code, the sandbox observation, the answer',
   await page.getByLabel('Temperature').fill('0');
   await page.getByLabel('Temperature').dispatchEvent('change');
   await go(page, 'Run');
+  // The default model as installed is served with Catena's adapter, and the page says so.
+  await expect(page.getByTestId('served-adapter')).toHaveText('with the adapter catena-coa-0.5b');
 
   await page.getByRole('textbox', { name: 'Task' }).fill('What is 2 to the power 100?');
   await page.getByLabel('Profile').selectOption('math');

@@ -142,6 +142,8 @@ export interface Health {
   status: string;
   message?: string;
   model: string;
+  /** The adapter Catena ships for the served model (the default model's), when it is applied. */
+  adapter?: string | null;
   architecture: string;
   version: string;
   in_flight: number;
