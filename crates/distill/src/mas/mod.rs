@@ -336,21 +336,27 @@ impl System<'_, '_> {
             call.observation = Some(observation.clone());
             call.tool_ok = Some(success);
         }
-        let mut step = Step {
+        let step = Step {
             tool,
             input,
             observation,
             worked: success,
             reflection: String::new(),
         };
-        step.reflection = self.call(
+        let review = prompts::reflector_input(question, &step);
+        // The call ran: it counts (toward the budget and the run's tool calls) even when the
+        // run's budget stops the reflector that follows.
+        self.steps.push(step);
+        let reflection = self.call(
             Role::Reflector,
             None,
             prompts::REFLECTOR.into(),
-            prompts::reflector_input(question, &step),
+            review,
             emit,
         )?;
-        self.steps.push(step);
+        if let Some(step) = self.steps.last_mut() {
+            step.reflection = reflection;
+        }
         Ok(())
     }
 

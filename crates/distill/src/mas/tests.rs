@@ -448,6 +448,29 @@ fn a_program_the_token_budget_cuts_ends_unclosed_and_is_not_run() {
 }
 
 #[test]
+fn a_program_that_ran_counts_when_the_budget_cuts_its_reflection() {
+    let plan = "1. Add the numbers.";
+    let think = "I should compute it.\nNext: code";
+    let program = "```py\nprint(2 + 4)\n```";
+    let reflection = "The program printed 6, which is the sum asked for.";
+    let mut model = Scripted::new(&[plan, think, program, reflection]);
+    let tools = toolbox(Tag::Code);
+    let budgets = Budgets {
+        max_tool_calls: 12,
+        max_tokens: plan.len() + think.len() + program.len() + 10,
+        max_time: None,
+    };
+    let (summary, events) = run_within("math", &mut model, &tools, budgets);
+    assert_eq!(summary.stop_reason, StopReason::TokenBudget);
+    let observations = events
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::Observation { .. }))
+        .count();
+    assert_eq!(observations, 1);
+    assert_eq!(summary.tool_calls, 1);
+}
+
+#[test]
 fn an_engine_failure_is_an_error() {
     let mut model = Scripted::new(&["1. Add."]);
     model
