@@ -258,17 +258,24 @@ impl ShowProgress for RlEvent {
             }
             RlEvent::Group { .. } => {}
             RlEvent::Step { record: r, .. } => {
+                // A step whose groups all had equal rewards makes no update: its update
+                // statistics are not zeros but absent, and the line says so.
+                let update = if r.updated() {
+                    format!(
+                        "clip {:.3}  entropy {:.3}  loss {:+.4}",
+                        r.clip_fraction, r.entropy, r.loss
+                    )
+                } else {
+                    "no update (every group's rewards were equal)".to_string()
+                };
                 bar.line(format!(
-                    "step {}: reward {:.3}  solved {:.0}%  length {:.0}  dropped {}/{}  clip {:.3}  entropy {:.3}  loss {:+.4}  ({:.0} s rollout, {:.1} s scoring, {:.0} s update)",
+                    "step {}: reward {:.3}  solved {:.0}%  length {:.0}  dropped {}/{}  {update}  ({:.0} s rollout, {:.1} s scoring, {:.0} s update)",
                     r.step,
                     r.reward_mean,
                     100.0 * r.solved_share,
                     r.response_length,
                     r.groups_dropped,
                     r.groups_sampled,
-                    r.clip_fraction,
-                    r.entropy,
-                    r.loss,
                     r.rollout_seconds,
                     r.scoring_seconds,
                     r.update_seconds

@@ -145,6 +145,12 @@ impl RlStepRecord {
     pub fn dropped_share(&self) -> f64 {
         self.groups_dropped as f64 / self.groups_sampled.max(1) as f64
     }
+
+    /// Whether the step updated the adapter: not when every group drawn had equal rewards,
+    /// and then its clip fraction, entropy, log-probability gap and loss measure nothing.
+    pub fn updated(&self) -> bool {
+        self.trained_tokens > 0
+    }
 }
 
 /// Everything but the tensors.
