@@ -1,6 +1,6 @@
 //! The LoRA adapter Catena ships for its default model. The model's weights stay as published;
 //! the adapter, trained with Catena's own recipe (multi-agent distillation with the model as its
-//! own teacher, then SFT on what the filters kept: docs/TRAINING.md), trains it toward the
+//! own teacher, SFT on what the filters kept, then agentic RL: docs/TRAINING.md), trains it toward the
 //! Chain-of-Agents protocol. It travels inside the binary, so a
 //! fresh machine has it with nothing to train or fetch; llama.cpp reads adapters from a path, so
 //! on first use it is written into the cache folder, checked, and read from there.
@@ -26,12 +26,12 @@ pub struct ShippedAdapter {
 }
 
 /// The adapter of the default model (Qwen2.5-Coder-0.5B-Instruct Q4_K_M): LoRA rank 8 on all
-/// seven projections, F16, from `scripts/distill_learning_run.sh` with `RL_STEPS=0`. How it was
-/// made and what it measured: docs/TRAINING.md.
+/// seven projections, F16, from `scripts/distill_learning_run.sh` (SFT, then 6 RL steps). How it
+/// was made and what it measured: docs/TRAINING.md.
 pub const DEFAULT_MODEL_ADAPTER: ShippedAdapter = ShippedAdapter {
     name: "catena-coa-0.5b",
     file: "catena-coa-0.5b.gguf",
-    sha256: "7f73a640413302d25d5bfc9cfe75d52a1388680d75172f49f46a51279ee1a2f6",
+    sha256: "23509b58e626216dbc52a2a23411912dc65134e4cdd2a82d215799dd10743d5d",
     model: &DEFAULT_MODEL.files[0],
     bytes: include_bytes!("../../../../models/adapters/catena-coa-0.5b.gguf"),
 };
@@ -118,5 +118,14 @@ mod tests {
         std::fs::write(&path, b"GGUF").unwrap();
         assert_eq!(adapter.ensure(&paths).unwrap(), path);
         assert_eq!(std::fs::read(&path).unwrap().len(), adapter.bytes.len());
+        // So is an earlier release's adapter of the same size: its marker names another digest.
+        std::fs::write(&path, vec![0u8; adapter.bytes.len()]).unwrap();
+        std::fs::write(
+            marker_path(&path),
+            format!("{} {}\n", "0".repeat(64), adapter.bytes.len()),
+        )
+        .unwrap();
+        adapter.ensure(&paths).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), adapter.bytes);
     }
 }
