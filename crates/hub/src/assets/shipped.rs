@@ -1,9 +1,9 @@
 //! The LoRA adapter Catena ships for its default model. The model's weights stay as published;
 //! the adapter, trained with Catena's own recipe (multi-agent distillation with the model as its
-//! own teacher, SFT on what the filters kept, then agentic RL: docs/TRAINING.md), trains it toward the
-//! Chain-of-Agents protocol. It travels inside the binary, so a
-//! fresh machine has it with nothing to train or fetch; llama.cpp reads adapters from a path, so
-//! on first use it is written into the cache folder, checked, and read from there.
+//! own teacher, SFT on what the filters kept, then agentic RL: docs/TRAINING.md), trains it
+//! toward the Chain-of-Agents protocol. It travels inside the binary, so a fresh machine has it
+//! with nothing to train or fetch; llama.cpp reads adapters from a path, so on first use it is
+//! written into the cache folder, checked, and read from there.
 
 use super::catalog::{AssetFile, DEFAULT_MODEL};
 use super::fetch::{AssetError, marker_path};
