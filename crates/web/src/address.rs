@@ -23,8 +23,10 @@ pub fn private_kind(ip: IpAddr) -> Option<&'static str> {
                 Some("a link-local address")
             } else if v6.is_multicast() {
                 Some("a multicast address")
-            } else if is_nat64_of_private(v6) {
-                Some("a private network address (through NAT64)")
+            } else if let Some(v4) = embedded_v4(v6) {
+                v4_kind(v4)
+            } else if v6.segments()[..3] == [0x64, 0xff9b, 1] {
+                Some("a local-use NAT64 address (a private network's translator)")
             } else {
                 None
             }
@@ -51,14 +53,18 @@ fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
     }
 }
 
-/// `64:ff9b::a.b.c.d` (the well-known NAT64 prefix) with a private IPv4 address inside.
-fn is_nat64_of_private(ip: Ipv6Addr) -> bool {
+/// The IPv4 address inside an IPv6 address that carries one in its last 32 bits and reaches
+/// it: `::a.b.c.d` (IPv4-compatible, deprecated but still turned into IPv4 by some stacks),
+/// `::ffff:0:a.b.c.d` (IPv4-translated, SIIT) and `64:ff9b::a.b.c.d` (the well-known NAT64
+/// prefix). `::` and `::1` are not among them: they are IPv6's own.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = ip.segments();
-    if s[..6] != [0x64, 0xff9b, 0, 0, 0, 0] {
-        return false;
-    }
-    let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-    v4_kind(v4).is_some()
+    let carries = matches!(
+        s[..6],
+        [0, 0, 0, 0, 0, 0] | [0, 0, 0, 0, 0xffff, 0] | [0x64, 0xff9b, 0, 0, 0, 0]
+    );
+    let [.., a, b, c, d] = ip.octets();
+    (carries && !ip.is_loopback() && !ip.is_unspecified()).then_some(Ipv4Addr::new(a, b, c, d))
 }
 
 #[cfg(test)]
@@ -85,6 +91,14 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
+            // IPv4-compatible, IPv4-translated and local-use NAT64 (RFC 8215).
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:192.168.0.1",
+            "64:ff9b:1::1",
+            "64:ff9b:1::808:808",
+            "64:ff9b:1:ffff::1",
         ] {
             let ip: IpAddr = refused.parse().unwrap();
             assert!(private_kind(ip).is_some(), "{refused} should be refused");
@@ -94,6 +108,8 @@ mod tests {
             "93.184.216.34",
             "2606:4700::1111",
             "64:ff9b::101:101",
+            "::ffff:0:1.1.1.1",
+            "64:ff9b:2::1",
         ] {
             let ip: IpAddr = allowed.parse().unwrap();
             assert_eq!(private_kind(ip), None, "{allowed} should be allowed");

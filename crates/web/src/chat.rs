@@ -4,12 +4,19 @@
 //! server, or a hosted service with the user's key. The address is the user's (settings), so it
 //! may be this machine's own; the key is sent only there and never printed.
 
+use crate::body::{Answer, BodyError, ReadLimits, error_message, size};
 use crate::search::ApiKey;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// How long one answer may take: a page summary from a big local model is slow.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long one answer may take, connection to last byte (a page summary from a big local model
+/// is slow), and the most it may bring: a summary or a completion is a few thousand tokens, the
+/// largest answers are llama.cpp's token lists for a whole prompt (`/tokenize`), about 10 MB for
+/// the biggest page the reader takes. An endpoint sending more is broken or hostile.
+pub(crate) const ANSWER_LIMITS: ReadLimits = ReadLimits {
+    timeout: Duration::from_secs(300),
+    max_bytes: 32 << 20,
+};
 
 /// Why the endpoint gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,6 +34,8 @@ pub enum EndpointError {
     Network(String),
     #[error("the endpoint answered in an unexpected shape: {0}")]
     BadResponse(String),
+    #[error("the endpoint's answer is larger than {}; it was cut off there", size(*.0))]
+    TooLarge(u64),
 }
 
 /// A chat model at an OpenAI-compatible endpoint.
@@ -38,6 +47,7 @@ pub struct ChatEndpoint {
     model: String,
     key: Option<ApiKey>,
     client: reqwest::blocking::Client,
+    limits: ReadLimits,
 }
 
 impl std::fmt::Debug for ChatEndpoint {
@@ -66,6 +76,7 @@ impl ChatEndpoint {
             model: model.to_string(),
             key,
             client,
+            limits: ANSWER_LIMITS,
         })
     }
 
@@ -139,7 +150,7 @@ impl ChatEndpoint {
     }
 
     fn send(&self, request: reqwest::blocking::RequestBuilder) -> Result<Value, EndpointError> {
-        send_json(request, self.key.as_ref())
+        send_json(request, self.key.as_ref(), self.limits)
     }
 }
 
@@ -167,35 +178,34 @@ pub struct ChatAnswer {
 }
 
 /// Sends `request` with `key` as a bearer token and turns an error status into its
-/// [`EndpointError`]; the answer's JSON on success.
+/// [`EndpointError`]; the answer's JSON on success, read within `limits` ([`ANSWER_LIMITS`]
+/// outside tests).
 pub(crate) fn send_json(
     request: reqwest::blocking::RequestBuilder,
     key: Option<&ApiKey>,
+    limits: ReadLimits,
 ) -> Result<Value, EndpointError> {
     let mut request = request;
     if let Some(key) = key {
         request = request.bearer_auth(key.expose());
     }
-    let response = request.send().map_err(|e| {
+    let seconds = limits.timeout.as_secs();
+    let answer = Answer::send(request, limits).map_err(|e| {
         EndpointError::Network(if e.is_timeout() {
-            format!("no answer within {} seconds", ANSWER_TIMEOUT.as_secs())
+            format!("no answer within {seconds} seconds")
         } else {
             e.without_url().to_string()
         })
     })?;
-    let status = response.status().as_u16();
-    let text = response.text().unwrap_or_default();
-    let json: Option<Value> = serde_json::from_str(&text).ok();
+    let status = answer.response.status().as_u16();
     match status {
         200..=299 => {}
         401 | 403 => return Err(EndpointError::Unauthorized(status)),
         429 => return Err(EndpointError::RateLimited),
         _ => {
-            let message = json
-                .as_ref()
-                .and_then(|j| j.pointer("/error/message").or_else(|| j.get("error")))
-                .and_then(Value::as_str)
-                .map_or_else(|| text.chars().take(200).collect(), str::to_string);
+            let start = answer.error_start();
+            let message = error_message(&start);
+            let json: Option<Value> = serde_json::from_slice(&start).ok();
             let code = json
                 .as_ref()
                 .and_then(|j| {
@@ -217,11 +227,18 @@ pub(crate) fn send_json(
             return Err(EndpointError::Status { status, message });
         }
     }
-    json.ok_or_else(|| EndpointError::BadResponse("not JSON".into()))
+    let body = answer.body().map_err(|e| match e {
+        BodyError::Timeout(_) => {
+            EndpointError::Network(format!("no answer within {seconds} seconds"))
+        }
+        BodyError::TooLarge(cap) => EndpointError::TooLarge(cap),
+        BodyError::Broken(reason) => EndpointError::Network(format!("the answer {reason}")),
+    })?;
+    serde_json::from_slice(&body).map_err(|_| EndpointError::BadResponse("not JSON".into()))
 }
 
 /// Checks that `base_url` is an http(s) address and builds the client that talks to it: no
-/// redirects (the key goes only where the user said), [`ANSWER_TIMEOUT`] per answer.
+/// redirects (the key goes only where the user said).
 pub(crate) fn endpoint_client(
     base_url: &str,
 ) -> Result<(String, reqwest::blocking::Client), EndpointError> {
@@ -234,11 +251,64 @@ pub(crate) fn endpoint_client(
     }
     crate::install_tls_provider();
     let client = reqwest::blocking::Client::builder()
-        .timeout(ANSWER_TIMEOUT)
+        .timeout(ANSWER_LIMITS.timeout)
         .connect_timeout(Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| EndpointError::Network(e.to_string()))?;
     Ok((base.as_str().to_string(), client))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::testing::{dribbling, flood};
+
+    const JSON_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json";
+
+    #[test]
+    fn an_answer_that_never_ends_is_cut_at_the_cap() {
+        let endpoint = ChatEndpoint::new(&flood(JSON_HEAD), "m", None).unwrap();
+        assert_eq!(
+            endpoint.chat("s", "u", 10),
+            Err(EndpointError::TooLarge(32 << 20))
+        );
+        assert!(
+            EndpointError::TooLarge(32 << 20)
+                .to_string()
+                .contains("larger than 32 MiB")
+        );
+    }
+
+    #[test]
+    fn an_answer_that_dribbles_is_cut_at_the_deadline() {
+        let base = dribbling(JSON_HEAD, Duration::from_millis(100));
+        let mut endpoint = ChatEndpoint::new(&base, "m", None).unwrap();
+        endpoint.limits.timeout = Duration::from_secs(1);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            endpoint.chat("s", "u", 10),
+            Err(EndpointError::Network("no answer within 1 seconds".into()))
+        );
+        // 10,000 bytes a tenth of a second apart would take 17 minutes.
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+
+    #[test]
+    fn an_error_answer_is_read_only_as_far_as_its_message() {
+        let endpoint = ChatEndpoint::new(
+            &flood("HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain"),
+            "m",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            endpoint.chat("s", "u", 10),
+            Err(EndpointError::Status {
+                status: 500,
+                message: "no message".into()
+            })
+        );
+    }
 }

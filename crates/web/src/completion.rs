@@ -6,7 +6,8 @@
 //! cache (`timings.cache_n`) and how much it evaluated (`timings.prompt_n`).
 
 use crate::EndpointError;
-use crate::chat::{endpoint_client, send_json};
+use crate::body::ReadLimits;
+use crate::chat::{ANSWER_LIMITS, endpoint_client, send_json};
 use crate::search::ApiKey;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -17,6 +18,7 @@ pub struct CompletionEndpoint {
     root: String,
     key: Option<ApiKey>,
     client: reqwest::blocking::Client,
+    limits: ReadLimits,
 }
 
 impl std::fmt::Debug for CompletionEndpoint {
@@ -87,7 +89,12 @@ impl CompletionEndpoint {
         let (base, client) = endpoint_client(base_url)?;
         let base = base.trim_end_matches('/');
         let root = base.strip_suffix("/v1").unwrap_or(base).to_string();
-        Ok(CompletionEndpoint { root, key, client })
+        Ok(CompletionEndpoint {
+            root,
+            key,
+            client,
+            limits: ANSWER_LIMITS,
+        })
     }
 
     /// The token ids of `text`; `special` lets control-token text (`<|im_start|>`) become a
@@ -114,6 +121,7 @@ impl CompletionEndpoint {
         let answer = send_json(
             self.client.get(format!("{}/props", self.root)),
             self.key.as_ref(),
+            self.limits,
         )?;
         let context_size = answer
             .pointer("/default_generation_settings/n_ctx")
@@ -199,6 +207,7 @@ impl CompletionEndpoint {
         send_json(
             self.client.post(format!("{}/{path}", self.root)).json(body),
             self.key.as_ref(),
+            self.limits,
         )
     }
 }
@@ -228,6 +237,24 @@ mod tests {
             assert_eq!(endpoint.root, "http://127.0.0.1:8080", "{url}");
         }
         assert!(CompletionEndpoint::new("file:///etc/passwd", None).is_err());
+    }
+
+    #[test]
+    fn a_huge_or_slow_answer_is_cut() {
+        use crate::body::testing::{dribbling, flood};
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json";
+        let endpoint = CompletionEndpoint::new(&flood(head), None).unwrap();
+        assert_eq!(
+            endpoint.tokenize("text", false),
+            Err(EndpointError::TooLarge(32 << 20))
+        );
+        let mut endpoint =
+            CompletionEndpoint::new(&dribbling(head, Duration::from_millis(100)), None).unwrap();
+        endpoint.limits.timeout = Duration::from_secs(1);
+        assert!(matches!(
+            endpoint.props(),
+            Err(EndpointError::Network(reason)) if reason.contains("within 1 seconds")
+        ));
     }
 
     #[test]

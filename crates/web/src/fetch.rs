@@ -4,9 +4,9 @@
 //! machine), literal addresses before each request and each redirect.
 
 use crate::address::private_kind;
+use crate::body::{Answer, BodyError, ReadLimits};
 use catena_search::extract::{absolute_links, html_metadata, html_to_text};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use std::io::Read;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,10 +85,7 @@ impl Fetcher {
     pub fn new(options: FetchOptions) -> Result<Fetcher, FetchError> {
         crate::install_tls_provider();
         let max_redirects = options.max_redirects;
-        let guard = Guard {
-            allow_all: options.allow_private,
-            allowed: Arc::new(options.allowed_addresses.clone()),
-        };
+        let guard = Guard::new(options.allow_private, options.allowed_addresses.clone());
         let redirect_guard = guard.clone();
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() > max_redirects {
@@ -122,49 +119,35 @@ impl Fetcher {
     pub fn fetch(&self, url: &str) -> Result<FetchedPage, FetchError> {
         let parsed = url::Url::parse(url).map_err(|_| FetchError::BadUrl(url.to_string()))?;
         self.guard.check_url(&parsed)?;
-        let response = self
-            .client
-            .get(parsed)
-            .header(
-                reqwest::header::ACCEPT,
-                "text/html, text/plain;q=0.9, */*;q=0.5",
-            )
-            .send()
-            .map_err(|e| self.request_error(e))?;
-        let status = response.status();
+        let request = self.client.get(parsed).header(
+            reqwest::header::ACCEPT,
+            "text/html, text/plain;q=0.9, */*;q=0.5",
+        );
+        let limits = ReadLimits {
+            timeout: self.options.timeout,
+            max_bytes: self.options.max_bytes,
+        };
+        let answer = Answer::send(request, limits).map_err(|e| self.request_error(e))?;
+        let status = answer.response.status();
         if !status.is_success() {
             return Err(FetchError::Status(status.as_u16()));
         }
-        let final_url = response.url().to_string();
-        let content_type = response
+        let final_url = answer.response.url().to_string();
+        let content_type = answer
+            .response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_ascii_lowercase();
         let kind = TextKind::of(&content_type)?;
-        let limit = self.options.max_bytes;
-        if response.content_length().is_some_and(|n| n > limit) {
-            return Err(FetchError::TooLarge(limit >> 20));
-        }
-        let mut body = Vec::new();
-        response
-            .take(limit + 1)
-            .read_to_end(&mut body)
-            .map_err(|e| {
-                match e
-                    .get_ref()
-                    .and_then(|inner| inner.downcast_ref::<reqwest::Error>())
-                {
-                    Some(inner) if inner.is_timeout() => {
-                        FetchError::Timeout(self.options.timeout.as_secs())
-                    }
-                    _ => FetchError::Network(format!("the page stopped arriving: {e}")),
-                }
-            })?;
-        if body.len() as u64 > limit {
-            return Err(FetchError::TooLarge(limit >> 20));
-        }
+        let body = answer.body().map_err(|e| match e {
+            BodyError::Timeout(_) => FetchError::Timeout(self.options.timeout.as_secs()),
+            BodyError::TooLarge(limit) => FetchError::TooLarge(limit >> 20),
+            BodyError::Broken(reason) => {
+                FetchError::Network(format!("the page stopped arriving: {reason}"))
+            }
+        })?;
         let is_html = match kind {
             TextKind::Html => true,
             TextKind::Plain => false,
@@ -248,14 +231,22 @@ fn looks_like_html(body: &[u8]) -> bool {
     start.starts_with("<!doctype html") || start.starts_with("<html") || start.contains("<body")
 }
 
-/// The address rule, shared by the resolver and the redirect policy.
+/// The address rule, shared by the resolver and the redirect policy (and by the SearXNG
+/// client, whose address the settings API may set).
 #[derive(Clone)]
-struct Guard {
+pub(crate) struct Guard {
     allow_all: bool,
     allowed: Arc<Vec<IpAddr>>,
 }
 
 impl Guard {
+    pub(crate) fn new(allow_all: bool, allowed: Vec<IpAddr>) -> Guard {
+        Guard {
+            allow_all,
+            allowed: Arc::new(allowed),
+        }
+    }
+
     /// Refuses `ip` (of `host`) when it is private and not allowed.
     fn check(&self, host: &str, ip: IpAddr) -> Result<(), FetchError> {
         match private_kind(ip) {
@@ -287,8 +278,8 @@ impl Guard {
 
 /// Resolves names with the system's resolver and refuses a name with any refused address among
 /// its answers (one private answer is enough to reach the machine).
-struct GuardedResolver {
-    guard: Guard,
+pub(crate) struct GuardedResolver {
+    pub guard: Guard,
 }
 
 impl Resolve for GuardedResolver {
@@ -348,6 +339,24 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("loopback"), "{err}");
+    }
+
+    #[test]
+    fn a_page_that_dribbles_is_cut_at_the_whole_request_deadline() {
+        let base = crate::body::testing::dribbling(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain",
+            Duration::from_millis(200),
+        );
+        let fetcher = Fetcher::new(FetchOptions {
+            timeout: Duration::from_secs(2),
+            allowed_addresses: vec![IpAddr::from([127, 0, 0, 1])],
+            ..FetchOptions::default()
+        })
+        .unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(fetcher.fetch(&base), Err(FetchError::Timeout(2)));
+        // Each byte came well within the two seconds; 10,000 of them would take half an hour.
+        assert!(started.elapsed() < Duration::from_secs(60));
     }
 
     #[test]

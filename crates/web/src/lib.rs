@@ -7,6 +7,7 @@
 //! server.
 
 pub mod address;
+mod body;
 mod chat;
 mod completion;
 mod fetch;
@@ -21,7 +22,10 @@ pub use fetch::{FetchError, FetchOptions, FetchedPage, Fetcher};
 pub use search::{
     ApiKey, LocalSearch, OnlineSearch, SearchBackend, SearchFailure, Service, WebHit,
 };
-pub use settings::{SUMMARIZER_KEY_ENV, WebSettings, WebSetup, WebSetupError};
+pub use settings::{
+    SUMMARIZER_KEY_ENV, UrlRefused, WebSettings, WebSetup, WebSetupError, check_settable_url,
+    without_credentials,
+};
 
 /// Installs rustls's `ring` crypto provider as the process default (once; later calls do
 /// nothing): reqwest is built without a provider of its own.

@@ -3,8 +3,12 @@
 //! client speaks its service's documented request and response shape; failures (a refused key,
 //! a rate limit, a server error) come back as [`SearchFailure`]s the tool words for the model.
 
+use crate::FetchError;
+use crate::body::{Answer, BodyError, ReadLimits, error_message};
+use crate::fetch::{Guard, GuardedResolver};
 use catena_search::DocumentIndex;
 use serde_json::Value;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -198,7 +202,17 @@ pub struct OnlineSearch {
     base_url: String,
     key: Option<ApiKey>,
     client: reqwest::blocking::Client,
+    limits: ReadLimits,
 }
+
+/// A search's whole answer: 30 seconds, connection to last byte.
+const SEARCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest search answer read: twenty results with snippets are tens of kilobytes.
+const SEARCH_MAX_BYTES: u64 = 4 << 20;
+
+/// Redirects followed, each to the service's own address.
+const MAX_REDIRECTS: usize = 3;
 
 impl OnlineSearch {
     /// A client of `service` at `base_url` with `key` (SearXNG needs none; the others do, which
@@ -208,22 +222,55 @@ impl OnlineSearch {
         base_url: &str,
         key: Option<ApiKey>,
     ) -> Result<OnlineSearch, SearchFailure> {
+        OnlineSearch::build(service, base_url, key, None)
+    }
+
+    /// As [`OnlineSearch::new`], with the page reader's address rule on every name the client
+    /// resolves: for an address the settings API may have written (SearXNG's), which other
+    /// programs on the machine can reach. A private address written literally in the URL is
+    /// the user's own choice (the API refuses to write one) and is not checked.
+    pub fn with_address_rule(
+        service: Service,
+        base_url: &str,
+        key: Option<ApiKey>,
+        allow_private: bool,
+        allowed_addresses: Vec<IpAddr>,
+    ) -> Result<OnlineSearch, SearchFailure> {
+        let guard = Guard::new(allow_private, allowed_addresses);
+        OnlineSearch::build(service, base_url, key, Some(guard))
+    }
+
+    fn build(
+        service: Service,
+        base_url: &str,
+        key: Option<ApiKey>,
+        guard: Option<Guard>,
+    ) -> Result<OnlineSearch, SearchFailure> {
         crate::install_tls_provider();
-        let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(30))
+        let mut builder = reqwest::blocking::Client::builder()
+            .timeout(SEARCH_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::limited(3))
-            .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| SearchFailure::Network {
-                service: service.display_name(),
-                reason: e.to_string(),
-            })?;
+            .redirect(same_host_redirects())
+            .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")));
+        if let Some(guard) = guard {
+            builder = builder
+                .dns_resolver(Arc::new(GuardedResolver { guard }))
+                // A proxy would resolve names itself, out of the resolver's sight.
+                .no_proxy();
+        }
+        let client = builder.build().map_err(|e| SearchFailure::Network {
+            service: service.display_name(),
+            reason: e.to_string(),
+        })?;
         Ok(OnlineSearch {
             service,
             base_url: base_url.trim_end_matches('/').to_string(),
             key,
             client,
+            limits: ReadLimits {
+                timeout: SEARCH_TIMEOUT,
+                max_bytes: SEARCH_MAX_BYTES,
+            },
         })
     }
 
@@ -330,26 +377,20 @@ impl SearchBackend for OnlineSearch {
 
     fn search(&self, query: &str, count: usize) -> Result<Vec<WebHit>, SearchFailure> {
         let service = self.service.display_name();
-        let response = self
-            .request(query, count)
-            .send()
-            .map_err(|e| SearchFailure::Network {
+        let timeout = self.limits.timeout.as_secs();
+        let answer = Answer::send(self.request(query, count), self.limits).map_err(|e| {
+            SearchFailure::Network {
                 service,
-                reason: if e.is_timeout() {
-                    "no answer within 30 seconds".into()
-                } else {
-                    // Without the URL: for some services it carries the query string only, but
-                    // a user's own instance may have credentials in it.
-                    e.without_url().to_string()
-                },
-            })?;
-        let status = response.status().as_u16();
-        let retry_after = response
+                reason: network_reason(e, timeout),
+            }
+        })?;
+        let status = answer.response.status().as_u16();
+        let retry_after = answer
+            .response
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok());
-        let body = response.text().unwrap_or_default();
         match status {
             200..=299 => {}
             401 | 403 if self.service == Service::Searxng => {
@@ -372,14 +413,25 @@ impl SearchBackend for OnlineSearch {
                 return Err(SearchFailure::Status {
                     service,
                     status,
-                    message: error_message(&body),
+                    message: error_message(&answer.error_start()),
                 });
             }
         }
-        let json: Value = serde_json::from_str(&body).map_err(|e| SearchFailure::BadResponse {
-            service,
-            reason: format!("not JSON: {e}"),
+        let body = answer.body().map_err(|e| match e {
+            BodyError::Timeout(_) => SearchFailure::Network {
+                service,
+                reason: format!("no answer within {timeout} seconds"),
+            },
+            e => SearchFailure::BadResponse {
+                service,
+                reason: format!("the answer {e}"),
+            },
         })?;
+        let json: Value =
+            serde_json::from_slice(&body).map_err(|e| SearchFailure::BadResponse {
+                service,
+                reason: format!("not JSON: {e}"),
+            })?;
         let mut hits = self
             .hits(&json)
             .map_err(|reason| SearchFailure::BadResponse { service, reason })?;
@@ -388,29 +440,72 @@ impl SearchBackend for OnlineSearch {
     }
 }
 
-/// The message in an error body (`message`, `error`, `detail`), else its first 200 characters.
-fn error_message(body: &str) -> String {
-    let json: Option<Value> = serde_json::from_str(body).ok();
-    let said = json.as_ref().and_then(|j| {
-        ["message", "error", "detail"]
-            .iter()
-            .find_map(|k| match j.get(k) {
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(Value::Object(o)) => o
-                    .get("detail")
-                    .or_else(|| o.get("message"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                _ => None,
-            })
-    });
-    let text = said.unwrap_or_else(|| body.chars().take(200).collect());
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if text.is_empty() {
-        "no message".into()
-    } else {
-        text
+/// Why a request failed, in words for the model: a refused redirect or address as it was
+/// refused, a timeout with its limit, else reqwest's reason without the URL (for some services
+/// it carries only the query string, but a user's own instance may have credentials in it).
+fn network_reason(error: reqwest::Error, timeout: u64) -> String {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(e) = source {
+        if let Some(refused) = e.downcast_ref::<RedirectRefused>() {
+            return refused.to_string();
+        }
+        if let Some(refused) = e.downcast_ref::<FetchError>() {
+            return refused.to_string();
+        }
+        source = e.source();
     }
+    if error.is_timeout() {
+        return format!("no answer within {timeout} seconds");
+    }
+    error.without_url().to_string()
+}
+
+/// Why a search service's redirect was not followed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum RedirectRefused {
+    #[error(
+        "it redirected to another address ({0}); requests to a search service stay where it \
+         is, so that its key goes nowhere else"
+    )]
+    Elsewhere(String),
+    #[error("more than {0} redirects")]
+    TooMany(usize),
+}
+
+/// Redirects to the service's own scheme, host and port only (or from http to https on the
+/// same host): reqwest drops `Authorization` on a redirect to another host but not the
+/// services' own key headers (`X-API-KEY`, `X-Subscription-Token`), which would follow the
+/// request wherever its server pointed it.
+fn same_host_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let Some(first) = attempt.previous().first() else {
+            return attempt.follow();
+        };
+        let next = attempt.url();
+        let same_host = next.host_str() == first.host_str();
+        let same_origin = same_host
+            && next.scheme() == first.scheme()
+            && next.port_or_known_default() == first.port_or_known_default();
+        let upgrade = same_host
+            && (first.scheme(), next.scheme()) == ("http", "https")
+            && first.port().is_none()
+            && next.port().is_none();
+        let refused = if attempt.previous().len() > MAX_REDIRECTS {
+            Some(RedirectRefused::TooMany(MAX_REDIRECTS))
+        } else if !same_origin && !upgrade {
+            let host = next.host_str().unwrap_or("no host");
+            Some(RedirectRefused::Elsewhere(match next.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_string(),
+            }))
+        } else {
+            None
+        };
+        match refused {
+            Some(reason) => attempt.error(reason),
+            None => attempt.follow(),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -426,28 +521,35 @@ mod tests {
     }
 
     #[test]
-    fn error_bodies_are_summarised() {
-        assert_eq!(
-            error_message(r#"{"message": "Quota exceeded"}"#),
-            "Quota exceeded"
-        );
-        assert_eq!(
-            error_message(r#"{"error": {"detail": "bad query"}}"#),
-            "bad query"
-        );
-        assert_eq!(
-            error_message("<html>\n oops </html>"),
-            "<html> oops </html>"
-        );
-        assert_eq!(error_message(""), "no message");
-    }
-
-    #[test]
     fn markup_in_snippets_becomes_text() {
         assert_eq!(
             plain("The <strong>tide</strong> &amp; moon"),
             "The tide & moon"
         );
         assert_eq!(plain("plain"), "plain");
+    }
+
+    #[test]
+    fn a_search_answer_is_read_within_its_deadline_and_cap() {
+        use crate::body::testing::{dribbling, flood};
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json";
+        let huge = OnlineSearch::new(Service::Searxng, &flood(head), None).unwrap();
+        let failure = huge.search("tides", 5).unwrap_err();
+        assert!(
+            failure.to_string().contains("larger than 4 MiB"),
+            "{failure}"
+        );
+        let base = dribbling(head, Duration::from_millis(100));
+        let mut slow = OnlineSearch::new(Service::Serper, &base, ApiKey::new("k")).unwrap();
+        slow.limits.timeout = Duration::from_secs(1);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            slow.search("tides", 5),
+            Err(SearchFailure::Network {
+                service: "Serper",
+                reason: "no answer within 1 seconds".into()
+            })
+        );
+        assert!(started.elapsed() < Duration::from_secs(60));
     }
 }

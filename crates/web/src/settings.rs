@@ -148,13 +148,26 @@ impl WebSettings {
             settings: settings_file.display().to_string(),
         };
         let from_env = env(service.env_var()).filter(|v| !v.trim().is_empty());
-        let (base_url, key) = match service {
-            Service::Searxng => {
-                let url = from_env
-                    .or_else(|| self.searxng_url.clone())
-                    .ok_or_else(|| missing("its instance's address", "searxng_url"))?;
-                (url, None)
-            }
+        let client = match service {
+            Service::Searxng => match from_env {
+                // The user's own environment: whatever address it names.
+                Some(url) => OnlineSearch::new(service, &url, None),
+                // The settings file, which the settings API writes too: names are checked
+                // where they resolve, as the page reader's are.
+                None => {
+                    let url = self
+                        .searxng_url
+                        .clone()
+                        .ok_or_else(|| missing("its instance's address", "searxng_url"))?;
+                    OnlineSearch::with_address_rule(
+                        service,
+                        &url,
+                        None,
+                        self.allow_private_addresses,
+                        self.allowed_addresses.clone(),
+                    )
+                }
+            },
             _ => {
                 let stored = match service {
                     Service::Serper => &self.serper_key,
@@ -180,11 +193,10 @@ impl WebSettings {
                     .cloned()
                     .or_else(|| service.documented_base_url().map(str::to_string))
                     .unwrap_or_default();
-                (base, Some(key))
+                OnlineSearch::new(service, &base, Some(key))
             }
-        };
-        let client = OnlineSearch::new(service, &base_url, key)
-            .map_err(|e| WebSetupError::Client(e.to_string()))?;
+        }
+        .map_err(|e| WebSetupError::Client(e.to_string()))?;
         Ok(WebSetup {
             backend: Some(Arc::new(client)),
             local_index,
@@ -218,6 +230,98 @@ impl WebSettings {
             .and_then(ApiKey::new)
             .or_else(|| self.summarizer_key.clone());
         Ok(Some(Arc::new(ChatEndpoint::new(url, model, key)?)))
+    }
+}
+
+/// Why an address given through the settings API is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlRefused {
+    #[error("`{0}` is not an http(s) address")]
+    NotHttp(String),
+    /// The settings are shown back (`GET /v1/settings/web`) and an address is shown in the
+    /// tools' status: a password inside one would be shown to whoever asks.
+    #[error(
+        "the address has a user name or password in it, which would be shown with the settings; \
+         give the service's key in its key field instead"
+    )]
+    Credentials,
+    /// The settings API is reachable by other programs on this machine; a private address there
+    /// is the user's to write (the settings file, the environment) or to allow.
+    #[error(
+        "{ip} is {kind}: an address on this machine or its private networks is not set through \
+         the settings API; write it in the [web] table of {settings} (or the service's \
+         environment variable), or add {ip} to `allowed_addresses` there"
+    )]
+    Private {
+        ip: IpAddr,
+        kind: &'static str,
+        settings: String,
+    },
+}
+
+/// Checks an address the settings API was given: http(s), and no user name or password in it.
+pub fn check_settable_url(url: &str) -> Result<url::Url, UrlRefused> {
+    let parsed = url::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .ok_or_else(|| UrlRefused::NotHttp(without_credentials(url)))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(UrlRefused::Credentials);
+    }
+    Ok(parsed)
+}
+
+impl WebSettings {
+    /// Checks a SearXNG address the settings API was given ([`check_settable_url`]), and that
+    /// it names no loopback, private or link-local address literally unless these settings
+    /// allow that address (`allow_private_addresses`, `allowed_addresses`): what SearXNG answers
+    /// goes into a run, and other programs on the machine can reach the API. Names are checked
+    /// where they resolve ([`OnlineSearch::with_address_rule`]). `settings_file` is only named
+    /// in errors.
+    pub fn check_searxng_url(
+        &self,
+        url: &str,
+        settings_file: &Path,
+    ) -> Result<url::Url, UrlRefused> {
+        let parsed = check_settable_url(url)?;
+        let ip = match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
+            Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
+            _ => return Ok(parsed),
+        };
+        match crate::address::private_kind(ip) {
+            Some(kind)
+                if !self.allow_private_addresses && !self.allowed_addresses.contains(&ip) =>
+            {
+                Err(UrlRefused::Private {
+                    ip,
+                    kind,
+                    settings: settings_file.display().to_string(),
+                })
+            }
+            _ => Ok(parsed),
+        }
+    }
+}
+
+/// `url` as it may be shown: without a user name and password inside it
+/// (`https://user:pass@host/` becomes `https://host/`). Text that is not a URL with a host is
+/// shown from its last `@` on, which is where credentials would end.
+pub fn without_credentials(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.has_host() => {
+            if parsed.username().is_empty() && parsed.password().is_none() {
+                return url.to_string();
+            }
+            // Only URLs that cannot have a user name fail here, and those have none.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        _ => match url.rsplit_once('@') {
+            Some((_, after)) => format!("...@{after}"),
+            None => url.to_string(),
+        },
     }
 }
 
@@ -261,5 +365,67 @@ mod tests {
             .unwrap();
         assert!(local.backend.is_none() && !local.online);
         assert!(toml::from_str::<WebSettings>("serch = \"local\"").is_err());
+    }
+
+    #[test]
+    fn addresses_with_credentials_are_refused_and_shown_without_them() {
+        assert_eq!(
+            check_settable_url("https://me:hunter2@search.example/"),
+            Err(UrlRefused::Credentials)
+        );
+        assert_eq!(
+            check_settable_url("https://me@search.example/"),
+            Err(UrlRefused::Credentials)
+        );
+        assert!(check_settable_url("https://search.example/").is_ok());
+        let not_http = check_settable_url("ftp://me:hunter2@files.example/").unwrap_err();
+        assert!(!not_http.to_string().contains("hunter2"), "{not_http}");
+        assert_eq!(
+            without_credentials("https://me:hunter2@search.example/x?q=1"),
+            "https://search.example/x?q=1"
+        );
+        assert_eq!(
+            without_credentials("http://127.0.0.1:8080/v1"),
+            "http://127.0.0.1:8080/v1"
+        );
+        assert!(!without_credentials("me:hunter2@not a url").contains("hunter2"));
+    }
+
+    #[test]
+    fn searxng_addresses_on_this_machine_need_the_users_leave() {
+        let file = Path::new("settings.toml");
+        let settings = WebSettings::default();
+        for refused in [
+            "http://127.0.0.1:8888",
+            "http://[::127.0.0.1]/",
+            "http://[64:ff9b:1::1]/",
+            "http://10.0.0.2/",
+        ] {
+            let err = settings.check_searxng_url(refused, file).unwrap_err();
+            assert!(
+                matches!(err, UrlRefused::Private { .. }),
+                "{refused}: {err:?}"
+            );
+        }
+        // Names are checked where they resolve, when the client looks them up.
+        assert!(
+            settings
+                .check_searxng_url("https://searx.example/", file)
+                .is_ok()
+        );
+        let allowed = WebSettings {
+            allowed_addresses: vec!["127.0.0.1".parse().unwrap()],
+            ..WebSettings::default()
+        };
+        assert!(
+            allowed
+                .check_searxng_url("http://127.0.0.1:8888", file)
+                .is_ok()
+        );
+        assert!(
+            allowed
+                .check_searxng_url("http://127.0.0.2:8888", file)
+                .is_err()
+        );
     }
 }
