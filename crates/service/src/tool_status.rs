@@ -8,7 +8,10 @@ use catena_hub::config::Paths;
 use catena_hub::installed::{save_settings_section, settings_path};
 use catena_protocol::Tag;
 use catena_search::{IndexInfo, IndexKind};
-use catena_web::{ApiKey, SUMMARIZER_KEY_ENV, Service as SearchService, WebSettings};
+use catena_web::{
+    ApiKey, SUMMARIZER_KEY_ENV, Service as SearchService, UrlRefused, WebSettings,
+    check_settable_url, without_credentials,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -75,7 +78,7 @@ pub fn tool_status(paths: &Paths) -> Vec<ToolStatus> {
                 sources.push("web pages (online)".into());
             }
             let reader = match settings.summarizer_url.as_deref() {
-                Some(url) => format!("summarised by the model at {url}"),
+                Some(url) => format!("summarised by the model at {}", without_credentials(url)),
                 None => "summarised by the run's own model".into(),
             };
             let detail = if sources.is_empty() {
@@ -200,6 +203,31 @@ fn key_env(name: &str) -> &'static str {
     }
 }
 
+/// Whether the environment sets the key in `var`.
+fn env_key(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// The new value of a URL setting when `update` changes it (`Some(None)`: removed), else
+/// `None`. The view shows URLs without credentials, so a UI sending back what it was shown
+/// changes nothing.
+fn changed_url(stored: &Option<String>, update: Option<String>) -> Option<Option<String>> {
+    let url = update?.trim().to_string();
+    let unchanged = stored
+        .as_deref()
+        .is_some_and(|old| old == url || without_credentials(old) == url)
+        || (stored.is_none() && url.is_empty());
+    (!unchanged).then(|| (!url.is_empty()).then_some(url))
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
 /// The `[web]` settings for the UI.
 pub fn web_settings_view(paths: &Paths) -> Result<WebSettingsView, ServiceError> {
     let mut settings = web_settings(paths).map_err(|e| ServiceError::internal(e.to_string()))?;
@@ -207,7 +235,7 @@ pub fn web_settings_view(paths: &Paths) -> Result<WebSettingsView, ServiceError>
         .iter()
         .map(|&name| {
             let in_settings = key_slot(&mut settings, name).is_some_and(|k| k.is_some());
-            let in_environment = std::env::var(key_env(name)).is_ok_and(|v| !v.trim().is_empty());
+            let in_environment = env_key(key_env(name));
             (
                 name,
                 KeyState {
@@ -226,8 +254,8 @@ pub fn web_settings_view(paths: &Paths) -> Result<WebSettingsView, ServiceError>
         search: settings.search.clone().unwrap_or_else(|| "local".into()),
         index: settings.index.clone(),
         online: settings.online,
-        searxng_url: settings.searxng_url.clone(),
-        summarizer_url: settings.summarizer_url.clone(),
+        searxng_url: settings.searxng_url.as_deref().map(without_credentials),
+        summarizer_url: settings.summarizer_url.as_deref().map(without_credentials),
         summarizer_model: settings.summarizer_model.clone(),
         page_timeout: settings.page_timeout,
         keys,
@@ -263,21 +291,33 @@ pub fn update_web_settings(
     if let Some(online) = update.online {
         settings.online = online;
     }
-    for (field, value) in [
-        (&mut settings.searxng_url, update.searxng_url),
-        (&mut settings.summarizer_url, update.summarizer_url),
-    ] {
-        if let Some(url) = value {
-            let url = url.trim().to_string();
-            if !url.is_empty()
-                && !url::Url::parse(&url).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
-            {
+    let settings_file = settings_path(paths);
+    let refused =
+        |e: UrlRefused| ServiceError::invalid(format!("{}.", capitalised(&e.to_string())));
+    if let Some(url) = changed_url(&settings.searxng_url, update.searxng_url) {
+        if let Some(url) = &url {
+            settings
+                .check_searxng_url(url, &settings_file)
+                .map_err(refused)?;
+        }
+        settings.searxng_url = url;
+    }
+    if let Some(url) = changed_url(&settings.summarizer_url, update.summarizer_url) {
+        if let Some(url) = &url {
+            check_settable_url(url).map_err(refused)?;
+            if env_key(SUMMARIZER_KEY_ENV) {
                 return Err(ServiceError::invalid(format!(
-                    "`{url}` is not an http(s) address."
+                    "The summariser's key comes from {SUMMARIZER_KEY_ENV} in the server's \
+                     environment, and it goes only to the summariser address in {}: change \
+                     `summarizer_url` there, or start the server without the variable.",
+                    settings_file.display()
                 )));
             }
-            *field = (!url.is_empty()).then_some(url);
         }
+        // A key is bound to the address it was given for: a new address gets only a key given
+        // with it (in this update's `keys`), never the old one.
+        settings.summarizer_url = url;
+        settings.summarizer_key = None;
     }
     if let Some(model) = update.summarizer_model {
         let model = model.trim().to_string();
@@ -348,6 +388,159 @@ mod tests {
         ] {
             assert!(update_web_settings(&paths, bad).is_err());
         }
+    }
+
+    fn update(paths: &Paths, json: serde_json::Value) -> Result<WebSettingsView, ServiceError> {
+        update_web_settings(paths, serde_json::from_value(json).unwrap())
+    }
+
+    fn stored(paths: &Paths) -> WebSettings {
+        web_settings(paths).unwrap()
+    }
+
+    #[test]
+    fn a_key_stays_with_the_address_it_was_given_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::at(dir.path(), dir.path());
+        let first = serde_json::json!({
+            "summarizer_url": "http://127.0.0.1:8080/v1",
+            "summarizer_model": "m",
+            "keys": {"summarizer": "sk-bound"},
+        });
+        update(&paths, first).unwrap();
+        // The same address, as the UI sends it back with every save: the key stays.
+        update(
+            &paths,
+            serde_json::json!({"summarizer_url": "http://127.0.0.1:8080/v1", "online": true}),
+        )
+        .unwrap();
+        assert!(stored(&paths).summarizer_key.is_some());
+        // Another address: the key is forgotten, not sent there.
+        let view = update(
+            &paths,
+            serde_json::json!({"summarizer_url": "http://127.0.0.1:9999/v1"}),
+        )
+        .unwrap();
+        assert!(!view.keys["summarizer"].in_settings);
+        let file = std::fs::read_to_string(settings_path(&paths)).unwrap();
+        assert!(!file.contains("sk-bound"), "{file}");
+        // A new address with a new key in the same request keeps the new key.
+        update(
+            &paths,
+            serde_json::json!({
+                "summarizer_url": "http://127.0.0.1:7777/v1",
+                "keys": {"summarizer": "sk-new"},
+            }),
+        )
+        .unwrap();
+        let settings = stored(&paths);
+        assert_eq!(
+            settings.summarizer_url.as_deref(),
+            Some("http://127.0.0.1:7777/v1")
+        );
+        assert!(settings.summarizer_key.is_some());
+        // Removing the address removes its key.
+        update(&paths, serde_json::json!({"summarizer_url": ""})).unwrap();
+        let settings = stored(&paths);
+        assert!(settings.summarizer_url.is_none() && settings.summarizer_key.is_none());
+    }
+
+    #[test]
+    fn credentials_in_addresses_are_refused_and_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::at(dir.path(), dir.path());
+        for field in ["searxng_url", "summarizer_url"] {
+            let err = update(
+                &paths,
+                serde_json::json!({field: "https://user:hunter2@search.example/"}),
+            )
+            .unwrap_err();
+            assert!(err.message.contains("user name or password"), "{err:?}");
+            assert!(!err.message.contains("hunter2"), "{err:?}");
+        }
+        // Written into the file by hand, they work but are shown without the password, and a
+        // UI sending back what it was shown changes nothing.
+        std::fs::write(
+            settings_path(&paths),
+            "[web]\nsearxng_url = \"https://me:hunter2@search.example/\"\n\
+             summarizer_url = \"https://me:hunter2@llm.example/v1\"\n\
+             summarizer_model = \"m\"\nsummarizer_key = \"sk-kept\"\n",
+        )
+        .unwrap();
+        let view = web_settings_view(&paths).unwrap();
+        let shown = serde_json::to_string(&view).unwrap();
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("me:"),
+            "{shown}"
+        );
+        assert_eq!(view.searxng_url.as_deref(), Some("https://search.example/"));
+        let status = serde_json::to_string(&tool_status(&paths)).unwrap();
+        assert!(!status.contains("hunter2"), "{status}");
+        let sent_back = serde_json::json!({
+            "searxng_url": view.searxng_url,
+            "summarizer_url": view.summarizer_url,
+        });
+        update(&paths, sent_back).unwrap();
+        let settings = stored(&paths);
+        assert_eq!(
+            settings.searxng_url.as_deref(),
+            Some("https://me:hunter2@search.example/")
+        );
+        assert!(settings.summarizer_key.is_some());
+    }
+
+    #[test]
+    fn the_api_sets_no_searxng_on_this_machine_unless_the_settings_allow_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::at(dir.path(), dir.path());
+        for private in [
+            "http://127.0.0.1:8888",
+            "http://[::1]:8888",
+            "http://2130706433:8888",
+            "http://192.168.1.5/",
+            "http://[::ffff:0:127.0.0.1]/",
+        ] {
+            let err = update(&paths, serde_json::json!({"searxng_url": private})).unwrap_err();
+            assert!(
+                err.message.contains("allowed_addresses"),
+                "{private}: {err:?}"
+            );
+        }
+        assert!(stored(&paths).searxng_url.is_none());
+        update(
+            &paths,
+            serde_json::json!({"searxng_url": "https://search.example/"}),
+        )
+        .unwrap();
+        // The user allowed the address in the settings file: then the API may name it.
+        std::fs::write(
+            settings_path(&paths),
+            "[web]\nallowed_addresses = [\"127.0.0.1\"]\n",
+        )
+        .unwrap();
+        update(
+            &paths,
+            serde_json::json!({"searxng_url": "http://127.0.0.1:8888"}),
+        )
+        .unwrap();
+        assert!(
+            update(
+                &paths,
+                serde_json::json!({"searxng_url": "http://127.0.0.2:8888"})
+            )
+            .is_err()
+        );
+        // An address already in the file, sent back unchanged, is kept.
+        std::fs::write(
+            settings_path(&paths),
+            "[web]\nsearxng_url = \"http://127.0.0.1:8888\"\n",
+        )
+        .unwrap();
+        update(
+            &paths,
+            serde_json::json!({"searxng_url": "http://127.0.0.1:8888", "online": true}),
+        )
+        .unwrap();
     }
 
     #[test]

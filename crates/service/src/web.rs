@@ -49,7 +49,8 @@ pub fn web_settings(paths: &Paths) -> Result<WebSettings, ModelsError> {
     let settings: WebSettings = settings_section(paths, "web")?;
     let has_keys = settings.serper_key.is_some()
         || settings.brave_key.is_some()
-        || settings.tavily_key.is_some();
+        || settings.tavily_key.is_some()
+        || settings.summarizer_key.is_some();
     #[cfg(unix)]
     if has_keys {
         use std::os::unix::fs::PermissionsExt;
