@@ -20,6 +20,19 @@ use std::time::Instant;
 /// history or the process list.
 pub const ENGINE_KEY_ENV: &str = "CATENA_ENGINE_KEY";
 
+/// The fewest tokens a reply of `text` can have taken, for a server that claims fewer: no
+/// tokenizer of the server's model is at hand, and no vocabulary averages more than
+/// [`MAX_CHARS_PER_TOKEN`] characters a token over a reply (English averages about four), so an
+/// honest count is never raised. Any reply, even an empty one, ended with at least one token.
+/// A budget counted this way runs out however little a server claims (issue 32: one that
+/// claimed zero tokens ran a run with `--max-tokens 16` for ever).
+pub fn fewest_tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(MAX_CHARS_PER_TOKEN).max(1)
+}
+
+/// See [`fewest_tokens`].
+pub const MAX_CHARS_PER_TOKEN: usize = 16;
+
 /// A chat model at a server ([`ChatEngine`]).
 pub struct RemoteChat {
     endpoint: ChatEndpoint,
@@ -73,7 +86,7 @@ impl ChatEngine for RemoteChat {
             },
             prompt_tokens: count(answer.prompt_tokens),
             cached_tokens: count(answer.cached_tokens),
-            completion_tokens: count(answer.completion_tokens),
+            completion_tokens: count(answer.completion_tokens).max(fewest_tokens(&answer.text)),
             text: answer.text,
         })
     }
@@ -174,13 +187,31 @@ impl RemoteSession {
             .extend(ids.into_iter().map(|id| TokenRecord { id, logprob: None }));
     }
 
+    /// `text` as the server tokenises it, for a generation whose text came without its tokens
+    /// (a server that claims it sampled none): the context holds what was written all the same,
+    /// and the next request does not repeat this one.
+    fn push_text(&mut self, text: &str) -> Result<(), EngineError> {
+        let forced = self.endpoint.tokenize(text, false).map_err(remote)?;
+        self.push_forced(forced);
+        Ok(())
+    }
+
+    /// `sampled`, or `text`'s own tokens when the server sent none.
+    fn push_sampled(&mut self, sampled: Vec<i32>, text: &str) -> Result<(), EngineError> {
+        if sampled.is_empty() {
+            return self.push_text(text);
+        }
+        self.push_forced(sampled);
+        Ok(())
+    }
+
     /// The tokens of a generation that ended in `text` (stop string included): the sampled
     /// ones, except that a last token carrying text past the stop string is replaced by the
     /// tokens of the part that is kept, as the local engine does, so the context holds exactly
     /// the returned text.
     fn settle_stop(&mut self, sampled: &[i32], text: &str) -> Result<(), EngineError> {
         let Some((_, before_last)) = sampled.split_last() else {
-            return Ok(());
+            return self.push_text(text);
         };
         let all = self.endpoint.detokenize(sampled).map_err(remote)?;
         if all == text {
@@ -270,6 +301,7 @@ impl Session for RemoteSession {
         };
         let completion = self.endpoint.complete(&request).map_err(remote)?;
         let sampled = completion.tokens.len();
+        let context_before = self.tokens.len();
         self.usage.requests += 1;
         self.usage.sent_tokens += prompt.len();
         self.usage.cached_tokens += completion.cached_tokens as usize;
@@ -280,7 +312,6 @@ impl Session for RemoteSession {
         self.stats.prefill_tokens += completion.evaluated_prompt_tokens as usize;
         self.stats.decode_tokens += decoded;
         self.stats.evaluated_tokens += completion.evaluated_prompt_tokens as usize + decoded;
-        self.stats.generated_tokens += sampled;
         self.stats.prefill_time += completion.prompt_time;
         self.stats.decode_time += completion.decode_time;
         let (text, stop) = match completion.stop {
@@ -299,11 +330,11 @@ impl Session for RemoteSession {
                 (text, GenerationStop::StopString { index })
             }
             CompletionStop::EndOfGeneration => {
-                self.push_forced(completion.tokens);
+                self.push_sampled(completion.tokens, &completion.text)?;
                 (completion.text, GenerationStop::EndOfTurn)
             }
             CompletionStop::Limit => {
-                self.push_forced(completion.tokens);
+                self.push_sampled(completion.tokens, &completion.text)?;
                 let stop = if self.tokens.len() >= self.context_size {
                     GenerationStop::ContextFull
                 } else {
@@ -315,11 +346,18 @@ impl Session for RemoteSession {
         // As in the local engine, the context counts what is in the KV cache.
         self.evaluated = prompt.len() + decoded;
         self.stats.context_tokens = self.evaluated;
+        // The budget counts what was written: a server that claims no tokens for its text is
+        // counted the text's tokens.
+        let generated = match sampled {
+            0 => self.tokens.len().saturating_sub(context_before),
+            n => n,
+        };
+        self.stats.generated_tokens += generated;
         on_text(&text);
         Ok(Generation {
             text,
             stop,
-            tokens: sampled,
+            tokens: generated,
         })
     }
 
@@ -343,5 +381,20 @@ impl Session for RemoteSession {
         self.chat
             .chat(&chat.system, &chat.user, chat.max_tokens)
             .map_err(remote)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_counts_at_least_its_texts_fewest_tokens() {
+        assert_eq!(fewest_tokens(""), 1);
+        assert_eq!(fewest_tokens("Yes."), 1);
+        assert_eq!(fewest_tokens(&"a".repeat(16)), 1);
+        assert_eq!(fewest_tokens(&"a".repeat(17)), 2);
+        // Characters, not bytes.
+        assert_eq!(fewest_tokens(&"é".repeat(32)), 2);
     }
 }
