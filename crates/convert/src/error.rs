@@ -16,6 +16,15 @@ pub enum ConvertError {
     /// (architecture, weight type, tokenizer, RoPE scaling): refused before anything is written.
     #[error("{0}")]
     Unsupported(String),
+    /// A number of the checkpoint (a count, a width, a rate) outside what llama.cpp and this
+    /// converter accept: refused before anything is allocated from it or written.
+    #[error("{path}: `{field}` is {value}, out of range: it must be {accepted}")]
+    OutOfRange {
+        path: PathBuf,
+        field: String,
+        value: String,
+        accepted: String,
+    },
 }
 
 impl ConvertError {

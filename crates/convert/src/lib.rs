@@ -15,12 +15,16 @@ mod names;
 mod vocab;
 mod weights;
 
-pub use config::{Architecture, ModelConfig, read_config};
+pub use config::{
+    Architecture, MAX_CONTEXT, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, ModelConfig, config_from_json,
+    read_config,
+};
 pub use error::ConvertError;
 
 use gguf_writer::{Counting, GgmlType, TensorPlan, Value};
 use half::f16;
 use names::Mapped;
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -64,11 +68,34 @@ pub struct Written {
     pub tensors: usize,
 }
 
+/// What `config.json` and `tokenizer.json` say, read and checked.
+#[derive(Debug, Clone)]
+pub struct Metadata {
+    pub config: ModelConfig,
+    /// The vocabulary's size: the rows of the embedding and output tensors.
+    pub tokens: u64,
+}
+
+/// Reads and checks the bytes of `config.json` and `tokenizer.json` as [`open`] does before it
+/// looks at a weight (no `tokenizer_config.json`, no chat template file). Untrusted bytes in,
+/// an error or the checked metadata out, in memory bounded by the input and the range checks:
+/// the converter's fuzz target drives this.
+pub fn check_metadata(config: &[u8], tokenizer: &[u8]) -> Result<Metadata, ConvertError> {
+    let config = config_from_json(config, Path::new("config.json"))?;
+    let vocabulary =
+        vocab::vocab_from_json(tokenizer, None, None, &config, Path::new("tokenizer.json"))?;
+    Ok(Metadata {
+        config,
+        tokens: vocabulary.tokens,
+    })
+}
+
 /// Reads and checks the checkpoint in `dir`: the configuration, the tokenizer and every weight
-/// header. Nothing is written.
+/// header, each tensor's shape against what llama.cpp's loader expects of a model of that
+/// configuration, and every layer complete. Nothing is written.
 pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
     let config = read_config(dir)?;
-    let vocab = vocab::read_vocab(dir, &config)?;
+    let vocabulary = vocab::read_vocab(dir, &config)?;
     let weights = Weights::open(dir)?;
     let mut plan = Vec::with_capacity(weights.tensors.len());
     for source in &weights.tensors {
@@ -93,6 +120,22 @@ pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
                 ),
             ));
         }
+        let Some(expected) = names::expected_shape(&config, &name, vocabulary.tokens) else {
+            return Err(ConvertError::Unsupported(format!(
+                "the tensor `{}` is not part of a {} model as llama.cpp runs it",
+                source.name, config.hf_class
+            )));
+        };
+        if source.shape != expected {
+            return Err(ConvertError::bad(
+                dir,
+                format!(
+                    "`{}` has the shape {:?}, but config.json and the vocabulary of {} tokens \
+                     make it {expected:?}",
+                    source.name, source.shape, vocabulary.tokens
+                ),
+            ));
+        }
         let ggml_type = if source.shape.len() <= 1
             || name.ends_with("_norm.weight")
             || !name.ends_with(".weight")
@@ -105,7 +148,7 @@ pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
             config.architecture,
             &source.name,
             config.head_count,
-            config.head_count_kv,
+            Some(config.head_count_kv),
         );
         plan.push(Planned {
             target: TensorPlan {
@@ -117,17 +160,34 @@ pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
             rope_heads,
         });
     }
+    let present: HashSet<&str> = plan.iter().map(|p| p.target.name.as_str()).collect();
     for required in ["token_embd.weight", "output_norm.weight"] {
-        if !plan.iter().any(|p| p.target.name == required) {
+        if !present.contains(required) {
             return Err(ConvertError::bad(
                 dir,
                 format!("the weights have no tensor for llama.cpp's `{required}`"),
             ));
         }
     }
+    // llama.cpp refuses a model with a layer missing any of its tensors.
+    let required = names::required_in_block(config.architecture);
+    for block in 0..config.block_count {
+        for part in &required {
+            let name = format!("blk.{block}.{part}");
+            if !present.contains(name.as_str()) {
+                return Err(ConvertError::bad(
+                    dir,
+                    format!(
+                        "layer {block} of {} has no tensor for llama.cpp's `{name}`",
+                        config.block_count
+                    ),
+                ));
+            }
+        }
+    }
     let mut metadata_rest = config.hyper_parameters.clone();
     metadata_rest.push(("general.file_type".into(), Value::U32(FILE_TYPE_F16)));
-    metadata_rest.extend(vocab);
+    metadata_rest.extend(vocabulary.metadata);
     Ok(Checkpoint {
         dir: dir.to_path_buf(),
         architecture: config.architecture,
@@ -317,8 +377,8 @@ mod tests {
         assert_eq!(f32::from_le_bytes([out[0], out[1], out[2], out[3]]), -2.5);
     }
 
-    /// A two-layer toy Qwen2 in the Hugging Face layout.
-    fn toy_checkpoint(dir: &Path) {
+    /// A toy Qwen2 of `layers` layers in the Hugging Face layout (config.json says one).
+    fn toy_checkpoint(dir: &Path, layers: usize) {
         let config = serde_json::json!({
             "architectures": ["Qwen2ForCausalLM"], "hidden_size": 4, "intermediate_size": 8,
             "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1,
@@ -342,22 +402,26 @@ mod tests {
             ("model.embed_tokens.weight", "BF16", vec![6u64, 4], bf16(24)),
             ("model.norm.weight", "BF16", vec![4], bf16(4)),
         ];
-        for (n, shape) in [
-            ("input_layernorm.weight", vec![4u64]),
-            ("post_attention_layernorm.weight", vec![4]),
-            ("self_attn.q_proj.weight", vec![4, 4]),
-            ("self_attn.q_proj.bias", vec![4]),
-            ("self_attn.k_proj.weight", vec![2, 4]),
-            ("self_attn.k_proj.bias", vec![2]),
-            ("self_attn.v_proj.weight", vec![2, 4]),
-            ("self_attn.v_proj.bias", vec![2]),
-            ("self_attn.o_proj.weight", vec![4, 4]),
-            ("mlp.gate_proj.weight", vec![8, 4]),
-            ("mlp.up_proj.weight", vec![8, 4]),
-            ("mlp.down_proj.weight", vec![4, 8]),
-        ] {
+        for (layer, (n, shape)) in (0..layers).flat_map(|layer| {
+            [
+                ("input_layernorm.weight", vec![4u64]),
+                ("post_attention_layernorm.weight", vec![4]),
+                ("self_attn.q_proj.weight", vec![4, 4]),
+                ("self_attn.q_proj.bias", vec![4]),
+                ("self_attn.k_proj.weight", vec![2, 4]),
+                ("self_attn.k_proj.bias", vec![2]),
+                ("self_attn.v_proj.weight", vec![2, 4]),
+                ("self_attn.v_proj.bias", vec![2]),
+                ("self_attn.o_proj.weight", vec![4, 4]),
+                ("mlp.gate_proj.weight", vec![8, 4]),
+                ("mlp.up_proj.weight", vec![8, 4]),
+                ("mlp.down_proj.weight", vec![4, 8]),
+            ]
+            .map(|tensor| (layer, tensor))
+        }) {
             let elements = shape.iter().product::<u64>() as usize;
-            let name: &'static str = Box::leak(format!("model.layers.0.{n}").into_boxed_str());
+            let name: &'static str =
+                Box::leak(format!("model.layers.{layer}.{n}").into_boxed_str());
             tensors.push((name, "BF16", shape, bf16(elements)));
         }
         write_safetensors(&dir.join("model.safetensors"), &tensors);
@@ -366,7 +430,7 @@ mod tests {
     #[test]
     fn a_toy_qwen2_becomes_a_gguf_with_llama_cpps_names_and_types() {
         let dir = tempfile::tempdir().unwrap();
-        toy_checkpoint(dir.path());
+        toy_checkpoint(dir.path(), 1);
         let mut checkpoint = open(dir.path()).unwrap();
         assert_eq!(checkpoint.architecture(), Architecture::Qwen2);
         let out = dir.path().join("toy.gguf");
@@ -408,16 +472,91 @@ mod tests {
         );
     }
 
+    /// The toy's config.json with `change` applied.
+    fn edit_config(dir: &Path, change: impl FnOnce(&mut serde_json::Value)) {
+        let path = dir.join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        change(&mut config);
+        std::fs::write(&path, config.to_string()).unwrap();
+    }
+
     #[test]
     fn a_layer_beyond_the_configuration_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        toy_checkpoint(dir.path());
-        let mut config: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.path().join("config.json")).unwrap())
-                .unwrap();
-        config["num_hidden_layers"] = 0.into();
-        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        toy_checkpoint(dir.path(), 2);
         let err = open(dir.path()).err().unwrap().to_string();
-        assert!(err.contains("layer 0"), "{err}");
+        assert!(err.contains("belongs to layer 1"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_layer_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        toy_checkpoint(dir.path(), 1);
+        edit_config(dir.path(), |c| c["num_hidden_layers"] = 2.into());
+        let err = open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains("layer 1 of 2 has no tensor"), "{err}");
+    }
+
+    /// Numbers inside the accepted ranges that still disagree with the weights: llama.cpp would
+    /// refuse the file at every load, so the converter refuses the checkpoint.
+    #[test]
+    fn tensors_whose_shape_the_configuration_contradicts_are_refused() {
+        for (field, value, tensor) in [
+            ("vocab_size", 7, "model.embed_tokens.weight"),
+            ("hidden_size", 8, "model.embed_tokens.weight"),
+            ("intermediate_size", 16, "mlp.gate_proj.weight"),
+            ("num_key_value_heads", 2, "self_attn.k_proj.weight"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            toy_checkpoint(dir.path(), 1);
+            edit_config(dir.path(), |c| c[field] = value.into());
+            let err = open(dir.path()).err().unwrap().to_string();
+            assert!(
+                err.contains(tensor) && err.contains("has the shape"),
+                "{field} = {value}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tensor_llama_cpp_does_not_read_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        toy_checkpoint(dir.path(), 1);
+        let path = dir.path().join("model.safetensors");
+        // Qwen2's output projection has no bias in llama.cpp.
+        let tensors = [
+            (
+                "model.layers.0.self_attn.o_proj.bias",
+                "F32",
+                vec![4u64],
+                vec![0u8; 16],
+            ),
+            ("model.embed_tokens.weight", "F32", vec![6, 4], vec![0; 96]),
+            ("model.norm.weight", "F32", vec![4], vec![0; 16]),
+        ];
+        write_safetensors(&path, &tensors);
+        let err = open(dir.path()).err().unwrap();
+        assert!(matches!(err, ConvertError::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("o_proj.bias"), "{err}");
+    }
+
+    #[test]
+    fn metadata_from_bytes_is_checked_as_open_checks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        toy_checkpoint(dir.path(), 1);
+        let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
+        let metadata = check_metadata(&read("config.json"), &read("tokenizer.json")).unwrap();
+        assert_eq!(metadata.tokens, 6);
+        assert_eq!(metadata.config.head_dim, 2);
+        let huge = br#"{"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 1,
+            "hidden_size": 4, "intermediate_size": 8, "num_attention_heads": 2,
+            "vocab_size": 1099511627776}"#;
+        let err = check_metadata(huge, &read("tokenizer.json")).err().unwrap();
+        assert!(
+            matches!(&err, ConvertError::OutOfRange { field, .. } if field == "vocab_size"),
+            "{err}"
+        );
+        assert!(check_metadata(b"{", b"").is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! Hugging Face tensor names to the names llama.cpp looks up (`blk.N.attn_q.weight`, ...), and
 //! the one layout change the Llama architecture needs.
 
-use crate::config::Architecture;
+use crate::config::{Architecture, ModelConfig};
 
 /// What becomes of a checkpoint tensor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,59 @@ pub fn gguf_name(architecture: Architecture, hf: &str) -> Option<Mapped> {
         _ => return None,
     };
     Some(Mapped::Tensor(format!("blk.{block}.{target}.{suffix}")))
+}
+
+/// The shape llama.cpp's loader expects of the tensor `gguf` (row-major, as the checkpoint
+/// stores it) in a model of `config` with `vocab` tokens; `None` for a tensor this architecture's
+/// loader does not read (llama.cpp refuses a file holding a tensor it does not read, as it
+/// refuses one whose tensor has another shape).
+pub fn expected_shape(config: &ModelConfig, gguf: &str, vocab: u64) -> Option<Vec<u64>> {
+    let hidden = config.embedding;
+    let query = config.head_count * config.head_dim;
+    let key_value = config.head_count_kv * config.head_dim;
+    let ff = config.feed_forward;
+    let llama = config.architecture == Architecture::Llama;
+    let qwen3 = config.architecture == Architecture::Qwen3;
+    match gguf {
+        "token_embd.weight" | "output.weight" => return Some(vec![vocab, hidden]),
+        "output_norm.weight" => return Some(vec![hidden]),
+        _ => {}
+    }
+    let (_, part) = gguf.strip_prefix("blk.")?.split_once('.')?;
+    let shape = match part {
+        "attn_norm.weight" | "ffn_norm.weight" => vec![hidden],
+        "attn_q.weight" => vec![query, hidden],
+        "attn_q.bias" => vec![query],
+        "attn_k.weight" | "attn_v.weight" => vec![key_value, hidden],
+        "attn_k.bias" | "attn_v.bias" => vec![key_value],
+        "attn_output.weight" => vec![hidden, query],
+        "ffn_gate.weight" | "ffn_up.weight" => vec![ff, hidden],
+        "ffn_down.weight" => vec![hidden, ff],
+        "attn_output.bias" | "ffn_down.bias" if llama => vec![hidden],
+        "ffn_gate.bias" | "ffn_up.bias" if llama => vec![ff],
+        "attn_q_norm.weight" | "attn_k_norm.weight" if qwen3 => vec![config.head_dim],
+        _ => return None,
+    };
+    Some(shape)
+}
+
+/// The tensors every layer must have for llama.cpp to load the model (`blk.N.` left out).
+pub fn required_in_block(architecture: Architecture) -> Vec<&'static str> {
+    let mut names = vec![
+        "attn_norm.weight",
+        "attn_q.weight",
+        "attn_k.weight",
+        "attn_v.weight",
+        "attn_output.weight",
+        "ffn_norm.weight",
+        "ffn_gate.weight",
+        "ffn_up.weight",
+        "ffn_down.weight",
+    ];
+    if architecture == Architecture::Qwen3 {
+        names.extend(["attn_q_norm.weight", "attn_k_norm.weight"]);
+    }
+    names
 }
 
 /// For Llama, the heads the rows of `hf` must be regrouped into (see [`unpermute_rows`]): Hugging

@@ -5,7 +5,7 @@
 //! the merges, the pre-tokenizer llama.cpp must split text with, the special token ids, whether a
 //! BOS is added, and the chat template.
 
-use crate::config::ModelConfig;
+use crate::config::{MAX_VOCAB, ModelConfig, Problem};
 use crate::error::ConvertError;
 use crate::gguf_writer::Value;
 use serde_json::{Map, Value as Json};
@@ -39,8 +39,16 @@ pub(crate) fn tests_regex() -> &'static str {
     PRE_TOKENIZERS[0].0
 }
 
-/// The `tokenizer.*` metadata of a checkpoint, in the order it is written.
-pub fn read_vocab(dir: &Path, config: &ModelConfig) -> Result<Vec<(String, Value)>, ConvertError> {
+/// A checkpoint's vocabulary as llama.cpp reads it.
+pub struct Vocabulary {
+    /// The number of tokens: the rows the embedding and output tensors must have.
+    pub tokens: u64,
+    /// The `tokenizer.*` metadata, in the order it is written.
+    pub metadata: Vec<(String, Value)>,
+}
+
+/// The vocabulary of the checkpoint in `dir`.
+pub fn read_vocab(dir: &Path, config: &ModelConfig) -> Result<Vocabulary, ConvertError> {
     let path = dir.join("tokenizer.json");
     if !path.is_file() {
         return Err(ConvertError::Unsupported(format!(
@@ -48,12 +56,12 @@ pub fn read_vocab(dir: &Path, config: &ModelConfig) -> Result<Vec<(String, Value
             dir.display()
         )));
     }
-    let tokenizer = read_json(&path)?;
+    let tokenizer = std::fs::read(&path).map_err(ConvertError::io(&path))?;
     let config_path = dir.join("tokenizer_config.json");
     let tokenizer_config = if config_path.is_file() {
-        read_json(&config_path)?
+        Some(std::fs::read(&config_path).map_err(ConvertError::io(&config_path))?)
     } else {
-        Map::new()
+        None
     };
     let template_file = dir.join("chat_template.jinja");
     let template_alt = if template_file.is_file() {
@@ -61,13 +69,37 @@ pub fn read_vocab(dir: &Path, config: &ModelConfig) -> Result<Vec<(String, Value
     } else {
         None
     };
-    vocab(&tokenizer, &tokenizer_config, template_alt, config)
-        .map_err(|reason| ConvertError::bad(&path, reason))
+    vocab_from_json(
+        &tokenizer,
+        tokenizer_config
+            .as_deref()
+            .map(|t| (t, config_path.as_path())),
+        template_alt,
+        config,
+        &path,
+    )
 }
 
-fn read_json(path: &Path) -> Result<Map<String, Json>, ConvertError> {
-    let text = std::fs::read(path).map_err(ConvertError::io(path))?;
-    match serde_json::from_slice(&text) {
+/// The vocabulary from the bytes of `tokenizer.json` (named `path` in errors) and, when there
+/// is one, of `tokenizer_config.json` with its path. Nothing is allocated beyond the input and
+/// the vocabulary's size, which `config` has bounded.
+pub fn vocab_from_json(
+    tokenizer: &[u8],
+    tokenizer_config: Option<(&[u8], &Path)>,
+    template_alt: Option<String>,
+    config: &ModelConfig,
+    path: &Path,
+) -> Result<Vocabulary, ConvertError> {
+    let tokenizer = json_object(tokenizer, path)?;
+    let tokenizer_config = match tokenizer_config {
+        Some((bytes, config_path)) => json_object(bytes, config_path)?,
+        None => Map::new(),
+    };
+    vocab(&tokenizer, &tokenizer_config, template_alt, config).map_err(|p| p.at(path))
+}
+
+fn json_object(text: &[u8], path: &Path) -> Result<Map<String, Json>, ConvertError> {
+    match serde_json::from_slice(text) {
         Ok(Json::Object(map)) => Ok(map),
         Ok(_) => Err(ConvertError::bad(path, "not a JSON object")),
         Err(e) => Err(ConvertError::bad(path, format!("not valid JSON: {e}"))),
@@ -94,16 +126,16 @@ fn vocab(
     tokenizer_config: &Map<String, Json>,
     template_alt: Option<String>,
     config: &ModelConfig,
-) -> Result<Vec<(String, Value)>, String> {
+) -> Result<Vocabulary, Problem> {
     let model = tokenizer
         .get("model")
         .and_then(Json::as_object)
         .ok_or("no `model`")?;
     let kind = model.get("type").and_then(Json::as_str).unwrap_or("");
     if kind != "BPE" {
-        return Err(format!(
+        return Err(Problem::Bad(format!(
             "the tokenizer model is `{kind}`; Catena converts byte-level BPE tokenizers"
-        ));
+        )));
     }
     let mut by_id: HashMap<u64, String> = HashMap::new();
     for (token, id) in model
@@ -143,11 +175,24 @@ fn vocab(
         );
     }
     let largest = by_id.keys().max().copied().unwrap_or(0);
-    let vocab_size = config.vocab_size.unwrap_or(by_id.len());
+    let vocab_size = match config.vocab_size {
+        Some(n) => n,
+        // Without `vocab_size` the tokenizer's own count is the vocabulary: bounded as one.
+        None if by_id.len() as u64 <= MAX_VOCAB => by_id.len(),
+        None => {
+            return Err(Problem::OutOfRange {
+                field: "model.vocab".into(),
+                value: format!("{} tokens", by_id.len()),
+                accepted: format!(
+                    "at most {MAX_VOCAB} tokens (this converter's largest vocabulary)"
+                ),
+            });
+        }
+    };
     if by_id.is_empty() || largest >= vocab_size as u64 {
-        return Err(format!(
+        return Err(Problem::Bad(format!(
             "token id {largest} does not fit the model's vocabulary of {vocab_size}"
-        ));
+        )));
     }
     let mut tokens = Vec::with_capacity(vocab_size);
     let mut types = Vec::with_capacity(vocab_size);
@@ -207,7 +252,10 @@ fn vocab(
     if let Some(template) = template {
         out.push(("tokenizer.chat_template".into(), Value::Str(template)));
     }
-    Ok(out)
+    Ok(Vocabulary {
+        tokens: vocab_size as u64,
+        metadata: out,
+    })
 }
 
 /// The key of a special token's id (llama.cpp's names, its spelling of "separator" included).
@@ -407,8 +455,11 @@ mod tests {
             architecture: Architecture::Qwen2,
             hf_class: "Qwen2ForCausalLM".into(),
             block_count: 1,
+            embedding: 4,
+            feed_forward: 8,
             head_count: 1,
-            head_count_kv: None,
+            head_count_kv: 1,
+            head_dim: 4,
             vocab_size: Some(vocab_size),
             special_ids: vec![("bos".into(), 3), ("eos".into(), 4)],
             source_dtype_bytes: None,
@@ -442,7 +493,9 @@ mod tests {
     fn a_qwen_tokenizer_becomes_llama_cpps_gpt2_vocabulary() {
         let tc = serde_json::json!({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
             "bos_token": null, "chat_template": "{{ messages }}"});
-        let kv = vocab(&qwen_like(), tc.as_object().unwrap(), None, &config(9)).unwrap();
+        let vocabulary = vocab(&qwen_like(), tc.as_object().unwrap(), None, &config(9)).unwrap();
+        assert_eq!(vocabulary.tokens, 9);
+        let kv = vocabulary.metadata;
         assert_eq!(
             get(&kv, "tokenizer.ggml.pre"),
             Some(&Value::Str("qwen2".into()))
@@ -487,7 +540,10 @@ mod tests {
     fn tokenizers_llama_cpp_would_split_differently_are_refused() {
         let mut t = qwen_like();
         t["pre_tokenizer"] = serde_json::json!({"type": "Split", "pattern": {"Regex": "\\w+"}});
-        let err = vocab(&t, &Map::new(), None, &config(9)).unwrap_err();
+        let err = format!(
+            "{:?}",
+            vocab(&t, &Map::new(), None, &config(9)).err().unwrap()
+        );
         assert!(err.contains("does not implement"), "{err}");
         let mut t = qwen_like();
         t["model"]["type"] = Json::String("Unigram".into());

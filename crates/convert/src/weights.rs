@@ -6,7 +6,7 @@
 use crate::error::ConvertError;
 use safetensors::Dtype;
 use safetensors::tensor::Metadata;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -104,11 +104,11 @@ impl Weights {
             shards.push((path, file));
         }
         if let Some(expected) = expected {
+            // By name, not by scanning: a hostile index and headers may each list millions.
+            let shard_of: HashMap<&str, usize> =
+                tensors.iter().map(|t| (t.name.as_str(), t.shard)).collect();
             for (name, file) in &expected {
-                let found = tensors
-                    .iter()
-                    .find(|t| &t.name == name)
-                    .map(|t| &shards[t.shard].0);
+                let found = shard_of.get(name.as_str()).map(|&i| &shards[i].0);
                 if found.and_then(|p| p.file_name()).and_then(|n| n.to_str()) != Some(file) {
                     return Err(ConvertError::bad(
                         &index,
