@@ -12,7 +12,7 @@ pub use events::{AgentEvent, Source};
 pub use summary::{RunSummary, StopReason, Timings};
 
 use crate::summarize::SideModel;
-use crate::tools::{CallContext, ToolBox};
+use crate::tools::{CallContext, CallLimits, Interruption, ToolBox, call_watched};
 use catena_engine::llama::LlamaEngine;
 use catena_engine::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
@@ -47,7 +47,7 @@ pub struct RunRequest<'a> {
     /// Text the assistant turn starts with; a complete tool call at its end runs first.
     pub prefill: Option<&'a str>,
     pub budgets: Budgets,
-    /// Set it to stop the run between two tokens or two tool calls.
+    /// Set it to stop the run between two tokens, or during a tool call.
     pub cancel: Option<CancelFlag>,
 }
 
@@ -109,14 +109,18 @@ pub fn run_chain(
         // f32 → f64 without the binary noise (0.6, not 0.6000000238418579).
         temperature: (f64::from(request.sampling.temperature) * 1e6).round() / 1e6,
     });
-    let mut chain = Chain::new(request.profile, tools, request.budgets, request.cancel);
+    let limits = CallLimits {
+        deadline,
+        cancel: request.cancel,
+    };
+    let mut chain = Chain::new(request.profile, tools, request.budgets, limits);
     let prefill_done = match request.prefill {
         Some(prefill) if !prefill.is_empty() => chain.prefill(session, prefill, emit)?,
         _ => None,
     };
     let stop_reason = match prefill_done {
         Some(reason) => reason,
-        None => chain.generate_until_done(session, deadline, emit)?,
+        None => chain.generate_until_done(session, emit)?,
     };
     for event in chain.parser.finish() {
         chain.on_parse_event(event, Source::Model, emit);
@@ -142,16 +146,12 @@ struct Chain<'a> {
     /// (tool, input) pairs already answered, for the duplicate guard.
     seen: HashSet<(Tag, String)>,
     generated: usize,
-    cancel: Option<CancelFlag>,
+    /// The run's deadline and cancel flag, which generation and tool calls both watch.
+    limits: CallLimits,
 }
 
 impl<'a> Chain<'a> {
-    fn new(
-        profile: &'a Profile,
-        tools: &'a ToolBox,
-        budgets: Budgets,
-        cancel: Option<CancelFlag>,
-    ) -> Self {
+    fn new(profile: &'a Profile, tools: &'a ToolBox, budgets: Budgets, limits: CallLimits) -> Self {
         Chain {
             profile,
             tools,
@@ -166,7 +166,7 @@ impl<'a> Chain<'a> {
             issues: 0,
             seen: HashSet::new(),
             generated: 0,
-            cancel,
+            limits,
         }
     }
 
@@ -199,7 +199,6 @@ impl<'a> Chain<'a> {
     fn generate_until_done(
         &mut self,
         session: &mut dyn Session,
-        deadline: Option<Instant>,
         emit: &mut dyn FnMut(AgentEvent),
     ) -> Result<StopReason, AgentError> {
         loop {
@@ -209,20 +208,29 @@ impl<'a> Chain<'a> {
             }
             let limits = GenerateLimits {
                 max_tokens: remaining,
-                deadline,
-                cancel: self.cancel.clone(),
+                deadline: self.limits.deadline,
+                cancel: self.limits.cancel.clone(),
             };
             let stops = self.stops.clone();
             let generation = session.generate(&stops, limits, &mut |text| {
                 self.feed(text, Source::Model, emit)
             })?;
-            self.generated += generation.tokens;
+            // A generation that stopped at a stop string sampled at least one token, whatever
+            // a remote server reports: counting it so, a server that claims none cannot keep the
+            // run going past its budget.
+            let sampled_nothing = generation.tokens == 0;
+            self.generated += generation.tokens.max(1);
             match generation.stop {
                 GenerationStop::EndOfTurn => return Ok(StopReason::EndOfTurn),
                 GenerationStop::MaxTokens => return Ok(StopReason::TokenBudget),
                 GenerationStop::Deadline => return Ok(StopReason::TimeBudget),
                 GenerationStop::ContextFull => return Ok(StopReason::ContextFull),
                 GenerationStop::Cancelled => return Ok(StopReason::Cancelled),
+                // Nothing was sampled, so nothing is new in the context: asking again would get
+                // the same answer, for ever.
+                GenerationStop::StopString { .. } if sampled_nothing => {
+                    return Ok(StopReason::EndOfTurn);
+                }
                 GenerationStop::StopString { .. } => {
                     // A stop string inside an open block (a fence in code or an answer) is text:
                     // go on generating.
@@ -258,8 +266,8 @@ impl<'a> Chain<'a> {
             if !self.profile.enables(call.tag) {
                 continue;
             }
-            if self.is_cancelled() {
-                return Ok(Some(StopReason::Cancelled));
+            if let Some(why) = self.limits.interruption() {
+                return Ok(Some(why.stop_reason()));
             }
             if self.tool_calls >= self.budgets.max_tool_calls as usize {
                 return Ok(Some(StopReason::ToolBudget));
@@ -272,7 +280,7 @@ impl<'a> Chain<'a> {
                 tool: call.tag,
                 input: call.content.clone(),
             });
-            let (text, success, duplicate, elapsed) =
+            let (text, success, duplicate, elapsed, interrupted) =
                 self.call_tool(session, call.tag, &call.content, &input);
             self.tool_time += elapsed;
             emit(AgentEvent::Observation {
@@ -298,30 +306,35 @@ impl<'a> Chain<'a> {
                 content: format!("\n{text}\n"),
                 closed: true,
             });
+            // The observation says the call was stopped; the run ends with it.
+            if let Some(why) = interrupted {
+                return Ok(Some(why.stop_reason()));
+            }
         }
         Ok(None)
     }
 
-    /// (observation, success, answered by the duplicate guard, time).
+    /// (observation, success, answered by the duplicate guard, time, why the run stopped it).
     fn call_tool(
         &mut self,
         session: &mut dyn Session,
         tag: Tag,
         raw: &str,
         key: &str,
-    ) -> (String, bool, bool, Duration) {
-        let Some(tool) = self.tools.get(tag) else {
+    ) -> (String, bool, bool, Duration, Option<Interruption>) {
+        let Some(tool) = self.tools.shared(tag) else {
             return (
                 format!("The {tag} tool is not available in this runtime."),
                 false,
                 false,
                 Duration::ZERO,
+                None,
             );
         };
         if let Some(notice) = tool.duplicate_notice()
             && !self.seen.insert((tag, key.to_string()))
         {
-            return (notice, false, true, Duration::ZERO);
+            return (notice, false, true, Duration::ZERO, None);
         }
         let last_content = |tag: Tag| {
             self.blocks
@@ -331,19 +344,21 @@ impl<'a> Chain<'a> {
                 .map(|b| b.content.trim())
         };
         let mut model = SideModel(session);
-        let mut context = CallContext {
+        let context = CallContext {
             last_think: last_content(Tag::Think),
             last_search: last_content(Tag::WebSearch),
             model: Some(&mut model),
+            limits: self.limits.clone(),
         };
-        let output = tool.call(raw, &mut context);
-        (output.observation, output.success, false, output.elapsed)
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.cancel
-            .as_ref()
-            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed))
+        let call = call_watched(tool, raw, context);
+        let output = call.output;
+        (
+            output.observation,
+            output.success,
+            false,
+            output.elapsed,
+            call.interrupted,
+        )
     }
 
     fn feed(&mut self, text: &str, source: Source, emit: &mut dyn FnMut(AgentEvent)) {

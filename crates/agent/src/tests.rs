@@ -343,3 +343,196 @@ fn tools_the_profile_does_not_enable_are_not_run() {
     assert_eq!(summary.tool_calls, 0);
     assert_eq!(summary.answer.as_deref(), Some("\\boxed{1}"));
 }
+
+/// Blocks for a minute unless `released` (a page that sends one byte every two seconds).
+struct Stuck {
+    released: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Tool for Stuck {
+    fn tag(&self) -> Tag {
+        Tag::CrawlPage
+    }
+
+    fn call(&self, _input: &str, _context: &mut crate::tools::CallContext<'_>) -> ToolOutput {
+        let started = Instant::now();
+        while !self.released.load(std::sync::atomic::Ordering::SeqCst)
+            && started.elapsed() < Duration::from_secs(60)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ToolOutput {
+            observation: "the page, at last".into(),
+            success: true,
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+/// A web run whose prefill calls the stuck tool, with `budgets` and `cancel`; the tool is
+/// released afterwards so its thread ends.
+fn run_stuck(budgets: Budgets, cancel: Option<CancelFlag>) -> (RunSummary, Vec<AgentEvent>) {
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tools = ToolBox::new();
+    tools.add(Box::new(Stuck {
+        released: released.clone(),
+    }));
+    let profile = Profile::builtin("web").unwrap();
+    let mut session = Scripted::new("<answer>never</answer>");
+    let mut events = Vec::new();
+    let summary = run_chain(
+        &mut session,
+        RunRequest {
+            profile: &profile,
+            model: "scripted".into(),
+            sampling: SamplingParams::greedy(),
+            prompt: PromptStart {
+                prompt_tokens: 0,
+                cached_tokens: 0,
+            },
+            cancel,
+            prefill: Some("<crawl_page>http://slow.example/</crawl_page>"),
+            budgets,
+        },
+        &tools,
+        &mut |e| events.push(e),
+    )
+    .unwrap();
+    released.store(true, std::sync::atomic::Ordering::SeqCst);
+    (summary, events)
+}
+
+fn observation_texts(events: &[AgentEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Observation { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_tool_call_ends_when_the_runs_time_runs_out() {
+    let started = Instant::now();
+    let mut b = budgets();
+    b.max_time = Some(Duration::from_millis(300));
+    let (summary, events) = run_stuck(b, None);
+    // Generous: the tool alone would have taken a minute.
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(summary.stop_reason, StopReason::TimeBudget);
+    assert_eq!(summary.tool_calls, 1);
+    assert_eq!(
+        observation_texts(&events),
+        ["The crawl_page call was stopped before it finished: the run's time ran out."]
+    );
+    assert!(summary.trajectory.ends_with(
+        "<observation>\nThe crawl_page call was stopped before it finished: the run's time ran \
+         out.\n</observation>\n\n"
+    ));
+}
+
+#[test]
+fn a_tool_call_ends_when_the_run_is_cancelled() {
+    let cancel: CancelFlag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancel.clone();
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let started = Instant::now();
+    let (summary, events) = run_stuck(budgets(), Some(cancel));
+    setter.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(summary.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        observation_texts(&events),
+        ["The crawl_page call was stopped before it finished: the run was cancelled."]
+    );
+}
+
+/// A server that answers every generation with a stop string and claims it sampled nothing.
+struct ClaimsNothing {
+    inner: Scripted,
+    generations: usize,
+}
+
+impl Session for ClaimsNothing {
+    fn side_chat(&mut self, chat: &catena_engine::SideChat) -> Result<String, EngineError> {
+        self.inner.side_chat(chat)
+    }
+
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
+        self.inner.append(parts)
+    }
+
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        _limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError> {
+        self.generations += 1;
+        let text = stops.stops()[0].clone();
+        on_text(&text);
+        Ok(Generation {
+            text,
+            stop: GenerationStop::StopString { index: 0 },
+            tokens: 0,
+        })
+    }
+
+    fn stats(&self) -> SessionStats {
+        self.inner.stats()
+    }
+
+    fn set_sampling(&mut self, _sampling: SamplingParams) {}
+
+    fn context_size(&self) -> usize {
+        self.inner.context_size()
+    }
+
+    fn tokens(&self) -> &[TokenRecord] {
+        &[]
+    }
+}
+
+#[test]
+fn a_generation_that_samples_nothing_ends_the_run() {
+    // On its own thread: before the fix this run never ended.
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let h = harness(Tag::Code, false);
+        let mut session = ClaimsNothing {
+            inner: Scripted::new(""),
+            generations: 0,
+        };
+        let profile = Profile::builtin("math").unwrap();
+        let mut b = budgets();
+        b.max_tokens = 16;
+        let summary = run_chain(
+            &mut session,
+            RunRequest {
+                profile: &profile,
+                model: "liar".into(),
+                sampling: SamplingParams::greedy(),
+                prompt: PromptStart {
+                    prompt_tokens: 0,
+                    cached_tokens: 0,
+                },
+                cancel: None,
+                prefill: None,
+                budgets: b,
+            },
+            &h.tools,
+            &mut |_| {},
+        )
+        .unwrap();
+        let _ = done.send((summary.stop_reason, session.generations));
+    });
+    let (stop, generations) = outcome
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the run ended");
+    assert_eq!(stop, StopReason::EndOfTurn);
+    assert_eq!(generations, 1);
+}

@@ -2,10 +2,10 @@
 //! following ```` ```sh ```` fence is its stdin, and the observation is written in the exact
 //! words the AFM code agents were trained on (PROTOCOL.md §3).
 
-use super::{CallContext, Tool, ToolOutput, cut_observation};
+use super::{CallContext, CallLimits, Interruption, Tool, ToolOutput, cut_observation};
 use catena_protocol::Tag;
 use catena_protocol::fence::program_and_stdin;
-use catena_sandbox::{Execution, Exit, Sandbox};
+use catena_sandbox::{Execution, Exit, Sandbox, SandboxError};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,6 +25,27 @@ impl CodeTool {
     pub fn new(sandbox: Arc<Sandbox>) -> Self {
         CodeTool { sandbox }
     }
+
+    /// Runs the program until it ends, the sandbox's own wall deadline passes, or the run stops
+    /// (`limits`), whichever is first: dropping the sandbox's future stops the guest wherever it
+    /// is, so a cancelled run or one out of time leaves no program running.
+    fn run_within(
+        &self,
+        program: &str,
+        stdin: &[u8],
+        limits: &CallLimits,
+    ) -> Result<Result<Execution, Interruption>, SandboxError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| SandboxError::Setup(format!("tokio runtime: {e}")))?;
+        runtime.block_on(async {
+            tokio::select! {
+                execution = self.sandbox.run_async(program, stdin) => execution.map(Ok),
+                why = limits.stopped() => Ok(Err(why)),
+            }
+        })
+    }
 }
 
 impl Tool for CodeTool {
@@ -32,7 +53,7 @@ impl Tool for CodeTool {
         Tag::Code
     }
 
-    fn call(&self, input: &str, _context: &mut CallContext<'_>) -> ToolOutput {
+    fn call(&self, input: &str, context: &mut CallContext<'_>) -> ToolOutput {
         let started = Instant::now();
         let Some((program, stdin)) = program_and_stdin(input) else {
             return ToolOutput {
@@ -42,8 +63,13 @@ impl Tool for CodeTool {
             };
         };
         let stdin = stdin.unwrap_or("").as_bytes();
-        match self.sandbox.run(program, stdin) {
-            Ok(execution) => ToolOutput {
+        match self.run_within(program, stdin, &context.limits) {
+            Ok(Err(why)) => ToolOutput {
+                observation: why.observation(Tag::Code),
+                success: false,
+                elapsed: started.elapsed(),
+            },
+            Ok(Ok(execution)) => ToolOutput {
                 success: execution.exit == Exit::Status(0),
                 observation: code_observation(&execution),
                 elapsed: started.elapsed(),

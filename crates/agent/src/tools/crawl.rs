@@ -130,6 +130,14 @@ impl Tool for CrawlPageTool {
                 ));
                 continue;
             }
+            // A call the run has stopped waiting for reads no more pages.
+            if let Some(why) = context.limits.interruption() {
+                pages.push(format!(
+                    "Page {number} [{url}]: [Page content not accessible: {}]",
+                    why.reason()
+                ));
+                continue;
+            }
             let (query, thought) = (context.last_search, context.last_think);
             let summary = self.read(url).and_then(|(title, text)| {
                 let mut endpoint = self.summarizer.as_deref().map(EndpointModel);
@@ -224,6 +232,7 @@ mod tests {
             last_think: Some("find the tide"),
             last_search: Some("tide times"),
             model: Some(&mut echo),
+            ..CallContext::default()
         };
         let output = tool.call(&input, &mut context);
         assert!(output.success);
@@ -240,5 +249,25 @@ mod tests {
         assert!(echo.0[1].contains("High water at 06:12."));
         assert!(echo.0[1].contains("The agent's search query: tide times"));
         assert!(echo.0[1].contains("What the agent is looking for: answer 1"));
+    }
+
+    #[test]
+    fn a_stopped_run_reads_no_more_pages() {
+        let tool = CrawlPageTool::new(None, None);
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut context = CallContext {
+            limits: crate::tools::CallLimits {
+                deadline: None,
+                cancel: Some(cancel),
+            },
+            ..CallContext::default()
+        };
+        let output = tool.call("https://a.org/ | https://b.org/", &mut context);
+        assert!(!output.success);
+        assert_eq!(
+            output.observation,
+            "Page 1 [https://a.org/]: [Page content not accessible: the run was cancelled]\n\n\
+             Page 2 [https://b.org/]: [Page content not accessible: the run was cancelled]"
+        );
     }
 }

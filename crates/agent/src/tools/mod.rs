@@ -3,17 +3,20 @@
 mod code;
 mod crawl;
 mod observation;
+mod watch;
 mod web;
 mod wiki;
 
 pub use code::{CodeTool, code_observation};
 pub use crawl::{CrawlPageTool, MAX_PAGES_PER_CALL, crawl_urls};
 pub use observation::{OBSERVATION_LIMIT, SEARCH_ALREADY_DONE, cut_observation, no_results};
+pub use watch::{CallLimits, Interruption, WatchedCall, call_watched};
 pub use web::{WEB_RESULTS, WebSearchTool, add_web_tools, web_observation};
 pub use wiki::{WIKI_TOP_K, WikiSearchTool, add_wiki_search, wiki_observation};
 
 use catena_protocol::Tag;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a tool call returned.
@@ -36,6 +39,9 @@ pub struct CallContext<'a> {
     pub last_search: Option<&'a str>,
     /// The run's model, answering beside the run's context.
     pub model: Option<&'a mut dyn crate::summarize::ChatModel>,
+    /// The run's deadline and cancel flag: a tool that can stop early (the sandbox) stops
+    /// there; [`call_watched`] stops waiting for any tool there.
+    pub limits: CallLimits,
 }
 
 /// A tool the model calls with a tag.
@@ -116,10 +122,11 @@ pub fn unavailable_reason(tag: Tag) -> &'static str {
     }
 }
 
-/// The tools of a run, by tag.
+/// The tools of a run, by tag. Shared, so that a call can run on a thread of its own
+/// ([`call_watched`]) and be left there when the run stops first.
 #[derive(Default)]
 pub struct ToolBox {
-    tools: HashMap<Tag, Box<dyn Tool + 'static>>,
+    tools: HashMap<Tag, Arc<dyn Tool + 'static>>,
 }
 
 impl ToolBox {
@@ -128,10 +135,15 @@ impl ToolBox {
     }
 
     pub fn add(&mut self, tool: Box<dyn Tool + 'static>) {
-        self.tools.insert(tool.tag(), tool);
+        self.tools.insert(tool.tag(), Arc::from(tool));
     }
 
     pub fn get(&self, tag: Tag) -> Option<&dyn Tool> {
         self.tools.get(&tag).map(|t| t.as_ref())
+    }
+
+    /// The tool for `tag`, to run on a thread of its own ([`call_watched`]).
+    pub fn shared(&self, tag: Tag) -> Option<Arc<dyn Tool + 'static>> {
+        self.tools.get(&tag).cloned()
     }
 }

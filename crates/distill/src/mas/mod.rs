@@ -15,7 +15,7 @@ mod prompts;
 
 use crate::{Activation, MultiAgentRun, Role};
 use catena_agent::summarize::{ChatError, ChatModel};
-use catena_agent::tools::{CallContext, ToolBox};
+use catena_agent::tools::{CallContext, CallLimits, ToolBox, call_watched};
 use catena_agent::{AgentEvent, Budgets, RunSummary, Source, StopReason, Timings};
 use catena_engine::{
     CancelFlag, ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, GenerationStop,
@@ -367,7 +367,7 @@ impl System<'_, '_> {
         input: &str,
         thought: &str,
     ) -> (String, bool, bool, Duration) {
-        let Some(runner) = self.tools.get(tool) else {
+        let Some(runner) = self.tools.shared(tool) else {
             let text = format!("The {tool} tool is not available in this runtime.");
             return (text, false, false, Duration::ZERO);
         };
@@ -386,12 +386,18 @@ impl System<'_, '_> {
             model: &mut *self.model,
             usage: &mut self.usage,
         };
-        let mut context = CallContext {
+        // The run's deadline and cancel flag end the call; the next agent call then ends the
+        // run with the reason.
+        let context = CallContext {
             last_think: Some(thought.trim()),
             last_search: last_search.as_deref(),
             model: Some(&mut summariser),
+            limits: CallLimits {
+                deadline: self.deadline,
+                cancel: self.request.cancel.clone(),
+            },
         };
-        let output = runner.call(input, &mut context);
+        let output = call_watched(runner, input, context).output;
         (output.observation, output.success, false, output.elapsed)
     }
 
