@@ -119,6 +119,12 @@ pub fn peft_to_gguf(
     let device = candle_core::Device::Cpu;
     let base_model = crate::base::BaseModel::load(base, &device)?;
     let (config, tensors) = read_peft(peft, &device)?;
+    // The factors are allocated from `r` and the base's widths: check first that the file holds
+    // every one of them at that rank, so a hostile `r` is refused instead of allocated.
+    check_factors(&base_model, &config, &tensors).map_err(|reason| TrainError::BadCheckpoint {
+        path: peft.to_path_buf(),
+        reason: format!("{reason} (is it an adapter for this base model?)"),
+    })?;
     let model = crate::model::Qwen2Lora::new(&base_model, &config, 0)?;
     model
         .lora
@@ -129,6 +135,51 @@ pub fn peft_to_gguf(
         })?;
     write_gguf(&model.lora, "qwen2", out, precision)?;
     Ok(model.lora.pairs().count() * 2)
+}
+
+/// The largest LoRA rank read from `adapter_config.json`: far above any published adapter's
+/// (8 to 256, rarely 1,024), and the factors must hold that many rows besides.
+pub const MAX_LORA_RANK: u64 = 1 << 14;
+
+/// Whether `tensors` hold every factor `config` names for `base`, each `(r, in)` or `(out, r)`
+/// for its layer: what [`LoraParams::load`] checks, but before `LoraParams::init` allocates
+/// `r × (in + out)` numbers for every adapted layer. An adapter that passes takes no more
+/// memory than its own factors.
+pub fn check_factors(
+    base: &crate::base::BaseModel,
+    config: &LoraConfig,
+    tensors: &HashMap<String, Tensor>,
+) -> std::result::Result<(), String> {
+    for block in 0..base.config.layers {
+        for &target in &config.targets {
+            let layer = format!("blk.{block}.{}.weight", target.gguf());
+            let weight = base.qtensor(&layer).map_err(|e| e.to_string())?;
+            let &[out, inp] = weight.shape().dims() else {
+                return Err(format!(
+                    "the base model's {layer} has shape {:?}, not (out, in)",
+                    weight.shape().dims()
+                ));
+            };
+            for (factor, want) in [
+                ("lora_a", [config.rank, inp]),
+                ("lora_b", [out, config.rank]),
+            ] {
+                let name = tensor_name(block, target, factor);
+                let value = tensors
+                    .get(&name)
+                    .ok_or_else(|| format!("it has no tensor {name}"))?;
+                if value.dims() != want {
+                    return Err(format!(
+                        "{name} has shape {:?}, this adapter needs {want:?} (`r` = {} in \
+                         adapter_config.json)",
+                        value.dims(),
+                        config.rank
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// PEFT's module path of a factor.
@@ -193,13 +244,48 @@ pub fn read_peft(
     })?;
     let json: serde_json::Value =
         serde_json::from_slice(&text).map_err(|e| bad(format!("adapter_config.json: {e}")))?;
-    let rank = json["r"]
-        .as_u64()
-        .filter(|&r| r > 0)
-        .ok_or_else(|| bad("adapter_config.json: no rank `r`".into()))? as usize;
-    let alpha = json["lora_alpha"]
-        .as_f64()
-        .ok_or_else(|| bad("adapter_config.json: no `lora_alpha`".into()))? as f32;
+    let out_of_range = |field: &str, value: &serde_json::Value, accepted: String| {
+        bad(format!(
+            "adapter_config.json: `{field}` is {value}, out of range: it must be {accepted}"
+        ))
+    };
+    let rank = match &json["r"] {
+        serde_json::Value::Null => return Err(bad("adapter_config.json: no rank `r`".into())),
+        r => match r.as_u64() {
+            Some(n) if (1..=MAX_LORA_RANK).contains(&n) => n as usize,
+            _ => {
+                return Err(out_of_range(
+                    "r",
+                    r,
+                    format!("a whole number from 1 to {MAX_LORA_RANK}"),
+                ));
+            }
+        },
+    };
+    let use_rslora = json["use_rslora"].as_bool().unwrap_or(false);
+    let alpha = match &json["lora_alpha"] {
+        serde_json::Value::Null => {
+            return Err(bad("adapter_config.json: no `lora_alpha`".into()));
+        }
+        value => {
+            let alpha = value.as_f64().unwrap_or(f64::NAN) as f32;
+            // llama.cpp reads the scale back as an f32 alpha (`llama_alpha`): it must be finite.
+            let for_llama = if use_rslora {
+                alpha * (rank as f32).sqrt()
+            } else {
+                alpha
+            };
+            let fits = alpha > 0.0 && alpha.is_finite() && for_llama.is_finite();
+            if !fits {
+                return Err(out_of_range(
+                    "lora_alpha",
+                    value,
+                    "a positive number whose scale an f32 holds".into(),
+                ));
+            }
+            alpha
+        }
+    };
     let mut targets = Vec::new();
     for name in json["target_modules"].as_array().into_iter().flatten() {
         let name = name.as_str().unwrap_or_default();
@@ -217,7 +303,7 @@ pub fn read_peft(
         rank,
         alpha,
         dropout: 0.0,
-        rslora: json["use_rslora"].as_bool().unwrap_or(false),
+        rslora: use_rslora,
         targets,
     };
     let weights = candle_core::safetensors::load(dir.join("adapter_model.safetensors"), device)
@@ -239,7 +325,20 @@ pub fn read_peft(
                 };
                 Some(tensor_name(block.parse().ok()?, target, factor))
             });
+        // Every factor has the configuration's rank: `r` is what the factors are allocated from.
+        let rank_dim = |name: &str| match value.dims() {
+            [rows, _] if name.ends_with("lora_a") => Some(*rows),
+            [_, cols] => Some(*cols),
+            _ => None,
+        };
         match parsed {
+            Some(name) if rank_dim(&name) != Some(rank) => {
+                return Err(bad(format!(
+                    "`{key}` has shape {:?}, this adapter needs rank {rank} (`r` in \
+                     adapter_config.json)",
+                    value.dims()
+                )));
+            }
             Some(name) => {
                 tensors.insert(name, value.to_dtype(candle_core::DType::F32)?);
             }
@@ -317,5 +416,75 @@ mod tests {
             assert_eq!(diff, 0.0, "{name}");
         }
         Ok(())
+    }
+
+    /// A PEFT folder of a small adapter with `edit` applied to its adapter_config.json; the
+    /// error `read_peft` gives for it.
+    fn read_edited(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let dev = Device::Cpu;
+        let config = LoraConfig {
+            rank: 4,
+            targets: vec![Target::Q],
+            ..LoraConfig::default()
+        };
+        let params = LoraParams::init(&config, 1, tiny_shape, 1, &dev).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        write_peft(&params, None, dir.path()).unwrap();
+        let path = dir.path().join("adapter_config.json");
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(&mut json);
+        std::fs::write(&path, json.to_string()).unwrap();
+        match read_peft(dir.path(), &dev) {
+            Ok(_) => "accepted".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// `r: 1e12` used to be allocated (rank × width numbers per layer) and abort the import.
+    #[test]
+    fn rank_and_alpha_out_of_range_are_refused_by_name() {
+        assert_eq!(read_edited(|_| {}), "accepted");
+        for (field, value, expected) in [
+            (
+                "r",
+                serde_json::json!(1_000_000_000_000u64),
+                "`r` is 1000000000000, out of range",
+            ),
+            (
+                "r",
+                serde_json::json!(1e12),
+                "`r` is 1000000000000.0, out of range",
+            ),
+            ("r", serde_json::json!(0), "`r` is 0, out of range"),
+            ("r", serde_json::json!(-4), "`r` is -4, out of range"),
+            (
+                "lora_alpha",
+                serde_json::json!(0.0),
+                "`lora_alpha` is 0.0, out of range",
+            ),
+            (
+                "lora_alpha",
+                serde_json::json!(-8),
+                "`lora_alpha` is -8, out of range",
+            ),
+            (
+                "lora_alpha",
+                serde_json::json!(1e39),
+                "`lora_alpha` is 1e+39, out of range",
+            ),
+        ] {
+            let err = read_edited(|c| c[field] = value.clone());
+            assert!(err.contains(expected), "{field} = {value}: {err}");
+        }
+        // Within the range, but not the factors' rank.
+        let err = read_edited(|c| c["r"] = 8.into());
+        assert!(err.contains("this adapter needs rank 8"), "{err}");
+        // rsLoRA's scale for llama.cpp (alpha × √r) must fit an f32 too.
+        let err = read_edited(|c| {
+            c["use_rslora"] = true.into();
+            c["lora_alpha"] = 3e38.into();
+        });
+        assert!(err.contains("`lora_alpha`"), "{err}");
     }
 }
