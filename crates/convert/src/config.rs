@@ -643,6 +643,33 @@ mod tests {
         assert_eq!(get("llama.rope.scaling.factor"), Some(Value::F32(2.0)));
     }
 
+    /// Published configurations of each architecture (the fields that matter) are inside every
+    /// range: the AFM 7B models' base, the next Qwen generation, a Llama-layout model.
+    #[test]
+    fn published_configurations_are_accepted() {
+        for json in [
+            // Qwen2.5-7B-Instruct.
+            r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584,
+                "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
+                "num_hidden_layers": 28, "max_position_embeddings": 32768, "vocab_size": 152064,
+                "rope_theta": 1000000.0, "rms_norm_eps": 1e-06}"#,
+            // Qwen3-0.6B: 16 heads of 128, wider than hidden_size together.
+            r#"{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024,
+                "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
+                "head_dim": 128, "num_hidden_layers": 28, "max_position_embeddings": 40960,
+                "vocab_size": 151936, "rope_theta": 1000000, "rms_norm_eps": 1e-06}"#,
+            // TinyLlama-1.1B.
+            r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+                "intermediate_size": 5632, "num_attention_heads": 32, "num_key_value_heads": 4,
+                "num_hidden_layers": 22, "max_position_embeddings": 2048, "vocab_size": 32000,
+                "rope_theta": 10000.0, "rms_norm_eps": 1e-05}"#,
+        ] {
+            if let Err(problem) = config(json) {
+                panic!("{problem:?}: {json}");
+            }
+        }
+    }
+
     /// `QWEN2` with `field` set to `value` (raw JSON).
     fn qwen2_with(field: &str, value: &str) -> Result<ModelConfig, Problem> {
         let mut json: Json = serde_json::from_str(QWEN2).unwrap();
