@@ -51,6 +51,10 @@ pub fn serve(
             request: Request::Start(config),
             ..
         }) => config,
+        Some(ToWorker {
+            request: Request::Quantize(job),
+            ..
+        }) => return super::quantize::run_job(&job, input, output),
         _ => return Err(WorkerExit::NotStarted),
     };
     let output = Output(Mutex::new(output));
@@ -297,7 +301,9 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
     /// Answers one request.
     fn handle(&mut self, request: Request) -> io::Result<()> {
         let reply = match request {
-            Request::Start(_) => Err(EngineError::Worker("the worker is already started".into())),
+            Request::Start(_) | Request::Quantize(_) => {
+                Err(EngineError::Worker("the worker is already started".into()))
+            }
             Request::Cancel => return Ok(()),
             // Beside the open session, which an error here must not drop.
             Request::SideChat { chat } => {

@@ -4,6 +4,9 @@
 //! So the server keeps llama.cpp in a child (`catena worker`), talks to it with small frames over
 //! its standard input and output ([`protocol`]), and starts it again when it dies.
 //!
+//! The same child quantises a model file when its first frame asks for that instead of a model
+//! ([`quantize_in_child`]): llama.cpp's quantiser aborts on some checkpoints too.
+//!
 //! The split: the worker owns the model and the kept KV caches ([`pool`]); the server owns
 //! everything else (the store, the sandbox, the agent runner), and drives a
 //! [`RemoteSession`](client::RemoteSession) that implements the engine's `Session` trait over the
@@ -13,6 +16,7 @@ mod child;
 mod client;
 pub mod pool;
 pub mod protocol;
+mod quantize;
 // Moves stdout aside with dup/dup2 (libc), which is unsafe.
 #[allow(unsafe_code)]
 mod stdio;
@@ -21,4 +25,5 @@ pub use child::{WorkerExit, run_stdio, serve};
 pub use client::{
     OpenedSession, RemoteSession, WorkerClient, WorkerCommand, WorkerStatus, describe_exit,
 };
-pub use protocol::{Prompt, WorkerConfig};
+pub use protocol::{Prompt, QuantizeJob, WorkerConfig};
+pub use quantize::{QuantizeError, quantize_in_child};

@@ -4,7 +4,7 @@
 //! largest frame is a prompt's token list). Lengths are checked before anything is allocated, so a
 //! corrupted stream is an error, never an out-of-memory.
 
-use catena_engine::llama::ChatMessage;
+use catena_engine::llama::{ChatMessage, QuantType};
 use catena_engine::plan::Plan;
 use catena_engine::{
     EngineError, Generation, KvCacheType, ModelInfo, PromptPart, SamplingParams, SessionOptions,
@@ -38,6 +38,17 @@ pub struct WorkerConfig {
     pub kv_cache: Option<KvCacheType>,
 }
 
+/// A quantisation for a child process to run: llama.cpp's quantiser reads `input` and writes
+/// `output`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuantizeJob {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub quant: QuantType,
+    /// Quantiser threads (0: all cores).
+    pub threads: usize,
+}
+
 /// The prompt a session starts from; the worker applies the model's chat template.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -53,6 +64,9 @@ pub enum Prompt {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Start(WorkerConfig),
+    /// Instead of `Start`, as the first and only frame: quantise a file and exit
+    /// ([`crate::quantize`]). Answered with `Quantized` or `Error`.
+    Quantize(QuantizeJob),
     /// Opens a session for `prompt` (reusing the kept KV cache with the longest shared prefix) and
     /// evaluates the prompt's new tokens (with lanes, at the first generation). One session is
     /// open at a time on a lane.
@@ -145,6 +159,8 @@ pub enum Reply {
         stats: SessionStats,
     },
     Closed,
+    /// The quantisation asked for is written.
+    Quantized,
     SideAnswer {
         text: String,
     },

@@ -4,16 +4,20 @@
 
 use super::backend;
 use crate::EngineError;
+use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::path::Path;
 
-/// The quantisations `catena models import` offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The quantisations `catena models import` offers. Serialised by llama.cpp's name (`Q4_K_M`):
+/// a quantisation crosses the pipe to the quantiser's child process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum QuantType {
     /// No quantisation: the converter's F16 file as it is.
     F16,
     Q8_0,
+    #[serde(rename = "Q5_K_M")]
     Q5KM,
+    #[serde(rename = "Q4_K_M")]
     Q4KM,
 }
 
@@ -67,6 +71,10 @@ fn c_path(path: &Path) -> Result<CString, EngineError> {
 /// Writes `output`, the model of `input` (a GGUF file) quantised to `quant`, with llama.cpp's
 /// default settings (no importance matrix) on `threads` threads (0: all cores). Blocks until
 /// done: minutes for a 7B model. What llama.cpp logs about a failure is the error's reason.
+///
+/// llama.cpp aborts the whole process on some inputs instead of failing (a block count above its
+/// 512 layers trips an assertion while the header is read), so a process that must outlive a bad
+/// file calls this in a child: `catena_worker::quantize_in_child`.
 pub fn quantize(
     input: &Path,
     output: &Path,
