@@ -1,12 +1,13 @@
 //! Where models and runtimes come from and where they live: the folders ([`config`]), the pinned
 //! assets fetched from the package registry ([`assets`]), the model catalog ([`catalog`]),
-//! resumable verified downloads ([`download`], [`pull`]) and what is installed ([`installed`],
-//! [`listing`]).
+//! resumable verified downloads ([`download`], [`pull`]), small answers read within a deadline and
+//! a cap ([`body`]) and what is installed ([`installed`], [`listing`]).
 //!
 //! It moves and checks bytes; it does not load a model (the engine does) or run code (the sandbox
 //! does).
 
 pub mod assets;
+pub mod body;
 pub mod catalog;
 pub mod config;
 pub mod download;

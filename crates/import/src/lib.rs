@@ -4,7 +4,9 @@
 //! with a record (`catena-hub`), reporting [`ImportEvent`]s on the way.
 //!
 //! The promise to the user: an interrupted import or pull never lists a half model, and running
-//! it again resumes or restarts only the stage that was cut. A pull keeps its work in
+//! it again resumes or restarts only the stage that was cut. llama.cpp's quantiser runs in a child
+//! process (an abort there fails the import, not the caller), and a model is installed only after
+//! its file passed the checks llama.cpp's loader makes. A pull keeps its work in
 //! `<models>/.checkpoints/<id>/` (downloaded files appear there only once verified, the F16 file
 //! only once complete) and removes it when the model is installed. Every stage's disk needs are
 //! checked before the first byte is fetched or written.
@@ -116,8 +118,13 @@ pub enum ImportError {
     Download(#[from] catena_hub::download::DownloadError),
     #[error("converting the checkpoint failed: {0}")]
     Convert(#[from] catena_convert::ConvertError),
-    #[error("quantising failed: {0}")]
-    Quantize(catena_engine::EngineError),
+    #[error("quantising failed: {0}; nothing was installed and the work files were removed")]
+    Quantize(catena_worker::QuantizeError),
+    #[error(
+        "{file} would not load in llama.cpp: {reason}; it was not installed and the work files \
+         were removed"
+    )]
+    WouldNotLoad { file: String, reason: String },
     #[error(transparent)]
     Models(#[from] catena_hub::installed::ModelsError),
     #[error("{path}: {source}")]

@@ -7,8 +7,10 @@
 //! fetches is checked against one of the two.
 
 use crate::ImportError;
+use catena_hub::body::{Deadline, read_capped};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
+use std::time::Duration;
 
 /// One file of a repository.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,6 +177,15 @@ fn next_page(headers: &reqwest::header::HeaderMap) -> Option<String> {
     })
 }
 
+/// A page of a listing may take this long, connection to last byte.
+const LISTING_TIME: Duration = Duration::from_secs(30);
+/// A page of a listing larger than this is refused: a repository's top level lists a few dozen
+/// files, a few KiB of JSON.
+const LISTING_MAX_BYTES: u64 = 4 << 20;
+/// A listing of more files than this, over all its pages, is refused (each page is capped, but
+/// a hub could send a hundred of them).
+const MAX_FILES: usize = 10_000;
+
 /// The files at the top level of `repo` at `revision`, from the hub at `base`.
 pub async fn list(
     client: &reqwest::Client,
@@ -194,10 +205,11 @@ pub async fn list(
             url: url.clone(),
             reason,
         };
-        let response = client
-            .get(&url)
-            .send()
+        let deadline = Deadline::after(LISTING_TIME);
+        let response = deadline
+            .run(client.get(&url).send())
             .await
+            .map_err(|e| listing_error(format!("the answer was {e}")))?
             .map_err(|e| listing_error(e.to_string()))?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND {
@@ -210,11 +222,15 @@ pub async fn list(
             return Err(listing_error(format!("the hub answered {status}")));
         }
         let next = next_page(response.headers());
-        let body = response
-            .bytes()
+        let body = read_capped(response, LISTING_MAX_BYTES, &deadline)
             .await
-            .map_err(|e| listing_error(e.to_string()))?;
+            .map_err(|e| listing_error(format!("the answer was {e}")))?;
         files.extend(parse_tree(&body).map_err(listing_error)?);
+        if files.len() > MAX_FILES {
+            return Err(listing_error(format!(
+                "it lists more than {MAX_FILES} files"
+            )));
+        }
         match next {
             Some(next) => url = next,
             None => return Ok(files),

@@ -12,15 +12,23 @@
 //!
 //! A run killed while downloading resumes the file it was fetching; killed while converting, it
 //! converts again from the kept files; killed while quantising, it quantises again from the kept
-//! F16 file. The folder is removed once the model is installed.
+//! F16 file. A quantisation that fails (or a result llama.cpp would not load) removes the F16
+//! file: the same file would fail the same way. The folder is removed once the model is
+//! installed.
+//!
+//! The listing and the small files are read whole, so each read has a deadline and a cap on the
+//! bytes that arrive (`catena_hub::body`): a page of the listing at most 4 MiB, a small file at
+//! most the size the hub listed.
 
 use crate::listing::{self, FileDigest, Needed, RepoFile};
 use crate::stages::{self, HEADER_ALLOWANCE, MARGIN, Target, remove_if_exists};
 use crate::{ImportError, ImportEvent, ImportSink, Stage, io_at};
 use catena_engine::llama::QuantType;
+use catena_hub::body::{BodyError, Deadline, read_capped};
 use catena_hub::config::Paths;
 use catena_hub::download::{self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink};
 use catena_hub::installed::{self, DigestSource, Made};
+use catena_worker::WorkerCommand;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,12 +68,14 @@ impl CheckpointPull {
     }
 }
 
-/// How to fetch.
-#[derive(Debug, Clone, Default)]
+/// How to fetch and quantise.
+#[derive(Debug, Clone)]
 pub struct PullOptions {
     pub download: DownloadOptions,
     /// Quantiser threads (0: all cores).
     pub threads: usize,
+    /// The child process llama.cpp's quantiser runs in (`catena worker`).
+    pub quantizer: WorkerCommand,
 }
 
 /// Where a pull of catalog model `id` keeps its work.
@@ -77,6 +87,13 @@ const LISTING: &str = "listing.json";
 const F16_FILE: &str = "model-F16.gguf";
 /// Small files are fetched whole, in memory; a "small" file larger than this is refused.
 const SMALL_FILE_LIMIT: u64 = 64 << 20;
+
+/// How long one fetch of a small file of `size` bytes may take, connection to last byte: half a
+/// minute, and a second for every 256 KiB (a 64 MiB tokenizer at that rate takes 4 minutes). A
+/// hub that sends one byte every few seconds is cut off instead of holding the pull for days.
+fn small_file_time(size: u64) -> Duration {
+    Duration::from_secs(30 + size / (256 << 10))
+}
 
 /// Fetches, converts, quantises and installs `request`; returns the installed model's path.
 pub fn pull_checkpoint(
@@ -179,6 +196,7 @@ pub fn pull_checkpoint(
         },
         quant: request.quant,
         threads: options.threads,
+        quantizer: options.quantizer.clone(),
     };
     let installed = stages::quantize_and_install(paths, &f16, &target, events)?;
     drop(_lock);
@@ -298,10 +316,15 @@ async fn fetch_small(
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
         }
-        let response = match client.get(&url).send().await {
-            Ok(r) => r,
-            Err(e) => {
+        let deadline = Deadline::after(small_file_time(file.size));
+        let response = match deadline.run(client.get(&url).send()).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
                 last = e.to_string();
+                continue;
+            }
+            Err(e) => {
+                last = format!("the answer was {e}");
                 continue;
             }
         };
@@ -313,10 +336,16 @@ async fn fetch_small(
             last = format!("the hub answered {status}");
             continue;
         }
-        let body = match response.bytes().await {
+        // Never more than the hub listed: the digest check needs the whole body in memory.
+        let body = match read_capped(response, file.size, &deadline).await {
             Ok(b) => b,
+            Err(e @ BodyError::TooLarge(_)) => {
+                return Err(failed(format!(
+                    "{url}: the answer was {e}, the size the hub listed; nothing was kept"
+                )));
+            }
             Err(e) => {
-                last = e.to_string();
+                last = format!("the answer was {e}");
                 continue;
             }
         };

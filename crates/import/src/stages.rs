@@ -3,10 +3,12 @@
 
 use crate::{ImportError, ImportEvent, ImportSink, Stage, io_at};
 use catena_convert::Checkpoint;
-use catena_engine::llama::{QuantType, quantize};
+use catena_engine::llama::QuantType;
+use catena_gguf::inspect::Inspection;
 use catena_hub::catalog;
 use catena_hub::config::Paths;
 use catena_hub::installed::{self, Made};
+use catena_worker::{QuantizeJob, WorkerCommand, quantize_in_child};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,10 +99,14 @@ pub(crate) struct Target {
     pub quant: QuantType,
     /// Quantiser threads (0: all cores).
     pub threads: usize,
+    /// The child process llama.cpp's quantiser runs in.
+    pub quantizer: WorkerCommand,
 }
 
-/// Quantises `f16` into the models folder (or takes it as it is for F16) and installs the result
-/// as `target.made.file`. `f16` is removed once the result is installed (or moved, for F16).
+/// Quantises `f16` into the models folder (or takes it as it is for F16), checks the result as
+/// llama.cpp's loader would, and installs it as `target.made.file`. `f16` is removed once the
+/// result is installed (or moved, for F16), and also when the quantiser or the check fails: the
+/// same file would fail the same way again, so it is not kept for a retry.
 pub(crate) fn quantize_and_install(
     paths: &Paths,
     f16: &Path,
@@ -121,15 +127,30 @@ pub(crate) fn quantize_and_install(
             done: 0,
             detail: format!("quantising to {} with llama.cpp", target.quant.name()),
         });
+        let job = QuantizeJob {
+            input: f16.to_path_buf(),
+            output: out.clone(),
+            quant: target.quant,
+            threads: target.threads,
+        };
         let result = watch_growth(&out, estimate, events, || {
-            quantize(f16, &out, target.quant, target.threads)
+            quantize_in_child(&target.quantizer, &job)
         });
         if let Err(e) = result {
             remove_if_exists(&out)?;
+            remove_if_exists(f16)?;
             return Err(ImportError::Quantize(e));
         }
         out
     };
+    if let Some(reason) = why_it_would_not_load(&made) {
+        remove_if_exists(&made)?;
+        remove_if_exists(f16)?;
+        return Err(ImportError::WouldNotLoad {
+            file: target.made.file.clone(),
+            reason,
+        });
+    }
     let installed = installed::install_made(paths, &made, &target.made)?;
     remove_if_exists(f16)?;
     events(ImportEvent::Done {
@@ -137,6 +158,46 @@ pub(crate) fn quantize_and_install(
         file: target.made.file.clone(),
     });
     Ok(installed)
+}
+
+/// Why llama.cpp would refuse the model file at `path`, or abort or panic while loading it; `None`
+/// when it would load. catena-gguf's inspection (architecture, tensor types, data inside the file)
+/// and the shape numbers the loader reads: it requires a block count, an embedding length and a
+/// context length, asserts 1 to 512 layers, and hands the others out as signed 32-bit integers
+/// (a training context of 2^32 - 1 makes every load panic in the Rust binding).
+pub(crate) fn why_it_would_not_load(path: &Path) -> Option<String> {
+    let Inspection {
+        mut problems,
+        kind,
+        shape,
+        ..
+    } = match catena_gguf::inspect::inspect_file(path) {
+        Ok(report) => report,
+        Err(e) => return Some(e.to_string()),
+    };
+    if kind != "model" {
+        problems.push(format!("it is a `{kind}` file, not a model"));
+    }
+    // (what, the value, whether the loader requires it, the most it accepts)
+    let int32 = i32::MAX as u64;
+    let numbers = [
+        ("block count", shape.layers, true, catena_convert::MAX_LAYERS),
+        ("embedding length", shape.embedding_length, true, int32),
+        ("context length", shape.context_length, true, catena_convert::MAX_CONTEXT),
+        ("attention head count", shape.heads, false, int32),
+        ("key-value head count", shape.heads_kv, false, int32),
+    ];
+    for (name, value, required, max) in numbers {
+        match value {
+            None if required => problems.push(format!("no {name}")),
+            Some(0) => problems.push(format!("a {name} of 0")),
+            Some(n) if n > max => problems.push(format!(
+                "a {name} of {n}, more than the {max} llama.cpp accepts"
+            )),
+            _ => {}
+        }
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 /// Runs `work`, reporting the size of `file` as it grows: llama.cpp's quantiser reports nothing
@@ -180,11 +241,12 @@ pub struct FolderImport {
 }
 
 /// `catena models import DIR`: checks the checkpoint, converts it to F16 in the models folder
-/// (a hidden `.import-*` file), quantises and installs it. A name already installed is refused;
-/// what a killed earlier import left is started over.
+/// (a hidden `.import-*` file), quantises it in a child started by `quantizer` and installs it. A
+/// name already installed is refused; what a killed earlier import left is started over.
 pub fn import_folder(
     paths: &Paths,
     request: &FolderImport,
+    quantizer: &WorkerCommand,
     events: &ImportSink,
 ) -> Result<PathBuf, ImportError> {
     if !crate::is_plain_name(&request.name) {
@@ -219,6 +281,7 @@ pub fn import_folder(
         },
         quant: request.quant,
         threads: request.threads,
+        quantizer: quantizer.clone(),
     };
     let result = quantize_and_install(paths, &f16, &target, events);
     if result.is_err() {
@@ -255,14 +318,18 @@ mod tests {
             threads: 1,
         };
         let sink: ImportSink = Arc::new(|_| {});
-        let err = import_folder(&paths, &request, &sink).unwrap_err();
+        let quantizer = WorkerCommand {
+            program: "/nonexistent".into(),
+            args: Vec::new(),
+        };
+        let err = import_folder(&paths, &request, &quantizer, &sink).unwrap_err();
         assert!(matches!(err, ImportError::Convert(_)), "{err}");
         let bad_name = FolderImport {
             name: ".hidden".into(),
             ..request
         };
         assert!(matches!(
-            import_folder(&paths, &bad_name, &sink),
+            import_folder(&paths, &bad_name, &quantizer, &sink),
             Err(ImportError::BadName(_))
         ));
         assert!(

@@ -8,6 +8,7 @@ use catena_hub::config::Paths;
 use catena_hub::download::{self, DownloadEvent, DownloadOptions};
 use catena_hub::pull::{self, CheckpointPlan, PullPlan};
 use catena_import::{ImportEvent, ImportSink, Stage};
+use catena_worker::WorkerCommand;
 use parking_lot::{Mutex, MutexGuard};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -48,12 +49,22 @@ pub struct DownloadStatus {
 }
 
 /// The downloads of this process, newest last.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct Downloads {
     table: Arc<Mutex<BTreeMap<String, DownloadStatus>>>,
+    /// The child process llama.cpp's quantiser runs in: it aborts on some checkpoints, which
+    /// must cost the download, not the server.
+    quantizer: WorkerCommand,
 }
 
 impl Downloads {
+    pub fn new(quantizer: WorkerCommand) -> Downloads {
+        Downloads {
+            table: Arc::default(),
+            quantizer,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, DownloadStatus>> {
         self.table.lock()
     }
@@ -115,8 +126,10 @@ impl Downloads {
         let paths = paths.clone();
         tokio::spawn(async move {
             let events = downloads.import_events(&request.name);
+            let quantizer = downloads.quantizer.clone();
             let outcome = tokio::task::spawn_blocking(move || {
-                catena_import::import_folder(&paths, &request, &events).map_err(|e| e.to_string())
+                catena_import::import_folder(&paths, &request, &quantizer, &events)
+                    .map_err(|e| e.to_string())
             })
             .await
             .map_err(|e| format!("the import task failed: {e}"))
@@ -186,7 +199,7 @@ impl Downloads {
     }
 
     /// Fetches, converts and installs a checkpoint (on a blocking thread: conversion and
-    /// quantisation are long CPU work).
+    /// quantisation are long CPU work; quantisation in a child process).
     async fn pull_checkpoint(
         &self,
         paths: &Paths,
@@ -196,14 +209,14 @@ impl Downloads {
         let request = catena_import::CheckpointPull::from_plan(plan).map_err(|e| e.to_string())?;
         let events = self.import_events(key);
         let paths = paths.clone();
+        let options = catena_import::PullOptions {
+            download: DownloadOptions::default(),
+            threads: 0,
+            quantizer: self.quantizer.clone(),
+        };
         tokio::task::spawn_blocking(move || {
-            catena_import::pull_checkpoint(
-                &paths,
-                &request,
-                &catena_import::PullOptions::default(),
-                &events,
-            )
-            .map_err(|e| e.to_string())
+            catena_import::pull_checkpoint(&paths, &request, &options, &events)
+                .map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| format!("the pull task failed: {e}"))?

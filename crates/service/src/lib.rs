@@ -96,6 +96,8 @@ impl Service {
         let paths = config.paths.clone();
         // The trainer is the same program as the worker (`catena` or `catena-desktop`).
         let training = Training::new(config.worker.program.clone(), paths.clone());
+        // Downloads quantise in a child of the same program too (`worker`), never in the server.
+        let downloads = Downloads::new(config.worker.clone());
         let inference = Inference::start(config, store.clone(), live.clone())?;
         Ok(Service {
             inference,
@@ -103,7 +105,7 @@ impl Service {
             live,
             started: Instant::now(),
             paths,
-            downloads: Downloads::default(),
+            downloads,
             training,
         })
     }

@@ -15,6 +15,7 @@ use catena_hub::pull::{self, CheckpointPlan, PullPlan};
 use catena_import::{
     CheckpointPull, FolderImport, ImportError, ImportEvent, ImportSink, PullOptions, Stage,
 };
+use catena_worker::WorkerCommand;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -300,12 +301,19 @@ fn import(args: ImportArgs, paths: &Paths) -> Result<ExitCode> {
         request.name,
         quant.name()
     );
+    let quantizer = quantizer()?;
     let (events, bars) = stage_events(args.json);
-    let result = catena_import::import_folder(paths, &request, &events);
+    let result = catena_import::import_folder(paths, &request, &quantizer, &events);
     bars.finish();
     let installed = result.with_context(|| format!("{} cannot be imported", args.dir.display()))?;
     finished(&installed, args.json);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The child llama.cpp's quantiser runs in: this binary's `worker`. An abort there (a checkpoint
+/// with numbers llama.cpp asserts on) becomes an error here, and the import removes its files.
+fn quantizer() -> Result<WorkerCommand> {
+    WorkerCommand::current_exe(0).context("cannot find this program to run the quantiser")
 }
 
 /// The last words of an import or a pull: how to use the model, and its path on stdout.
@@ -432,6 +440,7 @@ fn pull_checkpoint(
     let options = PullOptions {
         download: download_options(args)?,
         threads: args.threads.unwrap_or(0),
+        quantizer: quantizer()?,
     };
     let (events, bars) = stage_events(args.json);
     let result = catena_import::pull_checkpoint(paths, &request, &options, &events);

@@ -22,6 +22,7 @@ mod plan;
 pub mod state;
 mod transfer;
 
+pub(crate) use http::describe;
 pub use http::install_tls_provider;
 
 use super::installed::{self, DigestSource, Installed, ModelRecord, PARTIAL_DIR};
