@@ -111,13 +111,14 @@ fn first_line_title(text: &str) -> Option<String> {
     (first.chars().count() <= 100).then(|| first.to_string())
 }
 
-/// The text of a PDF, page after page; a PDF without a text layer (a scan) gives an error.
-/// `pdf-extract` is known to panic on some malformed files; such a panic is caught here and
-/// becomes the file's error, so one broken PDF never ends a build.
+/// The text of a PDF, page after page; a PDF without a text layer (a scan) gives an error, and
+/// so does one whose streams decompress past [`crate::pdf::PDF_CAPS`] (measured before they are
+/// opened: a failed allocation would end the process). `pdf-extract` is known to panic on some
+/// malformed files; such a panic is caught here and becomes the file's error, so one broken PDF
+/// never ends a build.
 fn pdf_text(bytes: &[u8]) -> Result<String, String> {
-    let extracted = std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(bytes))
-        .map_err(|_| "the PDF could not be parsed".to_string())?;
-    let text = extracted.map_err(|e| format!("the PDF could not be read: {e}"))?;
+    let text = std::panic::catch_unwind(|| crate::pdf::pdf_text(bytes, crate::pdf::PDF_CAPS))
+        .map_err(|_| "the PDF could not be parsed".to_string())??;
     // Pages come separated by form feeds; runs of blank lines from the layout are squeezed.
     let mut out = String::with_capacity(text.len());
     let mut blank = 0;
@@ -162,16 +163,19 @@ pub fn document_files(roots: &[PathBuf]) -> Vec<PathBuf> {
 
 /// HTML as readable text: paragraphs and headings as lines, links as numbered references with
 /// their targets listed at the end (so a summary can name them), scripts and styles dropped.
-/// Bytes that are not HTML give whatever text they hold; it never fails.
+/// Bytes that are not HTML give whatever text they hold; it never fails. Nesting past
+/// [`crate::html_depth::MAX_DEPTH`] is flattened first, so time and memory grow with the page's
+/// length, not with its depth.
 pub fn html_to_text(html: &[u8]) -> String {
+    let html = crate::html_depth::bounded(html);
     let rendered = html2text::config::plain()
         .no_table_borders()
         .no_link_wrapping()
         .allow_width_overflow()
-        .string_from_read(html, RENDER_WIDTH);
+        .string_from_read(&html[..], RENDER_WIDTH);
     match rendered {
         Ok(text) => text,
-        Err(_) => String::from_utf8_lossy(html).into_owned(),
+        Err(_) => String::from_utf8_lossy(&html).into_owned(),
     }
 }
 
@@ -217,7 +221,10 @@ pub struct ArchiveProgress {
 /// The HTML articles of the ZIM archive at `path`, each given to `each` as a document with a
 /// `zim://` URL (see [`archive_base`]). With `links`, the text ends with the article's links made
 /// absolute (what `<crawl_page>` shows); without, it is prose only (what passages hold). An
-/// article that cannot be read goes to `failed` with the reason, and reading goes on.
+/// article that cannot be read goes to `failed` with the reason, and reading goes on. Articles
+/// are bounded as files are: one larger than [`MAX_DOCUMENT_BYTES`] is not read, the HTML of
+/// the rest is converted as a page is (nesting bounded), and the reading ends with an error
+/// when the archive has decompressed to its budget.
 pub fn archive_documents(
     path: &Path,
     links: bool,
@@ -237,6 +244,12 @@ pub fn archive_documents(
         done += 1;
         let progress = ArchiveProgress { done, total };
         let bytes = match bytes {
+            Ok(bytes) if bytes.len() as u64 > MAX_DOCUMENT_BYTES => {
+                return failed(
+                    &entry.path,
+                    format!("larger than {} MiB", MAX_DOCUMENT_BYTES >> 20),
+                );
+            }
             Ok(bytes) => bytes,
             Err(reason) => return failed(&entry.path, reason),
         };
@@ -258,20 +271,20 @@ pub fn archive_documents(
             date: None,
         };
         each(document, progress);
-    });
-    Ok(())
+    })
 }
 
 /// HTML as prose: like [`html_to_text`] but without link markers or the list of link targets.
 pub fn html_to_prose(html: &[u8]) -> String {
+    let html = crate::html_depth::bounded(html);
     let rendered = html2text::config::plain_no_decorate()
         .no_table_borders()
         .link_footnotes(false)
         .allow_width_overflow()
-        .string_from_read(html, RENDER_WIDTH);
+        .string_from_read(&html[..], RENDER_WIDTH);
     match rendered {
         Ok(text) => text,
-        Err(_) => String::from_utf8_lossy(html).into_owned(),
+        Err(_) => String::from_utf8_lossy(&html).into_owned(),
     }
 }
 
@@ -299,7 +312,8 @@ pub fn absolute_links(text: &str, base: &url::Url) -> String {
 
 /// The text of an HTML fragment (a snippet with `<strong>` and `&amp;` in it), on one line.
 pub fn html_fragment_text(fragment: &str) -> String {
-    let parsed = scraper::Html::parse_fragment(fragment);
+    let fragment = crate::html_depth::bounded(fragment.as_bytes());
+    let parsed = scraper::Html::parse_fragment(&String::from_utf8_lossy(&fragment));
     let text: String = parsed.root_element().text().collect();
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -313,8 +327,10 @@ pub struct HtmlMetadata {
 
 /// The page's `<title>` (else its first `<h1>`) and publication date from the usual places:
 /// `article:published_time`, `date`/`dc.date` meta tags, `datePublished`, `<time datetime>`.
+/// Nesting is bounded as for [`html_to_text`] (the same parser builds the tree).
 pub fn html_metadata(html: &[u8]) -> HtmlMetadata {
-    let document = scraper::Html::parse_document(&String::from_utf8_lossy(html));
+    let html = crate::html_depth::bounded(html);
+    let document = scraper::Html::parse_document(&String::from_utf8_lossy(&html));
     let first_text = |selector: &str| {
         let selector = scraper::Selector::parse(selector).ok()?;
         let element = document.select(&selector).next()?;
@@ -430,6 +446,73 @@ mod tests {
         assert_eq!(html_metadata(b"\xff<title>").title, None);
     }
 
+    /// Runs `work` on a thread and waits for it at most `seconds`: `None` if it is still
+    /// running (it is left to finish on its own).
+    fn within<T: Send + 'static>(
+        seconds: u64,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(work());
+        });
+        result
+            .recv_timeout(std::time::Duration::from_secs(seconds))
+            .ok()
+    }
+
+    #[test]
+    fn deep_nesting_is_converted_in_bounded_time() {
+        // The attack's shapes, each well past the depth kept: 200,000 nested elements took
+        // minutes and gigabytes (80,000 `<div>`s 44 s); each now takes well under a second.
+        for (open, close) in [
+            ("<div>", "</div>"),
+            ("<blockquote><ul><li>", "</li></ul></blockquote>"),
+            ("<table><tr><td>", "</td></tr></table>"),
+            ("<b><i>", "</i></b>"),
+        ] {
+            let page = format!(
+                "<title>Deep</title>{}<p>deep text</p>{}<p>after</p>",
+                open.repeat(200_000 / open.matches('<').count()),
+                close.repeat(200_000 / open.matches('<').count()),
+            );
+            let converted = within(30, move || {
+                let page = page.as_bytes();
+                (html_to_text(page), html_to_prose(page), html_metadata(page))
+            });
+            let (text, prose, meta) =
+                converted.unwrap_or_else(|| panic!("{open}: still running after 30 s"));
+            for out in [&text, &prose] {
+                assert!(out.contains("deep text") && out.contains("after"), "{open}");
+                assert!(out.len() < 1 << 20, "{open}: {} bytes", out.len());
+            }
+            assert_eq!(meta.title.as_deref(), Some("Deep"));
+        }
+    }
+
+    #[test]
+    fn pages_within_the_depth_read_exactly_as_before() {
+        // The pre-pass hands a page that never goes deep on untouched: html2text's own text.
+        let page = br#"<html><head><title>Harbour</title></head><body><div><ul><li>Tides
+            <li>Boats <a href="/b.html">list</a></ul><table><tr><td>06:52<td>north pier</table>
+            <blockquote><p>Leave early.<p>Come back &amp; rest.</blockquote></div></body></html>"#;
+        let direct = html2text::config::plain()
+            .no_table_borders()
+            .no_link_wrapping()
+            .allow_width_overflow()
+            .string_from_read(&page[..], RENDER_WIDTH)
+            .unwrap();
+        assert_eq!(html_to_text(page), direct);
+        let nested = "<div>".repeat(crate::html_depth::MAX_DEPTH - 1) + "<p>inside</p>";
+        let direct = html2text::config::plain()
+            .no_table_borders()
+            .no_link_wrapping()
+            .allow_width_overflow()
+            .string_from_read(nested.as_bytes(), RENDER_WIDTH)
+            .unwrap();
+        assert_eq!(html_to_text(nested.as_bytes()), direct);
+    }
+
     #[test]
     fn markdown_front_matter_and_headings() {
         let (title, body, date) =
@@ -517,6 +600,135 @@ mod tests {
             let err = read_document(&file).unwrap_err();
             assert!(err.contains("PDF"), "{name}: {err}");
         }
+    }
+
+    /// A one-page PDF with the given streams, each `(filters, bytes)`; its page draws the first
+    /// `drawn` of them in turn (the rest are objects nothing uses).
+    fn pdf_with_streams(streams: &[(&str, Vec<u8>)], drawn: usize) -> Vec<u8> {
+        let first = 5;
+        let contents: Vec<String> = (0..drawn).map(|i| format!("{} 0 R", first + i)).collect();
+        let mut objects: Vec<Vec<u8>> = vec![
+            b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+            format!(
+                "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents [{}] \
+                 /Resources << /Font << /F1 4 0 R >> >> >>",
+                contents.join(" ")
+            )
+            .into_bytes(),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
+                .to_vec(),
+        ];
+        for (filters, bytes) in streams {
+            let mut object =
+                format!("<< /Length {} {filters} >>\nstream\n", bytes.len()).into_bytes();
+            object.extend_from_slice(bytes);
+            object.extend_from_slice(b"\nendstream");
+            objects.push(object);
+        }
+        let mut pdf = b"%PDF-1.4\n".to_vec();
+        let mut offsets = Vec::new();
+        for (i, object) in objects.iter().enumerate() {
+            offsets.push(pdf.len());
+            pdf.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+            pdf.extend_from_slice(object);
+            pdf.extend_from_slice(b"\nendobj\n");
+        }
+        let xref = pdf.len();
+        pdf.extend_from_slice(
+            format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+        );
+        for offset in offsets {
+            pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+        }
+        pdf.extend_from_slice(
+            format!(
+                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+                objects.len() + 1
+            )
+            .as_bytes(),
+        );
+        pdf
+    }
+
+    fn deflate(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(data).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn a_pdf_inflate_bomb_is_refused_before_it_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let text = b"BT /F1 12 Tf 72 720 Td (Harbour notes) Tj ET".to_vec();
+        // Deflated twice, 200 MiB of zeros take a few kilobytes: past the cap of one stream.
+        let zeros = vec![0u8; 200 << 20];
+        let bomb = deflate(&deflate(&zeros));
+        let file = root.join("bomb.pdf");
+        std::fs::write(
+            &file,
+            pdf_with_streams(
+                &[
+                    ("", text.clone()),
+                    ("/Filter [/FlateDecode /FlateDecode]", bomb),
+                ],
+                2,
+            ),
+        )
+        .unwrap();
+        assert!(std::fs::metadata(&file).unwrap().len() < 64 << 10);
+        let err = read_document(&file).unwrap_err();
+        assert!(
+            err.contains("decompress to more than 128 MiB each"),
+            "{err}"
+        );
+        // The same text with a stream of ordinary size reads.
+        let fine = root.join("fine.pdf");
+        std::fs::write(
+            &fine,
+            pdf_with_streams(
+                &[
+                    ("/Filter /FlateDecode", deflate(&text)),
+                    ("/Filter /FlateDecode", deflate(&[b' '; 1000])),
+                ],
+                2,
+            ),
+        )
+        .unwrap();
+        assert!(read_document(&fine).unwrap().text.contains("Harbour notes"));
+    }
+
+    #[test]
+    fn pdf_streams_are_capped_in_all_and_per_page() {
+        let caps = crate::pdf::PdfCaps {
+            stream: 1 << 20,
+            total: 3 << 20,
+        };
+        let text = b"BT /F1 12 Tf 72 720 Td (Harbour notes) Tj ET".to_vec();
+        let spaces = deflate(&vec![b' '; 900 << 10]);
+        let padded = |n: usize| {
+            let mut streams = vec![("", text.clone())];
+            streams.extend((0..n).map(|_| ("/Filter /FlateDecode", spaces.clone())));
+            pdf_with_streams(&streams, 1)
+        };
+        // One such stream fits, and so do three; five do not, in all (used or not).
+        for (n, fits) in [(1, true), (3, true), (5, false)] {
+            let read = crate::pdf::pdf_text(&padded(n), caps);
+            assert_eq!(read.is_ok(), fits, "{n}: {read:?}");
+        }
+        // One stream named twice by the page is joined into one buffer: past the cap of one.
+        let mut twice =
+            pdf_with_streams(&[("", text.clone()), ("/Filter /FlateDecode", spaces)], 2);
+        let named = b"/Contents [5 0 R 6 0 R]";
+        let at = twice.windows(named.len()).position(|w| w == named).unwrap();
+        twice.splice(
+            at..at + named.len(),
+            b"/Contents [6 0 R 6 0 R]".iter().copied(),
+        );
+        let err = crate::pdf::pdf_text(&twice, caps).unwrap_err();
+        assert!(err.contains("decompress to more than 1 MiB each"), "{err}");
     }
 
     #[test]

@@ -9,11 +9,14 @@
 
 mod documents;
 pub mod extract;
+mod html_depth;
 mod passage_line;
 mod passages;
-pub mod zim;
+mod pdf;
 
 pub use catena_protocol::units::is_plain_name;
+/// The ZIM reader, a crate of its own so it can be fuzzed without the index engine.
+pub use catena_zim as zim;
 pub use documents::{DocumentHit, DocumentIndex, StoredDocument, build_documents};
 pub use passage_line::{PassageRecord, parse_passage_line};
 pub use passages::{Hit, PassageIndex, build_passages};
@@ -123,6 +126,15 @@ pub enum SearchError {
     NoDocuments {
         roots: String,
         first_problem: Option<String>,
+    },
+    #[error(
+        "{path}: line {line} is longer than {} MiB with no end in sight (a passage is a few hundred words: is this a passage file?)",
+        limit >> 20
+    )]
+    LineTooLong {
+        path: PathBuf,
+        line: u64,
+        limit: u64,
     },
     #[error(transparent)]
     Archive(#[from] zim::ZimError),

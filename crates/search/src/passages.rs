@@ -7,7 +7,7 @@ use crate::{
     words_query,
 };
 use serde::Serialize;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
 use tantivy::collector::TopDocs;
 use tantivy::schema::{Field, STORED, STRING, Schema, Value};
@@ -54,6 +54,11 @@ pub fn build_passages(
         write_index(dir, name, source, progress)
     })
 }
+
+/// Bytes a line of a passage file may hold: a wiki-18 passage takes under 1 KiB, so a longer
+/// line is not a passage, and reading it whole would let one line without a newline take all
+/// memory.
+const MAX_LINE_BYTES: u64 = 1 << 20;
 
 /// Words per passage cut from an archive's articles: the length of the wiki-18 passages the
 /// MHQA agent was trained against.
@@ -186,11 +191,21 @@ fn file_passages(
         line.clear();
         // Bytes, not a String: a line that is not UTF-8 is a bad line, skipped and counted like
         // any other, not the end of the build.
-        let n = reader.read_until(b'\n', &mut line).map_err(io_at(source))?;
+        let n = (&mut reader)
+            .take(MAX_LINE_BYTES + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(io_at(source))?;
         if n == 0 {
             break;
         }
         number += 1;
+        if n as u64 > MAX_LINE_BYTES && line.last() != Some(&b'\n') {
+            return Err(SearchError::LineTooLong {
+                path: source.to_path_buf(),
+                line: number,
+                limit: MAX_LINE_BYTES,
+            });
+        }
         read_bytes += n as u64;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
@@ -353,6 +368,33 @@ mod tests {
             PassageIndex::open(&indexes, "wiki"),
             Err(SearchError::NotFound(_))
         ));
+    }
+
+    #[test]
+    fn an_endless_line_is_refused_by_its_number_without_reading_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let indexes = dir.path().join("indexes");
+        let source = dir.path().join("endless.jsonl");
+        let good = r#"{"id": "1", "title": "Harbour", "text": "Boats leave at dawn."}"#;
+        // A line at the limit still reads (its newline included); the third never ends.
+        let padded = format!(
+            "{{\"id\": \"2\", \"title\": \"Pad\", \"text\": \"x{}\"}}",
+            " ".repeat(MAX_LINE_BYTES as usize - 48)
+        );
+        assert!(padded.len() < MAX_LINE_BYTES as usize);
+        let mut bytes = format!("{good}\n{padded}\n").into_bytes();
+        bytes.resize(bytes.len() + 3 * MAX_LINE_BYTES as usize, b'a');
+        std::fs::write(&source, bytes).unwrap();
+        let err = build_passages(&indexes, "endless", &source, &mut |_| {}).unwrap_err();
+        assert!(
+            matches!(err, SearchError::LineTooLong { line: 3, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("line 3 is longer than 1 MiB"),
+            "{err}"
+        );
+        assert!(list(&indexes).is_empty());
     }
 
     #[test]

@@ -12,6 +12,15 @@
 //! ones), path, title and MIME type, and either a (cluster, blob) pair or the entry it redirects
 //! to. A cluster is one info byte (compression in its low four bits, `0x10` for 64-bit offsets)
 //! and then, compressed or not, a table of blob offsets followed by the blobs.
+//!
+//! Archives come from anywhere, so every size the file states is checked before it is used, and
+//! what decompression makes is bounded twice: per cluster ([`MAX_CLUSTER_BYTES`]) and per
+//! archive (a multiple of its size, [`ZimArchive::inflate_budget`]), since a few kilobytes of
+//! zstd can stand for gigabytes. Entries that point at the same blob are one article under
+//! several names (like redirects) and are listed once, so a blob is read once whatever the
+//! number of entries naming it.
+//!
+//! A crate of its own, with no index engine behind it, so the fuzzer can build it quickly.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -25,7 +34,12 @@ const LINK_TARGET: u16 = 0xfffe;
 const DELETED: u16 = 0xfffd;
 /// A decompressed cluster larger than this is refused (libzim writes 2 MiB clusters; this only
 /// stops a hostile archive from exhausting memory).
-const MAX_CLUSTER_BYTES: u64 = 128 << 20;
+pub const MAX_CLUSTER_BYTES: u64 = 128 << 20;
+/// Times its own size an archive may decompress to in all. Kiwix's archives of HTML come out at
+/// a few times their size (zstd at level 19 on text); far more is a decompression bomb.
+pub const MAX_EXPANSION: u64 = 32;
+/// What any archive, however small, may decompress to in all.
+pub const MIN_INFLATE_BUDGET: u64 = 256 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ZimError {
@@ -42,6 +56,11 @@ pub enum ZimError {
         cluster: u32,
         reason: String,
     },
+    #[error(
+        "{path}: its clusters decompress to more than {} MiB in all, far more than an archive of its size holds (a decompression bomb?); reading stopped",
+        budget >> 20
+    )]
+    Inflated { path: PathBuf, budget: u64 },
 }
 
 /// One content entry of an archive.
@@ -55,10 +74,10 @@ pub struct ZimEntry {
     blob: u32,
 }
 
-/// An open archive.
-pub struct ZimArchive {
+/// An open archive: a file, or any bytes that can be read and sought in (the fuzzer's).
+pub struct ZimArchive<R = File> {
     path: PathBuf,
-    file: BufReader<File>,
+    file: BufReader<R>,
     len: u64,
     entry_count: u32,
     cluster_count: u32,
@@ -66,6 +85,8 @@ pub struct ZimArchive {
     cluster_ptr_pos: u64,
     checksum_pos: u64,
     mimes: Vec<String>,
+    /// Bytes the clusters read so far decompressed to.
+    inflated: u64,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -80,19 +101,26 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-impl ZimArchive {
-    pub fn open(path: &Path) -> Result<ZimArchive, ZimError> {
+impl ZimArchive<File> {
+    pub fn open(path: &Path) -> Result<ZimArchive<File>, ZimError> {
         let io = |source| ZimError::Io {
             path: path.to_path_buf(),
             source,
         };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        ZimArchive::from_reader(path, file, len)
+    }
+}
+
+impl<R: Read + Seek> ZimArchive<R> {
+    /// The archive in `reader`, `len` bytes long; `path` names it in errors.
+    pub fn from_reader(path: &Path, reader: R, len: u64) -> Result<ZimArchive<R>, ZimError> {
         let not_zim = |reason: &str| ZimError::NotZim {
             path: path.to_path_buf(),
             reason: reason.to_string(),
         };
-        let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let mut file = BufReader::new(file);
+        let mut file = BufReader::new(reader);
         let mut header = [0u8; HEADER_BYTES];
         file.read_exact(&mut header)
             .map_err(|_| not_zim("shorter than a ZIM header"))?;
@@ -113,6 +141,7 @@ impl ZimArchive {
             cluster_ptr_pos: u64_at(&header, 48),
             checksum_pos: u64_at(&header, 72),
             mimes: Vec::new(),
+            inflated: 0,
         };
         let tables_fit = [
             (archive.path_ptr_pos, archive.entry_count),
@@ -138,6 +167,14 @@ impl ZimArchive {
 
     pub fn is_empty(&self) -> bool {
         self.entry_count == 0
+    }
+
+    /// Bytes this archive's clusters may decompress to in all: [`MAX_EXPANSION`] times its size,
+    /// and at least [`MIN_INFLATE_BUDGET`].
+    pub fn inflate_budget(&self) -> u64 {
+        self.len
+            .saturating_mul(MAX_EXPANSION)
+            .max(MIN_INFLATE_BUDGET)
     }
 
     fn io(&self, source: std::io::Error) -> ZimError {
@@ -204,7 +241,8 @@ impl ZimArchive {
 
     /// The content entries (namespace `C`, or `A` in old archives; redirects and metadata left
     /// out) whose MIME type `wanted` accepts, in the order their data is stored, so reading them
-    /// in turn decompresses each cluster once. The pointer table is read in one pass and the
+    /// in turn decompresses each cluster once. Of entries that point at the same blob only the
+    /// first (by storage order, then path) is kept: they are one article. The pointer table is read in one pass and the
     /// entries in file order, so the file is read forwards (an archive has millions of entries).
     pub fn entries(&mut self, wanted: impl Fn(&str) -> bool) -> Result<Vec<ZimEntry>, ZimError> {
         self.file
@@ -269,7 +307,8 @@ impl ZimArchive {
                 blob,
             });
         }
-        entries.sort_by_key(|e| (e.cluster, e.blob));
+        entries.sort_by(|a, b| (a.cluster, a.blob, &a.path).cmp(&(b.cluster, b.blob, &b.path)));
+        entries.dedup_by_key(|e| (e.cluster, e.blob));
         Ok(entries)
     }
 
@@ -303,10 +342,54 @@ impl ZimArchive {
         }
     }
 
-    /// The blobs of `cluster`, decompressed.
+    /// The blobs of `cluster`, decompressed. Past the archive's [`Self::inflate_budget`] every
+    /// cluster is refused with [`ZimError::Inflated`].
     pub fn cluster(&mut self, cluster: u32) -> Result<Cluster, ZimError> {
+        let budget = self.inflate_budget();
+        let left = budget.saturating_sub(self.inflated);
         let raw = self.raw_cluster(cluster)?;
-        Cluster::decode(&raw).map_err(|reason| self.cluster_error(cluster, reason))
+        let limit = left.min(MAX_CLUSTER_BYTES);
+        match Cluster::decode(&raw, limit) {
+            Ok(decoded) => {
+                self.inflated += decoded.data.len() as u64;
+                Ok(decoded)
+            }
+            Err(DecodeError::Exceeds) if limit < MAX_CLUSTER_BYTES => {
+                self.inflated = budget;
+                Err(ZimError::Inflated {
+                    path: self.path.clone(),
+                    budget,
+                })
+            }
+            Err(DecodeError::Exceeds) => Err(self.cluster_error(
+                cluster,
+                format!(
+                    "it decompresses to more than {} MiB",
+                    MAX_CLUSTER_BYTES >> 20
+                ),
+            )),
+            Err(DecodeError::Malformed(reason)) => Err(self.cluster_error(cluster, reason)),
+        }
+    }
+}
+
+/// Why a cluster could not be decoded.
+#[derive(Debug)]
+enum DecodeError {
+    /// It decompresses to more than it may.
+    Exceeds,
+    Malformed(String),
+}
+
+impl From<&str> for DecodeError {
+    fn from(reason: &str) -> Self {
+        DecodeError::Malformed(reason.to_string())
+    }
+}
+
+impl From<String> for DecodeError {
+    fn from(reason: String) -> Self {
+        DecodeError::Malformed(reason)
     }
 }
 
@@ -317,31 +400,31 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Decodes a cluster as stored: its info byte, then the (compressed) offsets and blobs.
-    fn decode(raw: &[u8]) -> Result<Cluster, String> {
+    /// Decodes a cluster as stored: its info byte, then the (compressed) offsets and blobs, in
+    /// at most `limit` bytes.
+    fn decode(raw: &[u8], limit: u64) -> Result<Cluster, DecodeError> {
         let (&info, body) = raw.split_first().ok_or("it is empty")?;
-        let limited = |reader: &mut dyn Read| -> Result<Vec<u8>, String> {
+        let limited = |reader: &mut dyn Read| -> Result<Vec<u8>, DecodeError> {
             let mut data = Vec::new();
             reader
-                .take(MAX_CLUSTER_BYTES + 1)
+                .take(limit.saturating_add(1))
                 .read_to_end(&mut data)
                 .map_err(|e| e.to_string())?;
-            if data.len() as u64 > MAX_CLUSTER_BYTES {
-                return Err(format!(
-                    "it decompresses to more than {} MiB",
-                    MAX_CLUSTER_BYTES >> 20
-                ));
+            if data.len() as u64 > limit {
+                return Err(DecodeError::Exceeds);
             }
             Ok(data)
         };
         let data = match info & 0x0f {
+            0 | 1 if body.len() as u64 > limit => return Err(DecodeError::Exceeds),
             0 | 1 => body.to_vec(),
             4 => limited(&mut liblzma::read::XzDecoder::new(body))?,
             5 => limited(&mut zstd::stream::read::Decoder::new(body).map_err(|e| e.to_string())?)?,
             other => {
                 return Err(format!(
                     "compression {other} (zlib or bzip2, dropped from the format) is not read"
-                ));
+                )
+                .into());
             }
         };
         let width = if info & 0x10 != 0 { 8 } else { 4 };
@@ -379,16 +462,21 @@ impl Cluster {
 }
 
 /// The bytes of each of `entries` (as [`ZimArchive::entries`] lists them: in storage order, so
-/// each cluster is decompressed once), or why they cannot be read (the reading goes on).
-pub fn read_entries(
-    archive: &mut ZimArchive,
+/// each cluster is decompressed once), or why they cannot be read (the reading goes on), until
+/// the archive has decompressed to its [`ZimArchive::inflate_budget`]: that error ends the
+/// reading.
+pub fn read_entries<R: Read + Seek>(
+    archive: &mut ZimArchive<R>,
     entries: &[ZimEntry],
     mut each: impl FnMut(&ZimEntry, Result<&[u8], String>),
-) {
+) -> Result<(), ZimError> {
     let mut current: Option<(u32, Result<Cluster, String>)> = None;
     for entry in entries {
         if current.as_ref().is_none_or(|(n, _)| *n != entry.cluster) {
-            let cluster = archive.cluster(entry.cluster).map_err(|e| e.to_string());
+            let cluster = match archive.cluster(entry.cluster) {
+                Err(e @ ZimError::Inflated { .. }) => return Err(e),
+                other => other.map_err(|e| e.to_string()),
+            };
             current = Some((entry.cluster, cluster));
         }
         let bytes = match current.as_ref().map(|(_, c)| c) {
@@ -400,6 +488,7 @@ pub fn read_entries(
         };
         each(entry, bytes);
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -445,7 +534,7 @@ mod tests {
         }]
         .concat();
         for raw in [stored, zstd, xz, wide] {
-            let cluster = Cluster::decode(&raw).unwrap();
+            let cluster = Cluster::decode(&raw, MAX_CLUSTER_BYTES).unwrap();
             assert_eq!(cluster.blob(0), Some(&b"<p>one</p>"[..]));
             assert_eq!(cluster.blob(1), Some(&b""[..]));
             assert_eq!(cluster.blob(2), Some(&b"<p>three</p>"[..]));
@@ -465,12 +554,153 @@ mod tests {
             &[5, 1, 2, 3],
             &[4, 1, 2, 3],
         ] {
-            assert!(Cluster::decode(raw).is_err(), "{raw:?}");
+            assert!(Cluster::decode(raw, MAX_CLUSTER_BYTES).is_err(), "{raw:?}");
         }
         // A zstd bomb: far more zeroes than a cluster may hold.
         let bomb = zstd::encode_all(std::io::repeat(0).take(MAX_CLUSTER_BYTES + 10), 1).unwrap();
-        let err = Cluster::decode(&[vec![5u8], bomb].concat()).err().unwrap();
-        assert!(err.contains("more than"), "{err}");
+        let err = Cluster::decode(&[vec![5u8], bomb].concat(), MAX_CLUSTER_BYTES);
+        assert!(matches!(err, Err(DecodeError::Exceeds)));
+    }
+
+    /// An entry of [`archive_bytes`]: its path (namespace `C`, MIME `text/html`) and the cluster
+    /// and blob it points at.
+    struct Entry<'a> {
+        path: &'a str,
+        cluster: u32,
+        blob: u32,
+    }
+
+    /// A ZIM archive (format 6) written byte by byte: header, MIME list, entries, the entry and
+    /// cluster pointer lists, then the clusters as given (info byte first).
+    fn archive_bytes(entries: &[Entry], clusters: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = vec![0u8; HEADER_BYTES];
+        let mime_list = out.len() as u64;
+        out.extend_from_slice(b"text/html\0\0");
+        let mut entry_at = Vec::new();
+        for entry in entries {
+            entry_at.push(out.len() as u64);
+            out.extend_from_slice(&0u16.to_le_bytes()); // MIME: the first of the list
+            out.extend_from_slice(&[0, b'C']); // no parameters; namespace
+            out.extend_from_slice(&0u32.to_le_bytes()); // revision
+            out.extend_from_slice(&entry.cluster.to_le_bytes());
+            out.extend_from_slice(&entry.blob.to_le_bytes());
+            out.extend_from_slice(entry.path.as_bytes());
+            out.extend_from_slice(b"\0\0"); // the path, and an empty title
+        }
+        let path_ptrs = out.len() as u64;
+        for at in &entry_at {
+            out.extend_from_slice(&at.to_le_bytes());
+        }
+        let cluster_ptrs = out.len() as u64;
+        let mut at = cluster_ptrs + 8 * clusters.len() as u64;
+        for cluster in clusters {
+            out.extend_from_slice(&at.to_le_bytes());
+            at += cluster.len() as u64;
+        }
+        for cluster in clusters {
+            out.extend_from_slice(cluster);
+        }
+        let checksum = out.len() as u64;
+        out.extend_from_slice(&[0u8; 16]);
+        out[..4].copy_from_slice(&MAGIC.to_le_bytes());
+        out[4..6].copy_from_slice(&6u16.to_le_bytes());
+        out[24..28].copy_from_slice(&(entries.len() as u32).to_le_bytes());
+        out[28..32].copy_from_slice(&(clusters.len() as u32).to_le_bytes());
+        out[32..40].copy_from_slice(&path_ptrs.to_le_bytes());
+        out[48..56].copy_from_slice(&cluster_ptrs.to_le_bytes());
+        out[56..64].copy_from_slice(&mime_list.to_le_bytes());
+        out[72..80].copy_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    fn zstd_cluster(blobs: &[&[u8]]) -> Vec<u8> {
+        [
+            vec![5u8],
+            zstd::encode_all(&cluster_bytes(blobs, false)[..], 1).unwrap(),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn entries_that_share_a_blob_are_read_once() {
+        // The attack's shape: thousands of entries naming one large blob.
+        let big = "<p>tide</p>".repeat(100_000);
+        let clusters = [zstd_cluster(&[big.as_bytes(), b"<p>own</p>"])];
+        let paths: Vec<String> = (0..5_000).map(|i| format!("alias/{i:05}")).collect();
+        let mut entries: Vec<Entry> = paths
+            .iter()
+            .map(|path| Entry {
+                path,
+                cluster: 0,
+                blob: 0,
+            })
+            .collect();
+        entries.push(Entry {
+            path: "own",
+            cluster: 0,
+            blob: 1,
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("aliases.zim");
+        std::fs::write(&file, archive_bytes(&entries, &clusters)).unwrap();
+        let mut archive = ZimArchive::open(&file).unwrap();
+        let listed = archive.entries(|mime| mime == "text/html").unwrap();
+        let paths: Vec<&str> = listed.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["alias/00000", "own"]);
+        let mut read = Vec::new();
+        read_entries(&mut archive, &listed, |entry, bytes| {
+            read.push((entry.path.clone(), bytes.map(<[u8]>::len)));
+        })
+        .unwrap();
+        assert_eq!(
+            read,
+            [
+                ("alias/00000".to_string(), Ok(big.len())),
+                ("own".to_string(), Ok(10))
+            ]
+        );
+    }
+
+    #[test]
+    fn an_archive_decompresses_to_a_bounded_total() {
+        // Each cluster is within the per-cluster cap; together they pass the archive's budget
+        // (the file is a few kilobytes, so the budget is the floor).
+        let zeros = vec![0u8; 100 << 20];
+        let bomb = zstd_cluster(&[&zeros]);
+        let clusters = [
+            bomb.clone(),
+            bomb.clone(),
+            bomb,
+            zstd_cluster(&[b"<p>late</p>"]),
+        ];
+        let entries: Vec<Entry> = (0..4)
+            .map(|n| Entry {
+                path: ["a", "b", "c", "d"][n as usize],
+                cluster: n,
+                blob: 0,
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bomb.zim");
+        let bytes = archive_bytes(&entries, &clusters);
+        assert!(bytes.len() < 64 << 10, "{}", bytes.len());
+        std::fs::write(&file, bytes).unwrap();
+        let mut archive = ZimArchive::open(&file).unwrap();
+        assert_eq!(archive.inflate_budget(), MIN_INFLATE_BUDGET);
+        let listed = archive.entries(|_| true).unwrap();
+        let mut read = Vec::new();
+        let err = read_entries(&mut archive, &listed, |entry, bytes| {
+            read.push((entry.path.clone(), bytes.is_ok()));
+        })
+        .unwrap_err();
+        assert!(matches!(err, ZimError::Inflated { .. }), "{err}");
+        assert!(
+            err.to_string().contains("more than 256 MiB in all"),
+            "{err}"
+        );
+        assert_eq!(read, [("a".to_string(), true), ("b".to_string(), true)]);
+        // The budget stays spent: nothing more is decompressed.
+        assert!(matches!(archive.cluster(3), Err(ZimError::Inflated { .. })));
     }
 
     #[test]
