@@ -1,0 +1,166 @@
+//! Hostile files given to `catena index add`, against the real binary: a page of 200,000 nested
+//! `<div>`s (it took minutes and gigabytes to convert), a PDF whose page stream inflates to
+//! 512 MiB from a few kilobytes (gigabytes aborted the whole build: an allocation failure is no
+//! panic), and a passage file whose line never ends. Each build finishes, indexes what is readable and says what it left out.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest a build of a few small files may take before it counts as held: it takes seconds,
+/// and the nested page alone used to take minutes.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// `catena index add` with `args`, data in `data`, killed if it outlasts [`PATIENCE`] (then the
+/// test fails, saying so).
+fn index_add(data: &Path, args: &[&str]) -> Output {
+    let stdout = data.join("add.out");
+    let stderr = data.join("add.err");
+    let mut child = Command::new(common::catena_bin())
+        .env("CATENA_DATA_DIR", data)
+        .env("CATENA_CACHE_DIR", data.join("cache"))
+        .env("CATENA_STORE_DIR", data.join("sessions"))
+        .env_remove("RUST_LOG")
+        .args(["index", "add"])
+        .args(args)
+        .stdout(Stdio::from(std::fs::File::create(&stdout).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()))
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > PATIENCE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`catena index add` was still going after {} s",
+                PATIENCE.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Output {
+        status,
+        stdout: std::fs::read(&stdout).unwrap(),
+        stderr: std::fs::read(&stderr).unwrap(),
+    }
+}
+
+fn deflate(data: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// A one-page PDF whose page stream is `stream`, filtered by `filters`.
+fn pdf(filters: &str, stream: &[u8]) -> Vec<u8> {
+    let mut content = format!("<< /Length {} {filters} >>\nstream\n", stream.len()).into_bytes();
+    content.extend_from_slice(stream);
+    content.extend_from_slice(b"\nendstream");
+    let objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+          /Resources << /Font << /F1 5 0 R >> >> >>"
+            .to_vec(),
+        content,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
+    ];
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, object) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+        out.extend_from_slice(object);
+        out.extend_from_slice(b"\nendobj\n");
+    }
+    let xref = out.len();
+    out.extend_from_slice(b"xref\n0 6\n0000000000 65535 f \n");
+    for offset in offsets {
+        out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!("trailer\n<< /Size 6 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
+    );
+    out
+}
+
+#[test]
+fn index_add_survives_a_nested_page_and_a_pdf_bomb() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let docs = data.join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("tides.md"),
+        "# Tide tables\n\nHigh water at the north pier is at 06:52 on Tuesday.\n",
+    )
+    .unwrap();
+    let nested = format!(
+        "<title>Nested</title>{}<p>The lighthouse keeper climbs 112 steps.</p>{}",
+        "<div>".repeat(200_000),
+        "</div>".repeat(200_000)
+    );
+    std::fs::write(docs.join("nested.html"), nested).unwrap();
+    // 512 MiB of zeros, deflated twice: a few kilobytes on disk.
+    let inner = {
+        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        let block = vec![0u8; 1 << 20];
+        for _ in 0..512 {
+            encoder.write_all(&block).unwrap();
+        }
+        encoder.finish().unwrap()
+    };
+    let bomb = pdf("/Filter [/FlateDecode /FlateDecode]", &deflate(&inner));
+    assert!(bomb.len() < 64 << 10, "{}", bomb.len());
+    std::fs::write(docs.join("bomb.pdf"), bomb).unwrap();
+
+    let add = index_add(data, &[docs.to_str().unwrap(), "--name", "docs"]);
+    let said = String::from_utf8_lossy(&add.stderr);
+    assert!(add.status.success(), "{said}");
+    assert!(
+        said.contains("Indexed 2 documents") && said.contains("1 files that could not be read"),
+        "{said}"
+    );
+    assert!(said.contains("bomb.pdf"), "{said}");
+    assert!(said.contains("decompress to more than"), "{said}");
+
+    let search = |query: &str| {
+        let out = Command::new(common::catena_bin())
+            .env("CATENA_DATA_DIR", data)
+            .env("CATENA_CACHE_DIR", data.join("cache"))
+            .args(["index", "search", "docs", query])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(search("north pier high water").contains("1. [Tide tables]"));
+    assert!(search("lighthouse keeper steps").contains("1. [Nested]"));
+}
+
+#[test]
+fn a_passage_line_that_never_ends_is_refused_by_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let file = data.join("passages.jsonl");
+    let mut bytes = br#"{"id": "1", "title": "Harbour", "text": "Boats leave at dawn."}"#.to_vec();
+    bytes.push(b'\n');
+    // 64 MiB without a newline: the reader used to hold the whole line (a 4 GB one aborted).
+    bytes.resize(bytes.len() + (64 << 20), b'x');
+    std::fs::write(&file, bytes).unwrap();
+    let add = index_add(data, &[file.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&add.stderr);
+    assert!(!add.status.success(), "{said}");
+    assert!(said.contains("line 2 is longer than 1 MiB"), "{said}");
+}
