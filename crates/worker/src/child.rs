@@ -7,6 +7,7 @@
 //! input so a `Cancel` reaches a running generation, and the end of the input (the server is
 //! gone) stops everything.
 
+use super::exit::WorkerExit;
 use super::pool::{MakeSession, SessionPool};
 use super::protocol::{
     FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
@@ -23,17 +24,6 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// Why the worker process stopped other than by its input ending.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerExit {
-    #[error("the first frame must start the worker")]
-    NotStarted,
-    #[error("the frame channel broke: {0}")]
-    Io(#[from] io::Error),
-    #[error("{0}")]
-    Load(EngineError),
-}
 
 /// Serves frames from standard input to a private copy of standard output until the input ends.
 pub fn run_stdio() -> Result<(), WorkerExit> {

@@ -14,6 +14,7 @@
 
 mod child;
 mod client;
+mod exit;
 pub mod pool;
 pub mod protocol;
 mod quantize;
@@ -21,9 +22,10 @@ mod quantize;
 #[allow(unsafe_code)]
 mod stdio;
 
-pub use child::{WorkerExit, run_stdio, serve};
+pub use child::{run_stdio, serve};
 pub use client::{
     OpenedSession, RemoteSession, WorkerClient, WorkerCommand, WorkerStatus, describe_exit,
 };
+pub use exit::WorkerExit;
 pub use protocol::{Prompt, QuantizeJob, WorkerConfig};
 pub use quantize::{QuantizeError, quantize_in_child};

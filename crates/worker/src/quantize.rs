@@ -7,8 +7,8 @@
 //! dispatch), sends one [`Request::Quantize`] frame instead of `Start`, and reads one reply. A
 //! child that dies without answering becomes [`QuantizeError::Died`], with the signal named.
 
-use super::child::WorkerExit;
 use super::client::{WorkerCommand, describe_exit};
+use super::exit::WorkerExit;
 use super::protocol::{FromWorker, QuantizeJob, Reply, Request, ToWorker, read_frame, write_frame};
 use catena_engine::EngineError;
 use std::io::{self, BufRead, BufReader, Read, Write};
