@@ -118,13 +118,7 @@ pub fn peft_to_gguf(
 ) -> Result<usize> {
     let device = candle_core::Device::Cpu;
     let base_model = crate::base::BaseModel::load(base, &device)?;
-    let (config, tensors) = read_peft(peft, &device)?;
-    // The factors are allocated from `r` and the base's widths: check first that the file holds
-    // every one of them at that rank, so a hostile `r` is refused instead of allocated.
-    check_factors(&base_model, &config, &tensors).map_err(|reason| TrainError::BadCheckpoint {
-        path: peft.to_path_buf(),
-        reason: format!("{reason} (is it an adapter for this base model?)"),
-    })?;
+    let (config, tensors) = read_peft_for(&base_model, peft, &device)?;
     let model = crate::model::Qwen2Lora::new(&base_model, &config, 0)?;
     model
         .lora
@@ -135,6 +129,23 @@ pub fn peft_to_gguf(
         })?;
     write_gguf(&model.lora, "qwen2", out, precision)?;
     Ok(model.lora.pairs().count() * 2)
+}
+
+/// [`read_peft`] for `base`: the factors are allocated from `r` and the base's widths, so the
+/// file must hold every one of them at that rank before anything is allocated, and a hostile
+/// `r` is refused instead. Every reader that goes on to build a [`crate::model::Qwen2Lora`]
+/// from a PEFT folder (the GGUF export, RL's `--init-adapter`) reads it through here.
+pub fn read_peft_for(
+    base: &crate::base::BaseModel,
+    dir: &Path,
+    device: &candle_core::Device,
+) -> Result<(LoraConfig, HashMap<String, Tensor>)> {
+    let (config, tensors) = read_peft(dir, device)?;
+    check_factors(base, &config, &tensors).map_err(|reason| TrainError::BadCheckpoint {
+        path: dir.to_path_buf(),
+        reason: format!("{reason} (is it an adapter for this base model?)"),
+    })?;
+    Ok((config, tensors))
 }
 
 /// The largest LoRA rank read from `adapter_config.json`: far above any published adapter's

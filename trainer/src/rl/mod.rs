@@ -309,7 +309,7 @@ pub fn train(
     let base = BaseModel::load(&options.base, device)?;
     let (lora_config, init) = match &options.init_adapter {
         Some(dir) => {
-            let (config, tensors) = export::read_peft(dir, device)?;
+            let (config, tensors) = export::read_peft_for(&base, dir, device)?;
             (config, Some(tensors))
         }
         None => (options.lora.clone(), None),
