@@ -181,9 +181,19 @@ pub(crate) fn why_it_would_not_load(path: &Path) -> Option<String> {
     // (what, the value, whether the loader requires it, the most it accepts)
     let int32 = i32::MAX as u64;
     let numbers = [
-        ("block count", shape.layers, true, catena_convert::MAX_LAYERS),
+        (
+            "block count",
+            shape.layers,
+            true,
+            catena_convert::MAX_LAYERS,
+        ),
         ("embedding length", shape.embedding_length, true, int32),
-        ("context length", shape.context_length, true, catena_convert::MAX_CONTEXT),
+        (
+            "context length",
+            shape.context_length,
+            true,
+            catena_convert::MAX_CONTEXT,
+        ),
         ("attention head count", shape.heads, false, int32),
         ("key-value head count", shape.heads_kv, false, int32),
     ];
