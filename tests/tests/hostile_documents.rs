@@ -7,8 +7,8 @@ mod common;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Longest a build of a few small files may take before it counts as held: it takes seconds,
 /// and the nested page alone used to take minutes.
@@ -17,39 +17,14 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// `catena index add` with `args`, data in `data`, killed if it outlasts [`PATIENCE`] (then the
 /// test fails, saying so).
 fn index_add(data: &Path, args: &[&str]) -> Output {
-    let stdout = data.join("add.out");
-    let stderr = data.join("add.err");
-    let mut child = Command::new(common::catena_bin())
-        .env("CATENA_DATA_DIR", data)
+    let mut add = Command::new(common::catena_bin());
+    add.env("CATENA_DATA_DIR", data)
         .env("CATENA_CACHE_DIR", data.join("cache"))
         .env("CATENA_STORE_DIR", data.join("sessions"))
         .env_remove("RUST_LOG")
         .args(["index", "add"])
-        .args(args)
-        .stdout(Stdio::from(std::fs::File::create(&stdout).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()))
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > PATIENCE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "`catena index add` was still going after {} s",
-                PATIENCE.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Output {
-        status,
-        stdout: std::fs::read(&stdout).unwrap(),
-        stderr: std::fs::read(&stderr).unwrap(),
-    }
+        .args(args);
+    common::output_within(&mut add, data, PATIENCE, "`catena index add`")
 }
 
 fn deflate(data: &[u8]) -> Vec<u8> {

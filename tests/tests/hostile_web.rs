@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,10 +34,8 @@ fn catena_in(data: &Path) -> Command {
 /// A web-profile run of the default model with `prefill`, greedy and short, killed if it
 /// outlasts [`PATIENCE`] (then the test fails, saying so).
 fn run_web(data: &Path, prefill: &str, extra: &[&str]) -> Output {
-    let stdout = data.join("run.out");
-    let stderr = data.join("run.err");
-    let mut child = catena_in(data)
-        .args(["run", "--model"])
+    let mut run = catena_in(data);
+    run.args(["run", "--model"])
         .arg(common::default_model())
         .args(["--profile", "web", "--json", "--temperature", "0"])
         .args(["--max-tokens", "4"])
@@ -46,32 +44,8 @@ fn run_web(data: &Path, prefill: &str, extra: &[&str]) -> Output {
             "--prefill",
             prefill,
             "When is high water at the north pier?",
-        ])
-        .stdout(Stdio::from(std::fs::File::create(&stdout).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()))
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > PATIENCE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the run was still going after {} s: {}",
-                PATIENCE.as_secs(),
-                std::fs::read_to_string(&stderr).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    Output {
-        status,
-        stdout: std::fs::read(&stdout).unwrap(),
-        stderr: std::fs::read(&stderr).unwrap(),
-    }
+        ]);
+    common::output_within(&mut run, data, PATIENCE, "the run")
 }
 
 /// A document indexed with `catena index add`, for a `<crawl_page>` that reads it offline: its
@@ -132,19 +106,6 @@ fn misbehaving(head: &'static str, piece: Vec<u8>, pause: Duration, limit: usize
     format!("http://{address}")
 }
 
-fn observations(run: &Output) -> Vec<String> {
-    assert!(
-        run.status.success(),
-        "the run failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    common::json_lines(run)
-        .iter()
-        .filter(|e| e["type"] == "observation")
-        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
 #[test]
 fn a_page_sending_a_byte_every_two_seconds_is_cut_at_the_page_deadline() {
     // A 100 kB page at one byte every 2 s: 55 hours, and each byte well within any read timeout.
@@ -167,7 +128,7 @@ fn a_page_sending_a_byte_every_two_seconds_is_cut_at_the_page_deadline() {
         &prefill,
         &["--online", "--allow-address", "127.0.0.1"],
     );
-    let seen = observations(&run);
+    let seen = common::observations(&run);
     assert_eq!(
         seen[0],
         format!(
@@ -202,7 +163,7 @@ fn a_summariser_answer_that_never_ends_is_cut_at_the_cap() {
         "<think>The tide table should say when high water comes.</think>\n\
          <crawl_page>{tides}</crawl_page>"
     );
-    let seen = observations(&run_web(data, &prefill, &[]));
+    let seen = common::observations(&run_web(data, &prefill, &[]));
     assert_eq!(
         seen[0],
         format!(
@@ -287,13 +248,7 @@ fn served_run(client: &reqwest::blocking::Client, base: &str, page: &str) -> Vec
         .unwrap()
         .text()
         .unwrap();
-    events
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .filter(|e| e["type"] == "observation")
-        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
-        .collect()
+    common::observations_in_events(&events)
 }
 
 #[test]

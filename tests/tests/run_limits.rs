@@ -241,13 +241,7 @@ fn a_cancelled_server_run_stops_reading_its_page_and_frees_the_lane() {
         .unwrap()
         .text()
         .unwrap();
-    let observations: Vec<String> = events
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .filter(|e| e["type"] == "observation")
-        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let observations = common::observations_in_events(&events);
     assert_eq!(
         observations,
         ["The crawl_page call was stopped before it finished: the run was cancelled."],

@@ -54,19 +54,6 @@ fn run_web_with(mut catena: Command, prefill: &str, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-fn observations(run: &Output) -> Vec<String> {
-    assert!(
-        run.status.success(),
-        "the run failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    common::json_lines(run)
-        .iter()
-        .filter(|e| e["type"] == "observation")
-        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
 const TIDES: &str = "---\ntitle: Tide tables\ndate: 2024-03-09\n---\n# Tide tables\n\nThe harbour \
     master publishes tide tables every Monday. High water at the north pier comes forty minutes \
     after high water at the south pier; on Tuesday it is at 06:52.\n";
@@ -167,7 +154,7 @@ fn local_documents_are_searched_and_read_offline() {
          <think>I need the time of high water at the north pier.</think>\n\
          <web_search>{query}</web_search>\n<web_search>{query}</web_search>"
     );
-    let seen = observations(&run_web(data, &prefill, &[]));
+    let seen = common::observations(&run_web(data, &prefill, &[]));
     assert_eq!(seen[0], shown);
     assert!(seen[1].contains("already searched"), "{:?}", seen[1]);
 
@@ -179,7 +166,7 @@ fn local_documents_are_searched_and_read_offline() {
          <crawl_page>{tides} | file:///etc/passwd | https://example.org/tides</crawl_page>"
     );
     let run = run_web(data, &prefill, &[]);
-    let seen = observations(&run);
+    let seen = common::observations(&run);
     let pages: Vec<&str> = seen[0].split("\n\nPage ").collect();
     assert_eq!(pages.len(), 3, "{}", seen[0]);
     let summary = pages[0]
@@ -275,7 +262,7 @@ fn a_zim_archive_is_searched_read_and_cut_into_passages_offline() {
          <web_search>high water north pier</web_search>\n\
          <crawl_page>{tides} | zim://harbour/wiki/Nothing.html</crawl_page>"
     );
-    let seen = observations(&run_web(data, &prefill, &[]));
+    let seen = common::observations(&run_web(data, &prefill, &[]));
     assert!(
         seen[0].starts_with(&format!(
             "Found 2 results:\n\n## Web Results\n1. [Tides at the piers]({tides})\n"
@@ -457,7 +444,7 @@ fn pages_on_a_website_are_read_with_limits_and_the_machine_is_refused() {
         &prefill,
         &["--online", "--allow-address", "127.0.0.1"],
     );
-    let seen = observations(&run);
+    let seen = common::observations(&run);
     let pages: Vec<&str> = seen[0].split("\n\nPage ").collect();
     assert_eq!(pages.len(), 4, "{}", seen[0]);
     assert!(
@@ -548,7 +535,7 @@ fn an_online_backend_is_used_with_a_key_from_the_environment_and_never_stores_it
     let mut with_key = catena_in(data);
     with_key.env("SERPER_API_KEY", "sk-test-1234");
     let run = run_web_with(with_key, prefill, &[]);
-    let seen = observations(&run);
+    let seen = common::observations(&run);
     assert_eq!(
         seen[0],
         "Found 2 results:\n\n## Web Results\n\
@@ -651,13 +638,7 @@ fn the_server_reads_and_summarises_a_local_document() {
         .unwrap()
         .text()
         .unwrap();
-    let observations: Vec<String> = events
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .filter(|e| e["type"] == "observation")
-        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let observations = common::observations_in_events(&events);
     assert_eq!(observations.len(), 2, "{events}");
     assert!(
         observations[0].starts_with("Found 2 results:\n\n## Web Results\n1. [Tide tables]"),
@@ -715,7 +696,7 @@ fn pages_are_summarised_by_an_openai_compatible_endpoint_when_the_settings_name_
         .unwrap();
         let mut catena = catena_in(data);
         catena.env("CATENA_SUMMARIZER_KEY", key);
-        observations(&run_web_with(catena, &prefill, &[])).remove(0)
+        common::observations(&run_web_with(catena, &prefill, &[])).remove(0)
     };
     let page = read_with(&model, "sk-summariser");
     let summary = page

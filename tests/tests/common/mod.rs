@@ -177,6 +177,75 @@ pub fn first_observation(run: &Output) -> String {
     observation["text"].as_str().unwrap_or_default().to_string()
 }
 
+/// The texts of the observations of a successful `catena run --json`, in order.
+pub fn observations(run: &Output) -> Vec<String> {
+    assert!(
+        run.status.success(),
+        "the run failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    json_lines(run)
+        .iter()
+        .filter(|e| e["type"] == "observation")
+        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The texts of the observations in a server run's event stream (`GET
+/// /v1/agent/runs/{id}/events`, server-sent events), in order.
+pub fn observations_in_events(events: &str) -> Vec<String> {
+    events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+        .filter(|e| e["type"] == "observation")
+        .map(|e| e["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Runs `command` with its output in files under `dir` and waits at most `patience` for it: a
+/// command still going then is killed and the test fails, naming `what` and what it printed on
+/// stderr (a hostile input that holds a command is the failure these tests look for).
+pub fn output_within(
+    command: &mut Command,
+    dir: &Path,
+    patience: std::time::Duration,
+    what: &str,
+) -> Output {
+    let stdout = dir.join("command.out");
+    let stderr = dir.join("command.err");
+    let mut child = command
+        .stdout(Stdio::from(
+            std::fs::File::create(&stdout).expect("stdout file"),
+        ))
+        .stderr(Stdio::from(
+            std::fs::File::create(&stderr).expect("stderr file"),
+        ))
+        .spawn()
+        .expect("the command starts");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the command's status") {
+            break status;
+        }
+        if started.elapsed() > patience {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{what} was still going after {} s: {}",
+                patience.as_secs(),
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    Output {
+        status,
+        stdout: std::fs::read(&stdout).expect("stdout"),
+        stderr: std::fs::read(&stderr).expect("stderr"),
+    }
+}
+
 /// The files `catena models list --json` shows as installed, run with `catena`'s environment.
 pub fn installed_files(mut catena: Command) -> Vec<String> {
     let output = catena
