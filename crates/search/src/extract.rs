@@ -78,8 +78,8 @@ pub fn read_document(path: &Path) -> Result<Document, String> {
         .unwrap_or_default();
     let (title, text, date) = match format {
         Format::Html => {
-            let meta = html_metadata(&bytes);
-            (meta.title, html_to_text(&bytes), meta.date)
+            let (meta, text) = html_page(&bytes);
+            (meta.title, text, meta.date)
         }
         Format::Markdown => {
             let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text")?;
@@ -167,15 +167,26 @@ pub fn document_files(roots: &[PathBuf]) -> Vec<PathBuf> {
 /// [`crate::html_depth::MAX_DEPTH`] is flattened first, so time and memory grow with the page's
 /// length, not with its depth.
 pub fn html_to_text(html: &[u8]) -> String {
+    render_text(&crate::html_depth::bounded(html))
+}
+
+/// A whole page read for both of its parts: [`html_metadata`] and [`html_to_text`], with the
+/// nesting bounded once for the two.
+pub fn html_page(html: &[u8]) -> (HtmlMetadata, String) {
     let html = crate::html_depth::bounded(html);
+    (metadata_of(&html), render_text(&html))
+}
+
+/// [`html_to_text`] of HTML whose nesting is already bounded.
+fn render_text(html: &[u8]) -> String {
     let rendered = html2text::config::plain()
         .no_table_borders()
         .no_link_wrapping()
         .allow_width_overflow()
-        .string_from_read(&html[..], RENDER_WIDTH);
+        .string_from_read(html, RENDER_WIDTH);
     match rendered {
         Ok(text) => text,
-        Err(_) => String::from_utf8_lossy(&html).into_owned(),
+        Err(_) => String::from_utf8_lossy(html).into_owned(),
     }
 }
 
@@ -329,8 +340,12 @@ pub struct HtmlMetadata {
 /// `article:published_time`, `date`/`dc.date` meta tags, `datePublished`, `<time datetime>`.
 /// Nesting is bounded as for [`html_to_text`] (the same parser builds the tree).
 pub fn html_metadata(html: &[u8]) -> HtmlMetadata {
-    let html = crate::html_depth::bounded(html);
-    let document = scraper::Html::parse_document(&String::from_utf8_lossy(&html));
+    metadata_of(&crate::html_depth::bounded(html))
+}
+
+/// [`html_metadata`] of HTML whose nesting is already bounded.
+fn metadata_of(html: &[u8]) -> HtmlMetadata {
+    let document = scraper::Html::parse_document(&String::from_utf8_lossy(html));
     let first_text = |selector: &str| {
         let selector = scraper::Selector::parse(selector).ok()?;
         let element = document.select(&selector).next()?;

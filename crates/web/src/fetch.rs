@@ -5,7 +5,7 @@
 
 use crate::address::private_kind;
 use crate::body::{Answer, BodyError, ReadLimits};
-use catena_search::extract::{absolute_links, html_metadata, html_to_text};
+use catena_search::extract::{absolute_links, html_page};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -159,12 +159,12 @@ impl Fetcher {
             ));
         }
         let (title, text) = if is_html {
-            let text = html_to_text(&body);
+            let (metadata, text) = html_page(&body);
             let text = match url::Url::parse(&final_url) {
                 Ok(base) => absolute_links(&text, &base),
                 Err(_) => text,
             };
-            (html_metadata(&body).title, text)
+            (metadata.title, text)
         } else {
             (None, String::from_utf8_lossy(&body).into_owned())
         };
