@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
-use catena_engine::plan::Plan;
+use catena_engine_api::plan::Plan;
 use catena_hub::assets::{self, AssetProgress};
 use catena_hub::config::Paths;
 use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
@@ -158,7 +158,7 @@ pub fn stand_in_note(paths: &Paths, adapted: bool) -> String {
 
 /// The placement plan for a model on this machine (the user's choices kept); `None`, with a
 /// warning, when the file cannot be sized (loading then explains what is wrong with it).
-pub fn plan(path: &Path, overrides: catena_engine::plan::Overrides) -> Option<Plan> {
+pub fn plan(path: &Path, overrides: catena_engine_api::plan::Overrides) -> Option<Plan> {
     match catena_engine::hardware::plan_for_model(path, overrides) {
         Ok(plan) => {
             for reason in &plan.reasons {
@@ -194,7 +194,7 @@ pub fn load_model(
 /// that way, with an adapter if one is given.
 pub fn load_planned(
     path: &Path,
-    overrides: catena_engine::plan::Overrides,
+    overrides: catena_engine_api::plan::Overrides,
     adapter: Option<AdapterOptions>,
 ) -> Result<(LlamaEngine, Option<Plan>)> {
     let asked_layers = overrides.gpu_layers;
@@ -208,13 +208,13 @@ pub fn load_planned(
 pub fn planned_session(
     plan: Option<&Plan>,
     context: Option<u32>,
-    sampling: catena_engine::SamplingParams,
-) -> catena_engine::SessionOptions {
-    catena_engine::SessionOptions {
+    sampling: catena_engine_api::SamplingParams,
+) -> catena_engine_api::SessionOptions {
+    catena_engine_api::SessionOptions {
         context_size: plan.map(|p| p.context).or(context),
         sampling,
-        kv_cache: plan.map_or(catena_engine::KvCacheType::default(), |p| p.kv_cache),
-        ..catena_engine::SessionOptions::default()
+        kv_cache: plan.map_or(catena_engine_api::KvCacheType::default(), |p| p.kv_cache),
+        ..catena_engine_api::SessionOptions::default()
     }
 }
 
@@ -406,7 +406,7 @@ pub fn task_tools(
 pub fn remote_chat(
     url: &str,
     model: Option<&str>,
-    sampling: catena_engine::SamplingParams,
+    sampling: catena_engine_api::SamplingParams,
 ) -> Result<(catena_agent::remote::RemoteChat, String)> {
     use catena_agent::remote::RemoteChat;
     use catena_web::ChatEndpoint;
@@ -433,12 +433,12 @@ pub fn remote_chat(
 pub fn remote_session(
     url: &str,
     model: &str,
-    sampling: catena_engine::SamplingParams,
+    sampling: catena_engine_api::SamplingParams,
     system: &str,
     user: &str,
 ) -> Result<(
     catena_agent::remote::RemoteSession,
-    catena_agent::PromptStart,
+    catena_engine_api::PromptStart,
 )> {
     use catena_agent::remote::RemoteSession;
     use catena_web::ChatEndpoint;

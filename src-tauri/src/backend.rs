@@ -1,7 +1,7 @@
 //! The app's [`Service`], loaded behind the window: the window is usable at once, and
 //! a command that needs the model waits for it (or gets the reason it could not be loaded).
 
-use catena_engine::{SamplingParams, SessionOptions};
+use catena_engine_api::{SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_hub::installed;
 use catena_sandbox::Limits;

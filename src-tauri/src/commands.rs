@@ -131,7 +131,7 @@ pub async fn import_folder(
     backend: State<'_, Backend>,
     request: ImportRequest,
 ) -> Reply<DownloadStatus> {
-    let Some(quant) = catena_engine::llama::QuantType::parse(&request.quant) else {
+    let Some(quant) = catena_engine_api::QuantType::parse(&request.quant) else {
         return Err(ServiceError::invalid(format!(
             "{} is not one of Q4_K_M, Q5_K_M, Q8_0, F16.",
             request.quant

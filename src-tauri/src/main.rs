@@ -109,7 +109,7 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// The model worker: frames on stdin/stdout until the app closes the pipe.
 fn worker() -> ExitCode {
-    match catena_worker::run_stdio() {
+    match catena_worker_process::run_stdio() {
         Ok(()) => ExitCode::SUCCESS,
         Err(catena_worker::WorkerExit::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS

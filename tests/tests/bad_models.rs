@@ -2,8 +2,8 @@
 
 mod common;
 
-use catena_engine::EngineError;
 use catena_engine::llama::{LlamaEngine, LoadOptions};
+use catena_engine_api::EngineError;
 use std::io::Write;
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 mod common;
 
 use catena_engine::llama::{LlamaEngine, LoadOptions};
-use catena_engine::{
+use catena_engine_api::{
     GenerateLimits, Generation, PromptPart, SamplingParams, Session, SessionOptions, StartPrompt,
     StopMatcher,
 };

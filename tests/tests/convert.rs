@@ -8,8 +8,9 @@ mod made_checkpoint;
 
 use made_checkpoint::checkpoint;
 
-use catena_engine::llama::{LlamaEngine, LoadOptions, QuantType, quantize};
-use catena_engine::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
+use catena_engine::llama::{LlamaEngine, LoadOptions, quantize};
+use catena_engine_api::QuantType;
+use catena_engine_api::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -439,7 +440,7 @@ fn llama_cpp_logits_of_the_converted_file_match_a_reference_reading_the_safetens
     let mut sum_abs = 0f64;
     let mut count = 0usize;
     for (a, b) in ours.iter().zip(&reference) {
-        let top = |row: &[f32]| catena_engine::greedy_pick(row).map(|(i, _)| i);
+        let top = |row: &[f32]| catena_engine_api::greedy_pick(row).map(|(i, _)| i);
         same_top += usize::from(top(a) == top(b));
         for (x, y) in a.iter().zip(b) {
             worst = worst.max((x - y).abs());

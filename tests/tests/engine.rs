@@ -3,7 +3,7 @@
 mod common;
 
 use catena_engine::llama::{LlamaEngine, LoadOptions};
-use catena_engine::{
+use catena_engine_api::{
     ChatFormat, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, StopMatcher,
 };

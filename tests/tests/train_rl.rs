@@ -6,8 +6,8 @@
 mod common;
 
 use catena_agent::tools::profile_tools;
-use catena_engine::SessionOptions;
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_engine_api::SessionOptions;
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
 use catena_sandbox::Limits;

@@ -5,8 +5,8 @@
 
 mod common;
 
-use catena_engine::SessionOptions;
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_engine_api::SessionOptions;
 use catena_trainer::base::BaseModel;
 use catena_trainer::data::{self, Conversation};
 use catena_trainer::lora::{LoraConfig, Target};
@@ -293,7 +293,7 @@ fn tokens_and_masks_are_the_runtimes() {
     let prompt: Vec<u32> = engine
         .tokenize_parts(
             &engine
-                .conversation_prompt(&[catena_engine::llama::ChatMessage::new("user", &c.user)])
+                .conversation_prompt(&[catena_engine_api::ChatMessage::new("user", &c.user)])
                 .unwrap(),
         )
         .into_iter()

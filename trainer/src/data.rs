@@ -14,8 +14,9 @@
 //! assistant turn, tags and the end-of-turn token included, does.
 
 use crate::{Result, TrainError};
-use catena_engine::PromptPart;
-use catena_engine::llama::{ChatMessage, LlamaEngine};
+use catena_engine::llama::LlamaEngine;
+use catena_engine_api::ChatMessage;
+use catena_engine_api::PromptPart;
 use catena_protocol::parse_all;
 use serde::Deserialize;
 use std::path::Path;
@@ -272,7 +273,7 @@ pub fn pieces(
 /// The chat template's end-of-turn marker, trained so the model learns to stop.
 fn end_of_turn(engine: &LlamaEngine) -> Option<&'static str> {
     match engine.info().chat_template {
-        catena_engine::ChatFormat::ChatMl => Some("<|im_end|>"),
+        catena_engine_api::ChatFormat::ChatMl => Some("<|im_end|>"),
         _ => None,
     }
 }

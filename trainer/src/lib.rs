@@ -50,7 +50,7 @@ pub enum TrainError {
     #[error("{0}")]
     Config(String),
     #[error("the model runtime: {0}")]
-    Engine(#[from] catena_engine::EngineError),
+    Engine(#[from] catena_engine_api::EngineError),
     #[error("tensor maths: {0}")]
     Candle(#[from] candle_core::Error),
     #[error("{path}: {source}")]

@@ -2,21 +2,17 @@
 //! the runner parses it as it streams, runs the tool calls, appends their observations to the same
 //! context and lets the model go on, within budgets (PROTOCOL.md §2).
 
-mod events;
 pub mod remote;
 pub mod summarize;
-mod summary;
 pub mod tools;
 
-pub use events::{AgentEvent, Source};
-pub use summary::{RunSummary, StopReason, Timings};
+pub use catena_run_events::{AgentEvent, RunSummary, Source, StopReason, Timings};
 
 use crate::summarize::SideModel;
 use crate::tools::{CallContext, CallLimits, Interruption, ToolBox, call_watched};
-use catena_engine::llama::LlamaEngine;
-use catena_engine::{
-    CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, SamplingParams, Session,
-    StartPrompt, StopMatcher,
+use catena_engine_api::{
+    CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, PromptStart,
+    SamplingParams, Session, StartChat, StopMatcher,
 };
 use catena_protocol::{
     Block, ParseEvent, Parser, Profile, Tag, final_answer, last_suggested_answer,
@@ -51,32 +47,14 @@ pub struct RunRequest<'a> {
     pub cancel: Option<CancelFlag>,
 }
 
-/// Where a run's prompt stands in its session when the run starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PromptStart {
-    /// Tokens of the prompt (rendered up to the opening of the assistant turn).
-    pub prompt_tokens: usize,
-    /// How many of them were already evaluated in a kept KV cache.
-    pub cached_tokens: usize,
-}
-
 /// Puts `task`'s prompt (`profile`'s system and user messages in the model's chat template) into
-/// a local session, reusing the longest prefix the session already evaluated: the system message
-/// between tasks, the whole prompt between samples of one task. Every local run starts here
-/// (`catena run`, `catena eval`, RL rollouts); the model worker does the same for the server.
+/// `session`, reusing the longest prefix the session already evaluated.
 pub fn start_task(
-    engine: &LlamaEngine,
-    session: &mut (impl StartPrompt + ?Sized),
+    session: &mut (impl StartChat + ?Sized),
     profile: &Profile,
     task: &str,
 ) -> Result<PromptStart, EngineError> {
-    let prompt = engine.chat_prompt(&profile.system, &profile.user_message(task))?;
-    let ids = engine.tokenize_parts(&prompt);
-    let cached_tokens = session.start_prompt(&ids)?;
-    Ok(PromptStart {
-        prompt_tokens: ids.len(),
-        cached_tokens,
-    })
+    session.start_chat(&profile.system, &profile.user_message(task))
 }
 
 /// A run that could not go on.

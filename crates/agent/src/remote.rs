@@ -6,11 +6,11 @@
 //! user's machine.
 
 use crate::PromptStart;
-use catena_engine::llama::{ChatMessage, chatml_prompt};
-use catena_engine::{
+use catena_engine_api::{
     ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Generation, GenerationStop,
     PromptPart, SamplingParams, Session, SessionStats, SideChat, StopMatcher, TokenRecord,
 };
+use catena_engine_api::{ChatMessage, chatml_prompt};
 use catena_web::{
     ChatEndpoint, ChatRequest, CompletionEndpoint, CompletionRequest, CompletionStop, EndpointError,
 };

@@ -5,7 +5,7 @@
 //! run's own, answering in a context of its own ([`SideModel`]), so the agent's context never
 //! holds the raw page, or one at an endpoint the user configured ([`EndpointModel`]).
 
-use catena_engine::{EngineError, Session, SideChat};
+use catena_engine_api::{EngineError, Session, SideChat};
 use catena_protocol::profile::QWEN_SYSTEM;
 
 /// A page to summarise and what the agent was after.

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::tools::{Tool, ToolOutput};
-use catena_engine::{Generation, SessionStats, TokenRecord};
+use catena_engine_api::{Generation, SessionStats, TokenRecord};
 use std::sync::{Arc, Mutex};
 
 /// Plays back a fixed model output, one character per token, honouring stop strings and limits.
@@ -28,7 +28,7 @@ impl Scripted {
 }
 
 impl Session for Scripted {
-    fn side_chat(&mut self, _chat: &catena_engine::SideChat) -> Result<String, EngineError> {
+    fn side_chat(&mut self, _chat: &catena_engine_api::SideChat) -> Result<String, EngineError> {
         Err(EngineError::Backend(
             "the scripted session has no model beside it".into(),
         ))
@@ -458,7 +458,7 @@ struct ClaimsNothing {
 }
 
 impl Session for ClaimsNothing {
-    fn side_chat(&mut self, chat: &catena_engine::SideChat) -> Result<String, EngineError> {
+    fn side_chat(&mut self, chat: &catena_engine_api::SideChat) -> Result<String, EngineError> {
         self.inner.side_chat(chat)
     }
 

@@ -1,7 +1,7 @@
 //! Hugging Face checkpoints to GGUF, in Rust: the folder a model hub publishes (`config.json`,
 //! `tokenizer.json`, `tokenizer_config.json`, `model*.safetensors`) becomes a GGUF F16 file that
 //! llama.cpp loads, one tensor at a time, so a 7B model converts in a few megabytes of memory.
-//! Quantising that file is llama.cpp's own job (`catena_engine::quantize`).
+//! Quantising that file is llama.cpp's own job (`catena_engine_api::quantize`).
 //!
 //! What llama.cpp expects is what its own converter (`convert_hf_to_gguf.py`) writes: the same
 //! tensor names and layouts, 2-D weights as F16 and norms, biases and other 1-D tensors as F32,

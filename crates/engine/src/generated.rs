@@ -1,7 +1,7 @@
 //! The text of one generation as its tokens arrive, for both the single session and the batched
 //! sequences: whole characters only, and the first stop string ends it.
 
-use crate::stops::StopMatcher;
+use crate::StopMatcher;
 use crate::utf8::Utf8Stream;
 
 /// What one sampled token's bytes did to the text.

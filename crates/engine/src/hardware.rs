@@ -182,12 +182,12 @@ fn os_gpus() -> Vec<String> {
         .collect()
 }
 
-/// The plan for running the model at `path` on this machine (see [`crate::plan`]).
+/// The plan for running the model at `path` on this machine (see [`catena_engine_api::plan`]).
 pub fn plan_for_model(
     path: &std::path::Path,
-    overrides: crate::plan::Overrides,
-) -> Result<crate::plan::Plan, EngineError> {
-    use crate::plan::{Capacity, ModelSize, plan};
+    overrides: catena_engine_api::plan::Overrides,
+) -> Result<catena_engine_api::plan::Plan, EngineError> {
+    use catena_engine_api::plan::{Capacity, ModelSize, plan};
     let bad = |reason: String| EngineError::BadModel {
         path: path.to_path_buf(),
         reason,

@@ -20,7 +20,7 @@ pub use listing::{FileDigest, Needed, RepoFile, git_blob_id, needed, parse_tree}
 pub use pull::{CheckpointPull, PullOptions, pull_checkpoint, staging_dir};
 pub use stages::{FolderImport, import_folder};
 
-use catena_engine::llama::QuantType;
+use catena_engine_api::QuantType;
 use serde::Serialize;
 use std::path::PathBuf;
 

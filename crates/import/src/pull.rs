@@ -23,7 +23,7 @@
 use crate::listing::{self, FileDigest, Needed, RepoFile};
 use crate::stages::{self, HEADER_ALLOWANCE, MARGIN, Target, remove_if_exists};
 use crate::{ImportError, ImportEvent, ImportSink, Stage, io_at};
-use catena_engine::llama::QuantType;
+use catena_engine_api::QuantType;
 use catena_hub::body::{BodyError, Deadline, read_capped};
 use catena_hub::config::Paths;
 use catena_hub::download::{self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink};

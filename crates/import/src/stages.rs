@@ -3,7 +3,7 @@
 
 use crate::{ImportError, ImportEvent, ImportSink, Stage, io_at};
 use catena_convert::Checkpoint;
-use catena_engine::llama::QuantType;
+use catena_engine_api::QuantType;
 use catena_gguf::inspect::Inspection;
 use catena_hub::catalog;
 use catena_hub::config::Paths;

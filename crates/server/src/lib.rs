@@ -46,7 +46,7 @@ pub struct AppState {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
-    Engine(#[from] catena_engine::EngineError),
+    Engine(#[from] catena_engine_api::EngineError),
     #[error("cannot listen on {address}: {source}")]
     Bind {
         address: String,

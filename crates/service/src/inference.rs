@@ -8,9 +8,10 @@
 use crate::ServiceError;
 use crate::live::LiveRuns;
 use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
-use catena_agent::{Budgets, PromptStart, RunRequest, run_chain};
-use catena_engine::llama::ChatMessage;
-use catena_engine::{
+use catena_agent::{Budgets, RunRequest, run_chain};
+use catena_engine_api::ChatMessage;
+use catena_engine_api::PromptStart;
+use catena_engine_api::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
     SessionOptions, StopMatcher,
 };
@@ -42,7 +43,7 @@ pub struct InferenceConfig {
     /// cache and `sessions` does not apply.
     pub parallel: usize,
     /// The KV cache type, when the user chose one.
-    pub kv_cache: Option<catena_engine::KvCacheType>,
+    pub kv_cache: Option<catena_engine_api::KvCacheType>,
     /// Requests that may wait for the model; more are refused.
     pub queue_limit: usize,
     /// Where the sandbox runtime and its compiled form live.

@@ -26,7 +26,7 @@ use crate::inference::{AgentJob, Inference, Job, SwitchJob};
 use crate::live::LiveRuns;
 use crate::training::Training;
 use catena_agent::Budgets;
-use catena_engine::{EngineError, SamplingParams};
+use catena_engine_api::{EngineError, SamplingParams};
 use catena_protocol::Profile;
 use catena_store::{
     ExportFormat, Feedback, FeedbackFilter, NewRun, RunEnd, RunKind, Store, StoredEvent,

@@ -1,7 +1,7 @@
 //! Runs in progress: their cancel flags, and a broadcast of each event as it is stored, for the
 //! clients following them.
 
-use catena_engine::CancelFlag;
+use catena_engine_api::CancelFlag;
 use catena_store::StoredEvent;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;

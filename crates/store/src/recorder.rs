@@ -2,7 +2,7 @@
 //! run is written once.
 
 use super::{RunEnd, RunStatus, Store, StoredEvent, Usage, now_ms};
-use catena_agent::{AgentEvent, RunSummary, StopReason};
+use catena_run_events::{AgentEvent, RunSummary, StopReason};
 use serde_json::Value;
 
 /// Writes one run's events and result to the store.

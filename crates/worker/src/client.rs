@@ -11,7 +11,7 @@ use super::protocol::{
     FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
     write_frame,
 };
-use catena_engine::{
+use catena_engine_api::{
     EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, SamplingParams, Session,
     SessionStats, StopMatcher, TokenRecord,
 };
@@ -571,7 +571,7 @@ impl Drop for RemoteSession<'_> {
 }
 
 impl Session for RemoteSession<'_> {
-    fn side_chat(&mut self, chat: &catena_engine::SideChat) -> Result<String, EngineError> {
+    fn side_chat(&mut self, chat: &catena_engine_api::SideChat) -> Result<String, EngineError> {
         self.client
             .send(self.lane, &Request::SideChat { chat: chat.clone() })?;
         match self.client.receive(self.lane, &mut |_| {})? {

@@ -1,7 +1,7 @@
 //! How a worker child ends, whichever job its first frame gave it (a model or a quantisation):
 //! its own module so that both jobs report through it without importing each other.
 
-use catena_engine::EngineError;
+use catena_engine_api::EngineError;
 use std::io;
 
 /// Why the worker process stopped other than by its input ending.

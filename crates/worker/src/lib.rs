@@ -7,22 +7,18 @@
 //! The same child quantises a model file when its first frame asks for that instead of a model
 //! ([`quantize_in_child`]): llama.cpp's quantiser aborts on some checkpoints too.
 //!
-//! The split: the worker owns the model and the kept KV caches ([`pool`]); the server owns
-//! everything else (the store, the sandbox, the agent runner), and drives a
+//! The split: this crate is the parent's side and the frames ([`protocol`]); it knows no
+//! llama.cpp. The child's side, which loads the model and keeps the KV caches, is
+//! `catena-worker-process`, linked only by the binaries that run it. The server owns everything
+//! else (the store, the sandbox, the agent runner), and drives a
 //! [`RemoteSession`](client::RemoteSession) that implements the engine's `Session` trait over the
 //! pipe.
 
-mod child;
 mod client;
 mod exit;
-pub mod pool;
 pub mod protocol;
 mod quantize;
-// Moves stdout aside with dup/dup2 (libc), which is unsafe.
-#[allow(unsafe_code)]
-mod stdio;
 
-pub use child::{run_stdio, serve};
 pub use client::{
     OpenedSession, RemoteSession, WorkerClient, WorkerCommand, WorkerStatus, describe_exit,
 };

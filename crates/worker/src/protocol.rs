@@ -4,9 +4,9 @@
 //! largest frame is a prompt's token list). Lengths are checked before anything is allocated, so a
 //! corrupted stream is an error, never an out-of-memory.
 
-use catena_engine::llama::{ChatMessage, QuantType};
-use catena_engine::plan::Plan;
-use catena_engine::{
+use catena_engine_api::plan::Plan;
+use catena_engine_api::{ChatMessage, QuantType};
+use catena_engine_api::{
     EngineError, Generation, KvCacheType, ModelInfo, PromptPart, SamplingParams, SessionOptions,
     SessionStats, SideChat, TokenRecord,
 };

@@ -8,9 +8,8 @@
 //! child that dies without answering becomes [`QuantizeError::Died`], with the signal named.
 
 use super::client::{WorkerCommand, describe_exit};
-use super::exit::WorkerExit;
 use super::protocol::{FromWorker, QuantizeJob, Reply, Request, ToWorker, read_frame, write_frame};
-use catena_engine::EngineError;
+use catena_engine_api::EngineError;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -129,42 +128,10 @@ fn without_folders(line: &str) -> &str {
     }
 }
 
-/// The child's side: quantises, answers, returns (and the process exits). When the input ends
-/// first, the parent is gone (a stopped server): the process exits at once rather than
-/// quantising for nobody, and the parent's next import removes the half-written output.
-pub(crate) fn run_job(
-    job: &QuantizeJob,
-    mut input: impl Read + Send + 'static,
-    mut output: impl Write,
-) -> Result<(), WorkerExit> {
-    let watcher = std::thread::Builder::new()
-        .name("catena-quantize-input".into())
-        .spawn(move || {
-            let _ = io::copy(&mut input, &mut io::sink());
-            std::process::exit(1);
-        });
-    if let Err(e) = watcher {
-        tracing::warn!(error = %e, "cannot watch the quantiser's input; quantising anyway");
-    }
-    let reply =
-        match catena_engine::llama::quantize(&job.input, &job.output, job.quant, job.threads) {
-            Ok(()) => Reply::Quantized,
-            Err(e) => Reply::Error { error: (&e).into() },
-        };
-    write_frame(
-        &mut output,
-        &FromWorker {
-            lane: 0,
-            reply: &reply,
-        },
-    )?;
-    Ok(())
-}
-
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-    use catena_engine::llama::QuantType;
+    use catena_engine_api::QuantType;
 
     fn job() -> QuantizeJob {
         QuantizeJob {

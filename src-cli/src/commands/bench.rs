@@ -16,7 +16,7 @@
 use crate::setup;
 use anyhow::{Result, bail};
 use catena_engine::llama::LlamaEngine;
-use catena_engine::{
+use catena_engine_api::{
     GenerateLimits, SamplingParams, Session, SessionOptions, StartPrompt, StopMatcher,
 };
 use catena_hub::config::Paths;

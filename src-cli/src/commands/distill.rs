@@ -13,8 +13,8 @@ use catena_distill::{
     FilterConfig, FilterReport, RunLog, TeacherRun, alpaca_item, filter_runs, sft_line,
 };
 use catena_engine::llama::LocalChat;
-use catena_engine::plan::Overrides;
-use catena_engine::{ChatEngine, SamplingParams};
+use catena_engine_api::plan::Overrides;
+use catena_engine_api::{ChatEngine, SamplingParams};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
 use catena_sandbox::Sandbox;

@@ -6,12 +6,13 @@ use super::run::Mode;
 use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_agent::tools::ToolBox;
-use catena_agent::{Budgets, PromptStart, RunRequest, RunSummary, run_chain, start_task};
+use catena_agent::{Budgets, RunRequest, RunSummary, run_chain, start_task};
 use catena_distill::mas::{MasRequest, run_multi_agent};
-use catena_engine::ChatEngine;
 use catena_engine::llama::{BatchedSession, LlamaEngine, LlamaSession, LocalChat};
-use catena_engine::plan::Overrides;
-use catena_engine::{SamplingParams, Session, SessionOptions};
+use catena_engine_api::ChatEngine;
+use catena_engine_api::PromptStart;
+use catena_engine_api::plan::Overrides;
+use catena_engine_api::{SamplingParams, Session, SessionOptions};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
@@ -202,10 +203,8 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                 // One session for all runs: the prompt's shared beginning (system message and
                 // instructions) stays in the KV cache and only each question is evaluated
                 // anew; a task's later samples reuse its whole prompt.
-                Mode::Coa => eval.one_at_a_time(
-                    &mut Runner::Coa(engine, Box::new(engine.session(&options)?)),
-                    &name,
-                )?,
+                Mode::Coa => eval
+                    .one_at_a_time(&mut Runner::Coa(Box::new(engine.session(&options)?)), &name)?,
                 Mode::Mas => eval.one_at_a_time(
                     &mut Runner::Mas(Box::new(LocalChat::new(engine, &options)?)),
                     &name,
@@ -269,9 +268,8 @@ impl Evaluation<'_> {
                 let sampling = self.sampling(sample);
                 let t0 = Instant::now();
                 let run = match runner {
-                    Runner::Coa(engine, session) => {
-                        let prompt =
-                            start_task(engine, session.as_mut(), self.profile, &task.question)?;
+                    Runner::Coa(session) => {
+                        let prompt = start_task(session.as_mut(), self.profile, &task.question)?;
                         let generated_before = session.stats().generated_tokens;
                         self.coa(
                             session.as_mut(),
@@ -337,7 +335,7 @@ impl Evaluation<'_> {
                 let t0 = Instant::now();
                 let sampling = self.sampling(sample);
                 let run = match &mut lane {
-                    Lane::Coa(session) => start_task(engine, session, self.profile, &task.question)
+                    Lane::Coa(session) => start_task(session, self.profile, &task.question)
                         .map_err(anyhow::Error::from)
                         .and_then(|prompt| {
                             let generated_before = session.stats().generated_tokens;
@@ -471,7 +469,7 @@ impl Evaluation<'_> {
 /// What runs the tasks: one session for CoA runs here, or llama.cpp's server at a URL; for the
 /// agents' calls, one chat session here or a server.
 enum Runner<'e> {
-    Coa(&'e LlamaEngine, Box<LlamaSession<'e>>),
+    Coa(Box<LlamaSession<'e>>),
     RemoteCoa(String),
     Mas(Box<dyn ChatEngine + 'e>),
 }

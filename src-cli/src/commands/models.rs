@@ -3,7 +3,8 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions, QuantType};
+use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_engine_api::QuantType;
 use catena_gguf::inspect::human_bytes;
 use catena_hub::assets;
 use catena_hub::catalog::{self, Catalog};

@@ -7,8 +7,8 @@ use catena_agent::tools::profile_tools;
 use catena_agent::{AgentEvent, Budgets, RunRequest, run_chain, start_task};
 use catena_distill::mas::{MasRequest, run_multi_agent};
 use catena_engine::llama::LocalChat;
-use catena_engine::plan::Overrides;
-use catena_engine::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
+use catena_engine_api::plan::Overrides;
+use catena_engine_api::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
 use catena_protocol::units::positive_seconds;
@@ -319,7 +319,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let result = match (args.mode, &loaded) {
         (Mode::Coa, Some((engine, _))) => {
             let mut session = engine.session(&options)?;
-            let prompt = start_task(engine, &mut session, &profile, &task)?;
+            let prompt = start_task(&mut session, &profile, &task)?;
             let request = RunRequest {
                 profile: &profile,
                 model: model_name.clone(),

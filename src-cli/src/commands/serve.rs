@@ -2,7 +2,7 @@
 
 use crate::setup;
 use anyhow::{Context, Result};
-use catena_engine::{KvCacheType, SamplingParams, SessionOptions};
+use catena_engine_api::{KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_sandbox::Limits;
 use catena_server::{ServeConfig, Server};

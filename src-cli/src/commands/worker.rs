@@ -6,7 +6,7 @@ use catena_worker::WorkerExit;
 use std::process::ExitCode;
 
 pub fn run() -> Result<ExitCode> {
-    match catena_worker::run_stdio() {
+    match catena_worker_process::run_stdio() {
         Ok(()) => Ok(ExitCode::SUCCESS),
         // The server went away mid-answer (it was stopped or killed): nobody is left to tell.
         Err(WorkerExit::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {

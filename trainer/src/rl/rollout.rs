@@ -6,7 +6,7 @@ use crate::{Result, TrainError};
 use catena_agent::tools::ToolBox;
 use catena_agent::{Budgets, RunRequest, run_chain, start_task};
 use catena_engine::llama::{BatchedSession, LlamaEngine};
-use catena_engine::{SamplingParams, Session, TokenRecord};
+use catena_engine_api::{SamplingParams, Session, TokenRecord};
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
 use std::time::{Duration, Instant};
@@ -110,7 +110,7 @@ fn rollout(
     seed: u32,
     g: usize,
 ) -> Result<Rollout> {
-    let prompt = start_task(setup.engine, session, setup.profile, &task.question)?;
+    let prompt = start_task(session, setup.profile, &task.question)?;
     if prompt.prompt_tokens < 2 {
         return Err(TrainError::Config(format!(
             "task {}: the prompt is empty",

@@ -13,9 +13,9 @@
 
 use super::{CallContext, Tool, ToolOutput};
 use crate::summarize::{ChatError, ChatModel};
-use crate::summary::StopReason;
-use catena_engine::CancelFlag;
+use catena_engine_api::CancelFlag;
 use catena_protocol::Tag;
+use catena_run_events::StopReason;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};

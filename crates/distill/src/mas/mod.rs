@@ -17,7 +17,7 @@ use crate::{Activation, MultiAgentRun, Role};
 use catena_agent::summarize::{ChatError, ChatModel};
 use catena_agent::tools::{CallContext, CallLimits, ToolBox, call_watched};
 use catena_agent::{AgentEvent, Budgets, RunSummary, Source, StopReason, Timings};
-use catena_engine::{
+use catena_engine_api::{
     CancelFlag, ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, GenerationStop,
     SamplingParams,
 };

@@ -22,8 +22,8 @@ use super::LlamaEngine;
 use super::session::{
     build_sampler, check_ids, context_size, kept_prefix, new_context, pick_token,
 };
+use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
-use crate::stops::StopMatcher;
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, SessionStats, SideChat, StartPrompt, TokenRecord,
@@ -131,6 +131,17 @@ pub struct BatchedSession<'m> {
     threads: Option<i32>,
     /// The next generation starts a new sampler from the seed (set by a restart).
     reseed: bool,
+}
+
+impl catena_engine_api::StartChat for BatchedSession<'_> {
+    fn start_chat(
+        &mut self,
+        system: &str,
+        user: &str,
+    ) -> Result<catena_engine_api::PromptStart, EngineError> {
+        let engine = self.engine;
+        engine.start_chat(self, system, user)
+    }
 }
 
 impl StartPrompt for BatchedSession<'_> {

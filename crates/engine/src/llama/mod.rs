@@ -13,13 +13,15 @@ mod session;
 
 pub use batch::BatchedSession;
 pub use chat::LocalChat;
-pub use quantize::{QuantType, quantize};
+pub use quantize::quantize;
 pub use session::LlamaSession;
 
 use super::{
     ChatFormat, EngineError, GenerateLimits, ModelInfo, PromptPart, SamplingParams, Session,
     SessionOptions, SideChat, StartPrompt, StopMatcher,
 };
+use catena_engine_api::PromptStart;
+use catena_engine_api::{ChatMessage, chatml_prompt};
 use catena_gguf::GgufHeader;
 use catena_gguf::inspect::{NOT_GENERATIVE, llama_supports};
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -239,6 +241,22 @@ impl LlamaEngine {
         ])
     }
 
+    /// Puts a chat of `system` and `user` into `session` in place of its context, keeping the
+    /// prefix the two share: the one way a local session starts a task ([`catena_engine_api::StartChat`]).
+    fn start_chat(
+        &self,
+        session: &mut impl StartPrompt,
+        system: &str,
+        user: &str,
+    ) -> Result<PromptStart, EngineError> {
+        let ids = self.tokenize_parts(&self.chat_prompt(system, user)?);
+        let cached_tokens = session.start_prompt(&ids)?;
+        Ok(PromptStart {
+            prompt_tokens: ids.len(),
+            cached_tokens,
+        })
+    }
+
     /// The prompt of a conversation, up to the opening of the next assistant turn. Without a
     /// system message, the model's own default system prompt is used where its template has one
     /// (Qwen2.5's does).
@@ -396,37 +414,6 @@ fn load_adapter(
         adapter: std::sync::Mutex::new(adapter),
         scale: options.scale,
     })
-}
-
-/// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
-
-impl ChatMessage {
-    pub fn new(role: &str, content: &str) -> Self {
-        ChatMessage {
-            role: role.to_string(),
-            content: content.to_string(),
-        }
-    }
-}
-
-/// The ChatML framing the AFM checkpoints were trained with, up to the opening of the assistant
-/// turn; only the markers are special tokens, so message text can never forge one.
-pub fn chatml_prompt(messages: &[ChatMessage]) -> Vec<PromptPart> {
-    let mut parts = Vec::with_capacity(messages.len() * 4 + 2);
-    for m in messages {
-        parts.push(PromptPart::special("<|im_start|>"));
-        parts.push(PromptPart::plain(format!("{}\n{}", m.role, m.content)));
-        parts.push(PromptPart::special("<|im_end|>"));
-        parts.push(PromptPart::plain("\n"));
-    }
-    parts.push(PromptPart::special("<|im_start|>"));
-    parts.push(PromptPart::plain("assistant\n"));
-    parts
 }
 
 fn detect_chat_format(model: &LlamaModel) -> ChatFormat {

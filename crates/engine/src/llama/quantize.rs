@@ -4,55 +4,17 @@
 
 use super::backend;
 use crate::EngineError;
-use serde::{Deserialize, Serialize};
+use catena_engine_api::QuantType;
 use std::ffi::CString;
 use std::path::Path;
 
-/// The quantisations `catena models import` offers. Serialised by llama.cpp's name (`Q4_K_M`):
-/// a quantisation crosses the pipe to the quantiser's child process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum QuantType {
-    /// No quantisation: the converter's F16 file as it is.
-    F16,
-    Q8_0,
-    #[serde(rename = "Q5_K_M")]
-    Q5KM,
-    #[serde(rename = "Q4_K_M")]
-    Q4KM,
-}
-
-impl QuantType {
-    pub const ALL: [QuantType; 4] = [
-        QuantType::Q4KM,
-        QuantType::Q5KM,
-        QuantType::Q8_0,
-        QuantType::F16,
-    ];
-
-    /// `Q4_K_M`, `q4_k_m`, ...
-    pub fn parse(name: &str) -> Option<QuantType> {
-        QuantType::ALL
-            .into_iter()
-            .find(|q| q.name().eq_ignore_ascii_case(name))
-    }
-
-    /// The name llama.cpp and the catalog use.
-    pub fn name(self) -> &'static str {
-        match self {
-            QuantType::F16 => "F16",
-            QuantType::Q8_0 => "Q8_0",
-            QuantType::Q5KM => "Q5_K_M",
-            QuantType::Q4KM => "Q4_K_M",
-        }
-    }
-
-    fn ftype(self) -> llama_cpp_sys_2::llama_ftype {
-        match self {
-            QuantType::F16 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_F16,
-            QuantType::Q8_0 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q8_0,
-            QuantType::Q5KM => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q5_K_M,
-            QuantType::Q4KM => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_K_M,
-        }
+/// llama.cpp's file type for `quant`.
+fn ftype(quant: QuantType) -> llama_cpp_sys_2::llama_ftype {
+    match quant {
+        QuantType::F16 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_F16,
+        QuantType::Q8_0 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q8_0,
+        QuantType::Q5KM => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q5_K_M,
+        QuantType::Q4KM => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_K_M,
     }
 }
 
@@ -88,7 +50,7 @@ pub fn quantize(
     let mark = capture.mark();
     // SAFETY: returns a plain struct by value; no pointers are taken.
     let mut params = unsafe { llama_cpp_sys_2::llama_model_quantize_default_params() };
-    params.ftype = quant.ftype();
+    params.ftype = ftype(quant);
     params.nthread = i32::try_from(threads).unwrap_or(0);
     // SAFETY: both paths are NUL-terminated strings that outlive the call, and `params` is the
     // library's own default with two plain fields changed (its pointers stay null).
@@ -107,18 +69,4 @@ pub fn quantize(
             said.join("; ")
         },
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quantisations_are_named_as_llama_cpp_names_them() {
-        assert_eq!(QuantType::parse("q4_k_m"), Some(QuantType::Q4KM));
-        assert_eq!(QuantType::parse("Q8_0"), Some(QuantType::Q8_0));
-        assert_eq!(QuantType::parse("f16"), Some(QuantType::F16));
-        assert_eq!(QuantType::parse("Q3_K_S"), None);
-        assert_eq!(QuantType::Q5KM.name(), "Q5_K_M");
-    }
 }

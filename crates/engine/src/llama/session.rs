@@ -6,13 +6,13 @@
 //! and the last token of a run is never evaluated for nothing.
 
 use super::LlamaEngine;
+use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
-use crate::sampling::{argmax, greedy_pick, token_logprob};
-use crate::stops::StopMatcher;
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, SessionStats, StartPrompt, TokenRecord,
 };
+use catena_engine_api::{argmax, greedy_pick, token_logprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -215,6 +215,17 @@ impl<'m> LlamaSession<'m> {
             id: t.0,
             logprob: None,
         }));
+    }
+}
+
+impl catena_engine_api::StartChat for LlamaSession<'_> {
+    fn start_chat(
+        &mut self,
+        system: &str,
+        user: &str,
+    ) -> Result<catena_engine_api::PromptStart, EngineError> {
+        let engine = self.engine;
+        engine.start_chat(self, system, user)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The last word of a run.
 
-use catena_engine::SessionStats;
+use catena_engine_api::SessionStats;
 use serde::Serialize;
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! context (`catena serve --parallel N`, where the N slots are all the caches there are); the
 //! pool treats both alike through [`StartPrompt`].
 
-use catena_engine::{EngineError, StartPrompt};
+use catena_engine_api::{EngineError, StartPrompt};
 use std::time::Instant;
 
 /// A session lent out for one request.
@@ -172,7 +172,7 @@ fn common_prefix(a: impl Iterator<Item = i32>, b: &[i32]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use catena_engine::{
+    use catena_engine_api::{
         GenerateLimits, Generation, PromptPart, SamplingParams, Session, SessionStats, SideChat,
         StopMatcher, TokenRecord,
     };

@@ -7,17 +7,17 @@
 //! input so a `Cancel` reaches a running generation, and the end of the input (the server is
 //! gone) stops everything.
 
-use super::exit::WorkerExit;
-use super::pool::{MakeSession, SessionPool};
-use super::protocol::{
-    FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
-    write_frame,
-};
+use crate::pool::{MakeSession, SessionPool};
 use catena_engine::hardware::plan_for_model;
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
-use catena_engine::plan::{Overrides, Plan};
-use catena_engine::{
+use catena_engine_api::plan::{Overrides, Plan};
+use catena_engine_api::{
     CancelFlag, EngineError, GenerateLimits, SessionOptions, StartPrompt, StopMatcher, TokenRecord,
+};
+use catena_worker::WorkerExit;
+use catena_worker::protocol::{
+    FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
+    write_frame,
 };
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// Serves frames from standard input to a private copy of standard output until the input ends.
 pub fn run_stdio() -> Result<(), WorkerExit> {
-    let output = super::stdio::take_stdout()?;
+    let output = crate::stdio::take_stdout()?;
     serve(io::stdin(), output)
 }
 
@@ -44,7 +44,7 @@ pub fn serve(
         Some(ToWorker {
             request: Request::Quantize(job),
             ..
-        }) => return super::quantize::run_job(&job, input, output),
+        }) => return crate::quantize::run_job(&job, input, output),
         _ => return Err(WorkerExit::NotStarted),
     };
     let output = Output(Mutex::new(output));
@@ -362,7 +362,7 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
         stops: Vec<String>,
         max_tokens: usize,
         deadline_ms: Option<u64>,
-        sampling: catena_engine::SamplingParams,
+        sampling: catena_engine_api::SamplingParams,
     ) -> Result<Reply, EngineError> {
         let lane = self.lane;
         let output = self.output;

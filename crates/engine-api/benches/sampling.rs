@@ -4,7 +4,7 @@
 //! CPU, this must stay far below a millisecond; on a GPU a token takes about 1 ms, so it is
 //! computed only where RL reads it, and greedy decoding elsewhere is `argmax` alone.
 
-use catena_engine::{argmax, greedy_pick, token_logprob};
+use catena_engine_api::{argmax, greedy_pick, token_logprob};
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 

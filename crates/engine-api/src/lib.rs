@@ -1,0 +1,395 @@
+//! The engine's contract: what a caller needs to drive a model, without knowing which engine
+//! runs it. A [`Session`] is one conversation's context whose KV cache only ever grows;
+//! [`ChatEngine`] answers one chat turn at a time. llama.cpp implements both in `catena-engine`,
+//! the model worker's client in `catena-worker`, and OpenAI-compatible or llama.cpp servers in
+//! `catena-agent::remote`; everything that only drives a model (the agent, distillation, the
+//! service, the store's events) depends on this crate and never links llama.cpp
+//! (docs/ARCHITECTURE.md, "API boundaries").
+//!
+//! [`Session::append`] evaluates new text (the prompt, an observation), [`Session::generate`]
+//! samples until a stop condition. Nothing is ever evaluated twice: the last sampled token waits as
+//! "pending" and is evaluated together with whatever comes next, so `evaluated_tokens ==
+//! context_tokens` holds at every step.
+
+mod chat;
+pub mod plan;
+mod quant;
+mod sampling;
+mod stops;
+
+pub use chat::{ChatMessage, chatml_prompt};
+pub use quant::QuantType;
+pub use sampling::{SamplingParams, argmax, greedy_pick, token_logprob};
+pub use stops::{StopHit, StopMatcher};
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One piece of prompt text. Chat-template markers (`<|im_start|>`) are special; everything a
+/// user, a file, a tool or a model wrote is plain, so text such as `<|im_end|>` printed by a program
+/// can never become a control token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptPart {
+    pub text: String,
+    pub special: bool,
+}
+
+impl PromptPart {
+    pub fn plain(text: impl Into<String>) -> Self {
+        PromptPart {
+            text: text.into(),
+            special: false,
+        }
+    }
+
+    pub fn special(text: impl Into<String>) -> Self {
+        PromptPart {
+            text: text.into(),
+            special: true,
+        }
+    }
+}
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GenerationStop {
+    /// The model produced an end-of-generation token (`<|im_end|>` for Qwen).
+    EndOfTurn,
+    /// A stop string was produced; it is kept at the end of the text.
+    StopString { index: usize },
+    /// The token budget of this call ran out.
+    MaxTokens,
+    /// The wall-clock deadline passed.
+    Deadline,
+    /// The context window is full.
+    ContextFull,
+    /// The caller asked to stop.
+    Cancelled,
+}
+
+/// What one [`Session::generate`] call produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Generation {
+    pub text: String,
+    pub stop: GenerationStop,
+    /// Tokens sampled in this call.
+    pub tokens: usize,
+}
+
+/// One token of the context as the model saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub id: i32,
+    /// Log-probability of the token under the sampling distribution (logits divided by the
+    /// temperature, 1 when greedy, before top-k/top-p truncation); `None` for tokens the model did
+    /// not sample (prompt, observations, the re-tokenised end of a stop string).
+    pub logprob: Option<f32>,
+}
+
+/// The counters of a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionStats {
+    /// Tokens in the KV cache.
+    pub context_tokens: usize,
+    /// Tokens run through the model. Equal to `context_tokens` unless something was re-read.
+    pub evaluated_tokens: usize,
+    /// Tokens sampled.
+    pub generated_tokens: usize,
+    /// Tokens appended as text (prompt, observations, prefill).
+    pub appended_tokens: usize,
+    /// Wall time spent evaluating appended text (batched prefill).
+    #[serde(with = "catena_protocol::units::duration_ms")]
+    pub prefill_time: Duration,
+    /// Wall time spent in single-token decoding steps, sampling included.
+    #[serde(with = "catena_protocol::units::duration_ms")]
+    pub decode_time: Duration,
+    /// Tokens evaluated in batched prefill (the appended ones, plus pending tokens folded in).
+    pub prefill_tokens: usize,
+    /// Tokens evaluated one at a time while generating.
+    pub decode_tokens: usize,
+    /// Tokens of new prompts taken from KV cells instead of evaluated: the prefix a session
+    /// kept from its previous prompt, or (batched) cells another sequence had evaluated.
+    #[serde(default)]
+    pub cached_tokens: usize,
+}
+
+/// A flag a caller sets to stop a generation between two tokens.
+pub type CancelFlag = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
+/// A one-off chat answer beside a session, in a context of its own: the page summariser's calls
+/// (its instructions and a page must not enter the agent's context). Greedy, so a page reads the
+/// same every time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideChat {
+    pub system: String,
+    pub user: String,
+    pub max_tokens: usize,
+}
+
+impl SideChat {
+    /// Context of a side chat: its prompt and its answer.
+    pub const CONTEXT: u32 = 8_192;
+}
+
+/// A session in this process that starts a new prompt in place of its context, keeping the KV
+/// cells of the prefix the two share (the system message between tasks, the whole prompt
+/// between samples of one task).
+pub trait StartPrompt: Session {
+    /// Replaces the context with the prompt `ids` and returns how many of them were already
+    /// evaluated. The prompt's last token is always evaluated again, for its logits.
+    fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError>;
+}
+
+/// Where a run's prompt stands in its session when the run starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptStart {
+    /// Tokens of the prompt (rendered up to the opening of the assistant turn).
+    pub prompt_tokens: usize,
+    /// How many of them were already evaluated in a kept KV cache.
+    pub cached_tokens: usize,
+}
+
+/// A session that knows its model's chat template: it starts a conversation of one system and
+/// one user message in place of its context, keeping the KV cells of the prefix the two share
+/// (the system message between tasks, the whole prompt between samples of one task). Every agent
+/// run's prompt is put in through this trait, whichever engine holds the session.
+pub trait StartChat: Session {
+    fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError>;
+}
+
+/// One conversation's context.
+pub trait Session {
+    /// Evaluates new text at the end of the context; returns how many tokens it added.
+    fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError>;
+
+    /// Samples until an end-of-generation token, a stop string (kept in the text), a limit, a
+    /// full context or a cancel. `on_text` receives the text as it is decided (never text past a
+    /// stop string).
+    fn generate(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError>;
+
+    fn stats(&self) -> SessionStats;
+
+    /// Changes how the next tokens are sampled.
+    fn set_sampling(&mut self, sampling: SamplingParams);
+
+    /// The context window in tokens.
+    fn context_size(&self) -> usize;
+
+    /// Every token in the context, in order, pending ones included.
+    fn tokens(&self) -> &[TokenRecord];
+
+    /// Answers `chat` with the same model in a context of its own ([`SideChat::CONTEXT`]
+    /// tokens), leaving this session as it is. A prompt that does not fit with room for the
+    /// answer is a [`EngineError::ContextOverflow`].
+    fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError>;
+}
+
+/// One agent call of an explicit multi-agent system: a system message that says what the agent
+/// does, a user message with only the state it needs, and a token budget. Each call is a
+/// conversation of its own; nothing of one call is in the next one's prompt unless the caller
+/// puts it there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatTurn {
+    pub system: String,
+    pub user: String,
+    pub max_tokens: usize,
+}
+
+/// What a [`ChatTurn`] produced and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatReply {
+    pub text: String,
+    pub stop: GenerationStop,
+    /// Tokens of the rendered prompt (chat template included).
+    pub prompt_tokens: usize,
+    /// Of those, tokens that were not evaluated again: a prefix kept from the previous call in
+    /// a local session, or what a server says it took from its cache.
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// A model answering one chat turn at a time, with the tokens each turn cost: in this process
+/// (`llama::LocalChat`) or at an OpenAI-compatible server (`catena_agent::remote::RemoteChat`).
+pub trait ChatEngine {
+    /// Answers `turn` with the engine's sampling settings. `on_text` receives the answer as it
+    /// is decided.
+    fn chat(
+        &mut self,
+        turn: &ChatTurn,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatReply, EngineError>;
+
+    /// The context window of one turn, prompt and answer together; 0 where a server does not
+    /// say.
+    fn context_size(&self) -> usize;
+
+    /// Changes how the next turns are sampled (a task's later samples take their own seeds).
+    fn set_sampling(&mut self, sampling: SamplingParams);
+}
+
+/// Bounds of one [`Session::generate`] call.
+#[derive(Debug, Clone)]
+pub struct GenerateLimits {
+    pub max_tokens: usize,
+    pub deadline: Option<std::time::Instant>,
+    /// Checked between tokens: set it to stop the generation.
+    pub cancel: Option<CancelFlag>,
+}
+
+impl GenerateLimits {
+    pub fn tokens(max_tokens: usize) -> Self {
+        GenerateLimits {
+            max_tokens,
+            deadline: None,
+            cancel: None,
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// Settings of one session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionOptions {
+    /// Context window; `None` uses the model's training context, capped at 32,768 (the protocol's
+    /// budget).
+    pub context_size: Option<u32>,
+    pub sampling: SamplingParams,
+    /// CPU threads; `None` uses the physical cores.
+    pub threads: Option<i32>,
+    pub batch_size: u32,
+    /// How keys and values are stored in the KV cache.
+    #[serde(default)]
+    pub kv_cache: KvCacheType,
+    /// Record each sampled token's log-probability ([`TokenRecord::logprob`]). It costs a pass
+    /// over the whole vocabulary a token, and only RL reads it, so it is off unless asked for.
+    #[serde(default)]
+    pub logprobs: bool,
+}
+
+/// The KV cache's element type: F16 is exact, Q8_0 halves the cache's memory for a small loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvCacheType {
+    #[default]
+    F16,
+    Q8_0,
+}
+
+impl KvCacheType {
+    /// Bytes per element, in 64ths (Q8_0 stores 32 values in 34 bytes).
+    pub fn bytes_per_element_x64(self) -> u64 {
+        match self {
+            KvCacheType::F16 => 128,
+            KvCacheType::Q8_0 => 68,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheType::F16 => "f16",
+            KvCacheType::Q8_0 => "q8_0",
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvCacheType::F16),
+            "q8_0" | "q8" => Ok(KvCacheType::Q8_0),
+            other => Err(format!("unknown KV cache type {other:?} (f16 or q8_0)")),
+        }
+    }
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            context_size: None,
+            sampling: SamplingParams::default(),
+            threads: None,
+            batch_size: 512,
+            kv_cache: KvCacheType::default(),
+            logprobs: false,
+        }
+    }
+}
+
+/// Facts about a loaded model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub architecture: String,
+    pub name: Option<String>,
+    pub parameters: u64,
+    pub size_bytes: u64,
+    pub context_train: u32,
+    pub layers: u32,
+    pub gpu_layers: u32,
+    pub chat_template: ChatFormat,
+    /// The LoRA adapter applied on top, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
+}
+
+/// How prompts are framed for this model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatFormat {
+    /// `<|im_start|>role\n...<|im_end|>\n` (Qwen2.5, the AFM checkpoints).
+    ChatMl,
+    /// The model's own template, rendered by llama.cpp as one special-parsed string.
+    Native,
+    /// No template: system and user text are written as plain paragraphs.
+    Plain,
+}
+
+/// Errors from loading models and running sessions.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    #[error("model file {path} not found")]
+    ModelNotFound { path: PathBuf },
+    #[error("{path} is not a usable model: {reason}")]
+    BadModel { path: PathBuf, reason: String },
+    #[error("{path} is not a usable LoRA adapter for this model: {reason}")]
+    BadAdapter { path: PathBuf, reason: String },
+    #[error("llama.cpp could not load {path}: {reason}")]
+    LoadFailed { path: PathBuf, reason: String },
+    #[error("could not create a context of {context_size} tokens: {reason}")]
+    ContextFailed { context_size: u32, reason: String },
+    #[error("the context is full ({context_size} tokens); {needed} more were needed")]
+    ContextOverflow { context_size: usize, needed: usize },
+    #[error("tokenizing failed: {0}")]
+    Tokenize(String),
+    #[error("evaluating the batch failed: {0}")]
+    Decode(String),
+    #[error("llama.cpp backend: {0}")]
+    Backend(String),
+    /// An error the model worker process reported (its message, as the worker wrote it).
+    #[error("{0}")]
+    Worker(String),
+    /// The model worker process died or broke the protocol; it is restarted for the next request.
+    #[error("the model worker stopped: {0}")]
+    WorkerDied(String),
+    /// A model server refused a prompt too long for its model's context (its own words).
+    #[error("the prompt does not fit the model server's context: {0}")]
+    PromptTooLong(String),
+    /// A model server gave no answer (unreachable, a refused key, an error status).
+    #[error("the model server: {0}")]
+    Remote(String),
+}
