@@ -427,19 +427,14 @@ pub fn remote_chat(
     Ok((RemoteChat::new(endpoint(&model)?, sampling), model))
 }
 
-/// A Chain-of-Agents session at llama.cpp's server (`--engine URL` with `--mode coa`), holding
-/// `system` and `user` in the model's chat template, the key from `CATENA_ENGINE_KEY`. `model`
-/// names the server's model in the summariser's chat requests ([`served_model`]).
+/// A Chain-of-Agents session at llama.cpp's server (`--engine URL` with `--mode coa`), the key
+/// from `CATENA_ENGINE_KEY`; a run puts its prompt in. `model` names the server's model in the
+/// summariser's chat requests ([`served_model`]).
 pub fn remote_session(
     url: &str,
     model: &str,
     sampling: catena_engine_api::SamplingParams,
-    system: &str,
-    user: &str,
-) -> Result<(
-    catena_agent::remote::RemoteSession,
-    catena_engine_api::PromptStart,
-)> {
+) -> Result<catena_agent::remote::RemoteSession> {
     use catena_agent::remote::RemoteSession;
     use catena_web::ChatEndpoint;
     let context = || format!("the llama.cpp server at {url}");
@@ -447,7 +442,7 @@ pub fn remote_session(
     let endpoint = catena_web::CompletionEndpoint::new(url, key.clone()).with_context(context)?;
     let v1 = format!("{}/v1", url.trim_end_matches('/').trim_end_matches("/v1"));
     let chat = ChatEndpoint::new(&v1, model, key).with_context(context)?;
-    RemoteSession::start(endpoint, chat, sampling, system, user).with_context(context)
+    RemoteSession::connect(endpoint, chat, sampling).with_context(context)
 }
 
 /// The name of the model at the llama.cpp server `url`: `model` where the user gave one, else

@@ -67,7 +67,6 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
     })
     .unwrap();
     let setup = RolloutSetup {
-        engine: &engine,
         profile: &profile,
         tools: &tools,
         temperature: 1.0,

@@ -5,12 +5,11 @@
 //! own API gives ([`RemoteSession`]). This is how a distillation teacher can be bigger than the
 //! user's machine.
 
-use crate::PromptStart;
 use catena_engine_api::{
     ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Generation, GenerationStop,
     PromptPart, SamplingParams, Session, SessionStats, SideChat, StopMatcher, TokenRecord,
 };
-use catena_engine_api::{ChatMessage, chatml_prompt};
+use catena_engine_api::{ChatMessage, PromptStart, StartChat, chatml_prompt};
 use catena_web::{
     ChatEndpoint, ChatRequest, CompletionEndpoint, CompletionRequest, CompletionStop, EndpointError,
 };
@@ -136,16 +135,15 @@ pub struct RemoteUsage {
 }
 
 impl RemoteSession {
-    /// Opens a session at the llama.cpp server `endpoint` and puts `system` and `user` into it
-    /// in the model's ChatML template (the AFMs' and Qwen's): the only template whose markers
-    /// Catena can keep apart from text it did not write, so any other is refused.
-    pub fn start(
+    /// A session at the llama.cpp server `endpoint`, empty until [`StartChat::start_chat`] puts
+    /// a task's prompt in. The model's template must be ChatML (the AFMs' and Qwen's): the only
+    /// one whose markers Catena can keep apart from text it did not write, so any other is
+    /// refused here.
+    pub fn connect(
         endpoint: CompletionEndpoint,
         chat: ChatEndpoint,
         sampling: SamplingParams,
-        system: &str,
-        user: &str,
-    ) -> Result<(RemoteSession, PromptStart), EngineError> {
+    ) -> Result<RemoteSession, EngineError> {
         let props = endpoint.props().map_err(remote)?;
         if !props.chat_template.contains("<|im_start|>") {
             return Err(EngineError::Remote(
@@ -154,7 +152,7 @@ impl RemoteSession {
                     .into(),
             ));
         }
-        let mut session = RemoteSession {
+        Ok(RemoteSession {
             endpoint,
             chat,
             sampling,
@@ -163,19 +161,7 @@ impl RemoteSession {
             evaluated: 0,
             stats: SessionStats::default(),
             usage: RemoteUsage::default(),
-        };
-        let prompt = chatml_prompt(&[
-            ChatMessage::new("system", system),
-            ChatMessage::new("user", user),
-        ]);
-        let prompt_tokens = session.append(&prompt)?;
-        Ok((
-            session,
-            PromptStart {
-                prompt_tokens,
-                cached_tokens: 0,
-            },
-        ))
+        })
     }
 
     pub fn usage(&self) -> RemoteUsage {
@@ -239,6 +225,25 @@ fn remote(error: EndpointError) -> EngineError {
     match error {
         EndpointError::TooLong(message) => EngineError::PromptTooLong(message),
         e => EngineError::Remote(e.to_string()),
+    }
+}
+
+impl StartChat for RemoteSession {
+    /// Replaces the context with the chat's prompt. The server keeps what its slot shares with
+    /// it and says so with the next generation ([`RemoteUsage::cached_tokens`]), so none is
+    /// counted as kept here.
+    fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError> {
+        self.tokens.clear();
+        self.evaluated = 0;
+        let prompt = chatml_prompt(&[
+            ChatMessage::new("system", system),
+            ChatMessage::new("user", user),
+        ]);
+        let prompt_tokens = self.append(&prompt)?;
+        Ok(PromptStart {
+            prompt_tokens,
+            cached_tokens: 0,
+        })
     }
 }
 

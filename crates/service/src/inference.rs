@@ -7,10 +7,9 @@
 
 use crate::ServiceError;
 use crate::live::LiveRuns;
+use catena_agent::Budgets;
 use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
-use catena_agent::{Budgets, RunRequest, run_chain};
 use catena_engine_api::ChatMessage;
-use catena_engine_api::PromptStart;
 use catena_engine_api::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
     SessionOptions, StopMatcher,
@@ -18,6 +17,7 @@ use catena_engine_api::{
 use catena_hub::assets;
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
+use catena_runner::{Engine, RunPlan, TaskRun, Update, run_task};
 use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
 use catena_store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
 use catena_worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
@@ -93,7 +93,8 @@ pub struct ChatUsage {
 pub struct AgentJob {
     pub run_id: String,
     pub profile: Profile,
-    pub user_prompt: String,
+    /// The task as the user wrote it; the profile frames it.
+    pub task: String,
     pub prefill: Option<String>,
     pub budgets: Budgets,
     pub sampling: SamplingParams,
@@ -432,6 +433,8 @@ impl Worker {
         self.jobs.live.finish(&job.run_id);
     }
 
+    /// Runs the job on `lane`. A failure before the run starts is returned, for the caller to
+    /// record; the run's own failure is recorded by the runner (`Ok` either way).
     fn try_agent(
         &self,
         lane: usize,
@@ -441,38 +444,41 @@ impl Worker {
         let tools = self.jobs.tools(&job.profile)?;
         self.ready().map_err(|e| e.to_string())?;
         let client = self.client.read();
-        let opened = client
-            .open(
-                lane,
-                Prompt::Task {
-                    system: job.profile.system.clone(),
-                    user: job.user_prompt.clone(),
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        let mut session = opened.session;
-        let request = RunRequest {
+        let mut session = client.lane(lane).map_err(|e| e.to_string())?;
+        let plan = RunPlan {
             profile: &job.profile,
+            tools: &tools,
             model: self.jobs.model_id(),
-            sampling: job.sampling,
-            prompt: PromptStart {
-                prompt_tokens: opened.prompt_tokens,
-                cached_tokens: opened.cached,
-            },
-            prefill: job.prefill.as_deref(),
             budgets: job.budgets,
             cancel: Some(job.cancel.clone()),
         };
-        let live = self.jobs.live.clone();
-        let run_id = job.run_id.clone();
-        let summary = run_chain(&mut session, request, &tools, &mut |event| {
-            let stored = recorder.event(&event);
-            live.publish(&run_id, stored);
-        })
-        .map_err(|e| e.to_string())?;
-        let stored = recorder.finish(&summary, opened.cached);
-        live.publish(&run_id, stored);
-        session.close(true, None).map_err(|e| e.to_string())
+        let run = TaskRun {
+            id: &job.run_id,
+            question: &job.task,
+            sampling: job.sampling,
+            prefill: job.prefill.as_deref(),
+        };
+        let live = &self.jobs.live;
+        let ran = run_task(
+            Engine::Chain(&mut session),
+            &plan,
+            &run,
+            Some(recorder),
+            &mut |update| match update {
+                Update::Event(_, Some(stored)) | Update::Recorded(stored) => {
+                    live.publish(&job.run_id, stored)
+                }
+                Update::Event(_, None) => {}
+            },
+        );
+        match ran {
+            Ok(_) => session.close(true, None).map_err(|e| e.to_string()),
+            // Recorded and published as the run's end; the session is dropped in the worker.
+            Err(e) => {
+                tracing::debug!(run = %job.run_id, error = %e, "an agent run failed");
+                Ok(())
+            }
+        }
     }
 }
 

@@ -345,6 +345,7 @@ impl Service {
             user_prompt.clone(),
         );
         let session = start.session_id.clone();
+        let question = task.clone();
         let run_id = self
             .with_store(move |store, _| {
                 Ok(store.start_run(&NewRun {
@@ -364,7 +365,7 @@ impl Service {
         let job = Job::Agent(AgentJob {
             run_id: run_id.clone(),
             profile,
-            user_prompt,
+            task: question,
             prefill: start.prefill,
             budgets,
             sampling,

@@ -1,5 +1,5 @@
 //! The server's side of the worker: spawns `catena worker`, speaks frames to it, notices when it
-//! dies (and how), and restarts it. [`RemoteSession`] implements [`Session`] over the pipe, so the
+//! dies (and how), and restarts it. [`WorkerSession`] implements [`Session`] over the pipe, so the
 //! agent runner drives a model in another process exactly as it drives one in its own.
 //!
 //! The worker has lanes (`WorkerConfig::parallel`), each one conversation: a thread reads the
@@ -12,8 +12,8 @@ use super::protocol::{
     write_frame,
 };
 use catena_engine_api::{
-    EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, SamplingParams, Session,
-    SessionStats, StopMatcher, TokenRecord,
+    EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart, SamplingParams,
+    Session, SessionStats, StartChat, StopMatcher, TokenRecord,
 };
 use parking_lot::Mutex;
 use std::io::{self, BufReader, BufWriter};
@@ -201,41 +201,34 @@ impl WorkerClient {
     /// Opens a session on `lane` holding `prompt` (evaluated, or found in a kept KV cache). A
     /// lane carries one session at a time: a caller drives each lane from one thread.
     pub fn open(&self, lane: usize, prompt: Prompt) -> Result<OpenedSession<'_>, EngineError> {
+        let mut session = self.lane(lane)?;
+        let opened = session.open(prompt)?;
+        Ok(OpenedSession {
+            session,
+            prompt_tokens: opened.prompt_tokens,
+            cached: opened.cached,
+            conversation: opened.conversation,
+        })
+    }
+
+    /// `lane`'s session before it holds a prompt: [`StartChat::start_chat`] opens it with a
+    /// task's prompt, so the worker can give it the kept KV cache that shares the most with it.
+    pub fn lane(&self, lane: usize) -> Result<WorkerSession<'_>, EngineError> {
         if lane >= self.lanes() {
             return Err(EngineError::Worker(format!(
                 "lane {lane} does not exist (the worker has {})",
                 self.lanes()
             )));
         }
-        self.send(lane, &Request::Open { prompt })?;
-        match self.receive(lane, &mut |_| {})? {
-            Reply::Opened {
-                prompt_tokens,
-                cached,
-                conversation,
-                context_size,
-                tokens,
-                stats,
-            } => {
-                let mut session = RemoteSession {
-                    client: self,
-                    lane,
-                    tokens: Vec::new(),
-                    stats,
-                    context_size,
-                    sampling: SamplingParams::default(),
-                    closed: false,
-                };
-                session.apply(tokens);
-                Ok(OpenedSession {
-                    session,
-                    prompt_tokens,
-                    cached,
-                    conversation,
-                })
-            }
-            other => Err(self.unexpected(&other)),
-        }
+        Ok(WorkerSession {
+            client: self,
+            lane,
+            tokens: Vec::new(),
+            stats: SessionStats::default(),
+            context_size: 0,
+            sampling: SamplingParams::default(),
+            closed: true,
+        })
     }
 
     fn process(&self) -> Result<&Process, EngineError> {
@@ -514,7 +507,7 @@ fn not_running() -> EngineError {
 
 /// A session the worker opened, with how its prompt was found.
 pub struct OpenedSession<'c> {
-    pub session: RemoteSession<'c>,
+    pub session: WorkerSession<'c>,
     pub prompt_tokens: usize,
     /// Leading prompt tokens that were already in a kept KV cache.
     pub cached: usize,
@@ -523,7 +516,7 @@ pub struct OpenedSession<'c> {
 }
 
 /// A session living in the worker process, mirrored here (tokens, counters).
-pub struct RemoteSession<'c> {
+pub struct WorkerSession<'c> {
     client: &'c WorkerClient,
     lane: usize,
     tokens: Vec<TokenRecord>,
@@ -533,7 +526,45 @@ pub struct RemoteSession<'c> {
     closed: bool,
 }
 
-impl RemoteSession<'_> {
+/// What the worker said about a prompt it opened a session with.
+struct Opened {
+    prompt_tokens: usize,
+    cached: usize,
+    conversation: Option<String>,
+}
+
+impl WorkerSession<'_> {
+    /// Opens this lane's session with `prompt`, closing (and keeping) the one it held.
+    fn open(&mut self, prompt: Prompt) -> Result<Opened, EngineError> {
+        if !self.closed {
+            self.closed = true;
+            self.finish(true, None)?;
+        }
+        self.client.send(self.lane, &Request::Open { prompt })?;
+        match self.client.receive(self.lane, &mut |_| {})? {
+            Reply::Opened {
+                prompt_tokens,
+                cached,
+                conversation,
+                context_size,
+                tokens,
+                stats,
+            } => {
+                self.tokens.clear();
+                self.apply(tokens);
+                self.stats = stats;
+                self.context_size = context_size;
+                self.closed = false;
+                Ok(Opened {
+                    prompt_tokens,
+                    cached,
+                    conversation,
+                })
+            }
+            other => Err(self.client.unexpected(&other)),
+        }
+    }
+
     /// Ends the session; `keep` leaves its KV cache in the worker's pool for a later request,
     /// tagged with the stored conversation it belongs to.
     pub fn close(mut self, keep: bool, conversation: Option<String>) -> Result<(), EngineError> {
@@ -559,7 +590,7 @@ impl RemoteSession<'_> {
     }
 }
 
-impl Drop for RemoteSession<'_> {
+impl Drop for WorkerSession<'_> {
     /// A session dropped without `close` (an error path) is dropped in the worker too.
     fn drop(&mut self) {
         if !self.closed
@@ -570,7 +601,20 @@ impl Drop for RemoteSession<'_> {
     }
 }
 
-impl Session for RemoteSession<'_> {
+impl StartChat for WorkerSession<'_> {
+    fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError> {
+        let opened = self.open(Prompt::Task {
+            system: system.to_string(),
+            user: user.to_string(),
+        })?;
+        Ok(PromptStart {
+            prompt_tokens: opened.prompt_tokens,
+            cached_tokens: opened.cached,
+        })
+    }
+}
+
+impl Session for WorkerSession<'_> {
     fn side_chat(&mut self, chat: &catena_engine_api::SideChat) -> Result<String, EngineError> {
         self.client
             .send(self.lane, &Request::SideChat { chat: chat.clone() })?;

@@ -11,7 +11,7 @@
 //! llama.cpp. The child's side, which loads the model and keeps the KV caches, is
 //! `catena-worker-process`, linked only by the binaries that run it. The server owns everything
 //! else (the store, the sandbox, the agent runner), and drives a
-//! [`RemoteSession`](client::RemoteSession) that implements the engine's `Session` trait over the
+//! [`WorkerSession`](client::WorkerSession) that implements the engine's `Session` trait over the
 //! pipe.
 
 mod client;
@@ -20,7 +20,7 @@ pub mod protocol;
 mod quantize;
 
 pub use client::{
-    OpenedSession, RemoteSession, WorkerClient, WorkerCommand, WorkerStatus, describe_exit,
+    OpenedSession, WorkerClient, WorkerCommand, WorkerSession, WorkerStatus, describe_exit,
 };
 pub use exit::WorkerExit;
 pub use protocol::{Prompt, QuantizeJob, WorkerConfig};

@@ -8,7 +8,6 @@ use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_agent::Budgets;
 use catena_agent::tools::ToolBox;
-use catena_distill::mas::{MasRequest, run_multi_agent};
 use catena_distill::{
     FilterConfig, FilterReport, RunLog, TeacherRun, alpaca_item, filter_runs, sft_line,
 };
@@ -17,6 +16,7 @@ use catena_engine_api::plan::Overrides;
 use catena_engine_api::{ChatEngine, SamplingParams};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
+use catena_runner::{Engine, RunPlan, TaskRun, run_queue, run_task};
 use catena_sandbox::Sandbox;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -26,8 +26,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 #[derive(Args)]
@@ -283,7 +282,7 @@ fn teach(
                     teacher.concurrently(chats, todo, &mut keep)
                 })?
             } else {
-                teacher.one_at_a_time(&mut LocalChat::new(&engine, &options)?, todo, &mut keep)
+                teacher.concurrently(vec![LocalChat::new(&engine, &options)?], todo, &mut keep)
             }
         }
         url => {
@@ -338,17 +337,10 @@ impl Teacher<'_> {
         sample: usize,
     ) -> Result<Option<TeacherRun>> {
         let task = &self.tasks[t];
-        let sampling = SamplingParams {
-            seed: self.base_sampling.seed.wrapping_add(sample as u32),
-            ..self.base_sampling
-        };
-        chat.set_sampling(sampling);
-        let request = MasRequest {
-            task_id: &task.id,
-            question: &task.question,
+        let plan = RunPlan {
             profile: self.profile,
+            tools: self.tools,
             model: self.model.clone(),
-            sampling,
             budgets: Budgets {
                 max_tool_calls: self.profile.max_tool_calls,
                 max_tokens: self.max_tokens,
@@ -356,9 +348,24 @@ impl Teacher<'_> {
             },
             cancel: Some(self.cancel.clone()),
         };
+        let run = TaskRun {
+            id: &task.id,
+            question: &task.question,
+            sampling: SamplingParams {
+                seed: self.base_sampling.seed.wrapping_add(sample as u32),
+                ..self.base_sampling
+            },
+            prefill: None,
+        };
         let t0 = Instant::now();
-        let mut mas = run_multi_agent(chat, request, self.tools, &mut |_| {})
+        let outcome = run_task(Engine::Agents(chat), &plan, &run, None, &mut |_| {})
             .with_context(|| format!("task {}", task.id))?;
+        let Some(mut mas) = outcome.agents else {
+            bail!(
+                "task {}: the teacher's run kept no record of its agents",
+                task.id
+            );
+        };
         if self.cancel.load(Ordering::SeqCst) {
             return Ok(None);
         }
@@ -375,22 +382,6 @@ impl Teacher<'_> {
         }))
     }
 
-    /// The runs of `todo` in order through one chat.
-    fn one_at_a_time(
-        &self,
-        chat: &mut dyn ChatEngine,
-        todo: &[(usize, usize)],
-        keep: &mut dyn FnMut(TeacherRun) -> Result<()>,
-    ) -> Result<()> {
-        for &(t, sample) in todo {
-            match self.run(chat, t, sample)? {
-                Some(run) => keep(run)?,
-                None => break,
-            }
-        }
-        Ok(())
-    }
-
     /// The runs of `todo` on one thread per chat, each taking the next run as it finishes one.
     /// Runs are kept as they end (in the order they end); after an error no new run starts, the
     /// runs under way are still kept, and the first error is returned.
@@ -400,42 +391,15 @@ impl Teacher<'_> {
         todo: &[(usize, usize)],
         keep: &mut dyn FnMut(TeacherRun) -> Result<()>,
     ) -> Result<()> {
-        let next = &AtomicUsize::new(0);
-        let failed = &AtomicBool::new(false);
-        let (finished, ended) = mpsc::channel::<Result<TeacherRun>>();
-        std::thread::scope(|scope| {
-            for mut chat in chats {
-                let finished = finished.clone();
-                scope.spawn(move || {
-                    while !failed.load(Ordering::SeqCst) {
-                        let Some(&(t, sample)) = todo.get(next.fetch_add(1, Ordering::SeqCst))
-                        else {
-                            break;
-                        };
-                        let run = match self.run(&mut chat, t, sample) {
-                            Ok(Some(run)) => Ok(run),
-                            Ok(None) => break,
-                            Err(e) => {
-                                failed.store(true, Ordering::SeqCst);
-                                Err(e)
-                            }
-                        };
-                        if finished.send(run).is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-            drop(finished);
-            let mut first_error = None;
-            for run in ended {
-                if let Err(e) = run.and_then(&mut *keep) {
-                    failed.store(true, Ordering::SeqCst);
-                    first_error.get_or_insert(e);
-                }
-            }
-            first_error.map_or(Ok(()), Err)
-        })
+        run_queue(
+            chats,
+            todo.len(),
+            |chat, job| {
+                let (t, sample) = todo[job];
+                self.run(chat, t, sample)
+            },
+            |_, run| keep(run),
+        )
     }
 }
 

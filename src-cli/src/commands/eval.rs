@@ -5,22 +5,20 @@
 use super::run::Mode;
 use crate::setup;
 use anyhow::{Context, Result, bail};
+use catena_agent::Budgets;
+use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::ToolBox;
-use catena_agent::{Budgets, RunRequest, RunSummary, run_chain, start_task};
-use catena_distill::mas::{MasRequest, run_multi_agent};
-use catena_engine::llama::{BatchedSession, LlamaEngine, LlamaSession, LocalChat};
-use catena_engine_api::ChatEngine;
-use catena_engine_api::PromptStart;
+use catena_engine::llama::{BatchedSession, LlamaEngine, LocalChat};
 use catena_engine_api::plan::Overrides;
-use catena_engine_api::{SamplingParams, Session, SessionOptions};
+use catena_engine_api::{SamplingParams, SessionOptions};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
+use catena_runner::{Engine, Outcome, RunPlan, TaskRun, run_queue, run_task};
 use catena_sandbox::Sandbox;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// The temperature of K > 1 runs a task when none is given (what the AFM evaluations sample
@@ -146,12 +144,13 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         (Some(url), Mode::Mas) => {
             let (chat, served) =
                 setup::remote_chat(url, args.engine_model.as_deref(), base_sampling)?;
-            Some((served, Runner::Mas(Box::new(chat))))
+            Some((served, RemoteModel::Chat(chat)))
         }
-        (Some(url), Mode::Coa) => Some((
-            setup::served_model(url, args.engine_model.as_deref())?,
-            Runner::RemoteCoa(url.clone()),
-        )),
+        (Some(url), Mode::Coa) => {
+            let served = setup::served_model(url, args.engine_model.as_deref())?;
+            let session = setup::remote_session(url, &served, base_sampling)?;
+            Some((served, RemoteModel::LlamaServer(Box::new(session))))
+        }
         (None, _) => None,
     };
     let local = match remote {
@@ -189,8 +188,8 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let started = Instant::now();
     let (model_name, results) = match (remote, &local) {
-        (Some((name, mut runner)), _) => {
-            let results = eval.one_at_a_time(&mut runner, &name)?;
+        (Some((name, mut remote)), _) => {
+            let results = eval.one_at_a_time(remote.engine(), &name)?;
             (name, results)
         }
         (None, Some((model_path, (engine, plan), _))) => {
@@ -203,10 +202,11 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
                 // One session for all runs: the prompt's shared beginning (system message and
                 // instructions) stays in the KV cache and only each question is evaluated
                 // anew; a task's later samples reuse its whole prompt.
-                Mode::Coa => eval
-                    .one_at_a_time(&mut Runner::Coa(Box::new(engine.session(&options)?)), &name)?,
+                Mode::Coa => {
+                    eval.one_at_a_time(Engine::Chain(&mut engine.session(&options)?), &name)?
+                }
                 Mode::Mas => eval.one_at_a_time(
-                    &mut Runner::Mas(Box::new(LocalChat::new(engine, &options)?)),
+                    Engine::Agents(&mut LocalChat::new(engine, &options)?),
                     &name,
                 )?,
             };
@@ -260,44 +260,51 @@ impl Evaluation<'_> {
         }
     }
 
-    /// Every run in order, through one runner.
-    fn one_at_a_time(&self, runner: &mut Runner<'_>, model: &str) -> Result<Vec<TaskResult>> {
-        let mut results = Vec::with_capacity(self.tasks.len() * self.samples);
-        for (index, task) in self.tasks.iter().enumerate() {
-            for sample in 0..self.samples {
-                let sampling = self.sampling(sample);
-                let t0 = Instant::now();
-                let run = match runner {
-                    Runner::Coa(session) => {
-                        let prompt = start_task(session.as_mut(), self.profile, &task.question)?;
-                        let generated_before = session.stats().generated_tokens;
-                        self.coa(
-                            session.as_mut(),
-                            prompt,
-                            generated_before,
-                            task,
-                            sampling,
-                            model,
-                        )?
-                    }
-                    Runner::RemoteCoa(url) => {
-                        // A session per task; the server keeps the prompts' shared beginning.
-                        let user = self.profile.user_message(&task.question);
-                        let (mut session, prompt) = setup::remote_session(
-                            url,
-                            model,
-                            sampling,
-                            &self.profile.system,
-                            &user,
-                        )?;
-                        self.coa(&mut session, prompt, 0, task, sampling, model)?
-                    }
-                    Runner::Mas(chat) => self.mas(chat.as_mut(), task, sampling, model)?,
-                };
-                results.push(self.scored(index, sample, run, t0.elapsed()));
-            }
+    /// Every (task, sample) pair in the order the report lists them.
+    fn runs(&self) -> Vec<(usize, usize)> {
+        (0..self.tasks.len())
+            .flat_map(|task| (0..self.samples).map(move |sample| (task, sample)))
+            .collect()
+    }
+
+    /// What every run shares, with `model` as the runs' model name.
+    fn plan(&self, model: &str) -> RunPlan<'_> {
+        RunPlan {
+            profile: self.profile,
+            tools: self.tools,
+            model: model.to_string(),
+            budgets: self.budgets,
+            cancel: None,
         }
-        Ok(results)
+    }
+
+    /// Run `sample` of task `index` on `engine`, scored.
+    fn run_one(
+        &self,
+        engine: Engine<'_>,
+        plan: &RunPlan<'_>,
+        (index, sample): (usize, usize),
+    ) -> Result<TaskResult> {
+        let task = &self.tasks[index];
+        let run = TaskRun {
+            id: &task.id,
+            question: &task.question,
+            sampling: self.sampling(sample),
+            prefill: None,
+        };
+        let t0 = Instant::now();
+        let outcome = run_task(engine, plan, &run, None, &mut |_| {})
+            .with_context(|| format!("task {}", task.id))?;
+        Ok(self.scored(index, sample, outcome, t0.elapsed()))
+    }
+
+    /// Every run in order on one engine.
+    fn one_at_a_time(&self, mut engine: Engine<'_>, model: &str) -> Result<Vec<TaskResult>> {
+        let plan = self.plan(model);
+        self.runs()
+            .into_iter()
+            .map(|run| self.run_one(engine.reborrow(), &plan, run))
+            .collect()
     }
 
     /// Every run on `parallel` sequences decoded together, each taking the next run as it
@@ -311,125 +318,29 @@ impl Evaluation<'_> {
         mode: Mode,
         model: &str,
     ) -> Result<Vec<TaskResult>> {
-        enum Lane<'s> {
-            Coa(BatchedSession<'s>),
-            Mas(LocalChat<'s, BatchedSession<'s>>),
-        }
-        let runs: Vec<(usize, usize)> = (0..self.tasks.len())
-            .flat_map(|task| (0..self.samples).map(move |sample| (task, sample)))
-            .collect();
-        let next = AtomicUsize::new(0);
-        let failed = AtomicBool::new(false);
-        let worker = |session: BatchedSession<'_>| -> Result<Vec<(usize, TaskResult)>> {
-            let mut lane = match mode {
-                Mode::Coa => Lane::Coa(session),
-                Mode::Mas => Lane::Mas(LocalChat::over(engine, session)),
-            };
-            let mut done = Vec::new();
-            while !failed.load(Ordering::Relaxed) {
-                let at = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(index, sample)) = runs.get(at) else {
-                    break;
-                };
-                let task = &self.tasks[index];
-                let t0 = Instant::now();
-                let sampling = self.sampling(sample);
-                let run = match &mut lane {
-                    Lane::Coa(session) => start_task(session, self.profile, &task.question)
-                        .map_err(anyhow::Error::from)
-                        .and_then(|prompt| {
-                            let generated_before = session.stats().generated_tokens;
-                            self.coa(session, prompt, generated_before, task, sampling, model)
-                        }),
-                    Lane::Mas(chat) => self.mas(chat, task, sampling, model),
-                };
-                match run {
-                    Ok(run) => done.push((at, self.scored(index, sample, run, t0.elapsed()))),
-                    Err(e) => {
-                        failed.store(true, Ordering::Relaxed);
-                        return Err(e);
-                    }
-                }
-            }
-            Ok(done)
-        };
-        let finished = engine.with_sequences(options, parallel, |sessions| {
-            std::thread::scope(|scope| {
-                let workers: Vec<_> = sessions
-                    .into_iter()
-                    .map(|session| scope.spawn(|| worker(session)))
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| {
-                        w.join().unwrap_or_else(|_| {
-                            Err(anyhow::anyhow!("an evaluation thread panicked"))
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })
+        let runs = self.runs();
+        let plan = self.plan(model);
+        let mut results = Vec::with_capacity(runs.len());
+        engine.with_sequences(options, parallel, |sessions| {
+            let lanes = sessions
+                .into_iter()
+                .map(|session| match mode {
+                    Mode::Coa => Lane::Chain(session),
+                    Mode::Mas => Lane::Chat(LocalChat::over(engine, session)),
+                })
+                .collect();
+            run_queue(
+                lanes,
+                runs.len(),
+                |lane, job| self.run_one(lane.engine(), &plan, runs[job]).map(Some),
+                |job, result| {
+                    results.push((job, result));
+                    Ok(())
+                },
+            )
         })??;
-        let mut results: Vec<(usize, TaskResult)> = finished.into_iter().flatten().collect();
-        results.sort_by_key(|(at, _)| *at);
+        results.sort_by_key(|(job, _)| *job);
         Ok(results.into_iter().map(|(_, result)| result).collect())
-    }
-
-    /// One CoA run in `session`, which holds the prompt; its generated tokens are counted from
-    /// `generated_before` (a kept session's counters run across runs).
-    fn coa(
-        &self,
-        session: &mut dyn Session,
-        prompt: PromptStart,
-        generated_before: usize,
-        task: &EvalTask,
-        sampling: SamplingParams,
-        model: &str,
-    ) -> Result<Outcome> {
-        let request = RunRequest {
-            profile: self.profile,
-            model: model.to_string(),
-            sampling,
-            prompt,
-            prefill: None,
-            budgets: self.budgets,
-            cancel: None,
-        };
-        let summary = run_chain(session, request, self.tools, &mut |_| {})
-            .with_context(|| format!("task {}", task.id))?;
-        Ok(Outcome {
-            model_calls: 1,
-            total_tokens: summary.context_tokens,
-            generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
-            summary,
-        })
-    }
-
-    /// One run of the explicit multi-agent system, its agents' calls through `chat`.
-    fn mas(
-        &self,
-        chat: &mut dyn ChatEngine,
-        task: &EvalTask,
-        sampling: SamplingParams,
-        model: &str,
-    ) -> Result<Outcome> {
-        chat.set_sampling(sampling);
-        let request = MasRequest {
-            task_id: &task.id,
-            question: &task.question,
-            profile: self.profile,
-            model: model.to_string(),
-            sampling,
-            budgets: self.budgets,
-            cancel: None,
-        };
-        let mas = run_multi_agent(chat, request, self.tools, &mut |_| {})
-            .with_context(|| format!("task {}", task.id))?;
-        Ok(Outcome {
-            model_calls: mas.usage.calls,
-            total_tokens: mas.usage.total(),
-            generated_tokens: mas.usage.completion_tokens,
-            summary: mas.run_summary(),
-        })
     }
 
     /// The run scored by the task's reward, with a progress line.
@@ -466,20 +377,35 @@ impl Evaluation<'_> {
     }
 }
 
-/// What runs the tasks: one session for CoA runs here, or llama.cpp's server at a URL; for the
-/// agents' calls, one chat session here or a server.
-enum Runner<'e> {
-    Coa(Box<LlamaSession<'e>>),
-    RemoteCoa(String),
-    Mas(Box<dyn ChatEngine + 'e>),
+/// A model at a server: llama.cpp's for Chain-of-Agents runs, any OpenAI-compatible one for the
+/// agents' calls.
+enum RemoteModel {
+    LlamaServer(Box<RemoteSession>),
+    Chat(RemoteChat),
 }
 
-/// One run, either way.
-struct Outcome {
-    summary: RunSummary,
-    model_calls: usize,
-    total_tokens: usize,
-    generated_tokens: usize,
+impl RemoteModel {
+    fn engine(&mut self) -> Engine<'_> {
+        match self {
+            RemoteModel::LlamaServer(session) => Engine::Chain(session.as_mut()),
+            RemoteModel::Chat(chat) => Engine::Agents(chat),
+        }
+    }
+}
+
+/// One sequence of a batched context, for a chain or for the agents' calls.
+enum Lane<'s> {
+    Chain(BatchedSession<'s>),
+    Chat(LocalChat<'s, BatchedSession<'s>>),
+}
+
+impl Lane<'_> {
+    fn engine(&mut self) -> Engine<'_> {
+        match self {
+            Lane::Chain(session) => Engine::Chain(session),
+            Lane::Chat(chat) => Engine::Agents(chat),
+        }
+    }
 }
 
 /// One line on stderr per run.

@@ -1,17 +1,18 @@
 //! `catena run`: one task, one Chain-of-Agents trajectory.
 
 use crate::render::{EventSink, HumanPrinter, JsonPrinter};
-use crate::setup;
+use crate::setup::{self, AppliedAdapter};
 use anyhow::{Context, Result, bail};
+use catena_agent::Budgets;
+use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::profile_tools;
-use catena_agent::{AgentEvent, Budgets, RunRequest, run_chain, start_task};
-use catena_distill::mas::{MasRequest, run_multi_agent};
-use catena_engine::llama::LocalChat;
-use catena_engine_api::plan::Overrides;
-use catena_engine_api::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
+use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
+use catena_engine_api::plan::{Overrides, Plan};
+use catena_engine_api::{KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
 use catena_protocol::units::positive_seconds;
+use catena_runner::{Engine, RunPlan, TaskRun, Update, run_task};
 use catena_sandbox::Limits;
 use catena_store::{NewRun, Recorder, RunKind, Store};
 use clap::Args;
@@ -150,83 +151,19 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let task = read_task(&args.task)?;
-    if args.mode == Mode::Mas && args.prefill.is_some() {
-        bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
-    }
-    // A profile named on the command line is checked before any model is fetched.
-    let chosen_profile = match (&args.profile_file, &args.profile) {
-        (Some(file), _) => Some(Profile::from_file(file)?),
-        (None, Some(name)) => Some(Profile::builtin(name)?),
-        (None, None) => None,
-    };
-    let Some(code_timeout) = positive_seconds(args.code_timeout) else {
-        bail!("--code-timeout must be a positive number of seconds");
-    };
-    let max_time = match args.max_time.map(positive_seconds) {
-        Some(None) => bail!("--max-time must be a positive number of seconds"),
-        Some(Some(limit)) => Some(limit),
-        None => None,
-    };
-    let seed = args.seed.unwrap_or_else(random_seed);
-    let sampling = SamplingParams {
-        temperature: args.temperature.max(0.0),
-        top_p: args.top_p,
-        top_k: args.top_k,
-        seed,
-    };
-    let mut remote = match (&args.engine, args.mode) {
-        (Some(url), Mode::Mas) => Some(setup::remote_chat(
-            url,
-            args.engine_model.as_deref(),
-            sampling,
-        )?),
-        _ => None,
-    };
-    let on_builtin_default =
-        args.engine.is_none() && setup::uses_builtin_default(args.model.as_deref(), paths);
-    let model_path = match args.engine {
-        Some(_) => None,
-        None => Some(setup::model_path(args.model.as_deref(), paths)?),
-    };
-    let profile = match (chosen_profile, &model_path) {
-        (Some(profile), _) => profile,
-        (None, Some(model_path)) => {
-            let catalog = catena_hub::catalog::Catalog::load(paths)?;
-            match catena_hub::installed::profile_of(model_path, &catalog) {
-                Some(name) => {
-                    eprintln!("profile: {name} (the model's; --profile chooses another)");
-                    Profile::builtin(&name)?
-                }
-                None => Profile::builtin("math")?,
-            }
-        }
-        (None, None) => Profile::builtin("math")?,
+    let checked = Checked::from_args(&args)?;
+    let backend = Backend::open(&args, paths, checked.sampling)?;
+    let profile = match checked.profile {
+        Some(profile) => profile,
+        None => backend.profile(paths)?,
     };
     let limits = Limits {
-        wall: code_timeout,
+        wall: checked.code_timeout,
         memory_bytes: args.code_memory << 20,
         ..Limits::default()
     };
     let mut tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
     args.search.add_to(&mut tools, &profile, paths)?;
-    let adapter = match &model_path {
-        Some(model_path) => args.adapter.resolve(model_path, paths)?,
-        None => None,
-    };
-    let loaded = match &model_path {
-        Some(model_path) => Some(setup::load_planned(
-            model_path,
-            Overrides {
-                context: args.ctx_size,
-                gpu_layers: args.gpu_layers,
-                kv_cache: args.kv_cache,
-                kv_caches: 1,
-            },
-            adapter.as_ref().map(|a| a.options.clone()),
-        )?),
-        None => None,
-    };
-    let plan = loaded.as_ref().and_then(|(_, plan)| plan.as_ref());
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     // First Ctrl-C stops the run cleanly (the summary is still printed); a second one exits.
@@ -235,185 +172,283 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
             std::process::exit(130);
         }
     });
-    let options = SessionOptions {
-        threads: args.threads,
-        ..setup::planned_session(plan, args.ctx_size, sampling)
+    let plan = RunPlan {
+        profile: &profile,
+        tools: &tools,
+        model: backend.model_name(),
+        budgets: Budgets {
+            max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
+            max_tokens: args.max_tokens,
+            max_time: checked.max_time,
+        },
+        cancel: Some(cancel),
     };
-    let user_prompt = profile.user_message(&task);
-    let mut remote_chain = match (&args.engine, args.mode) {
-        (Some(url), Mode::Coa) => {
-            let served = setup::served_model(url, args.engine_model.as_deref())?;
-            let (session, prompt) =
-                setup::remote_session(url, &served, sampling, &profile.system, &user_prompt)?;
-            Some((session, prompt, served))
-        }
-        _ => None,
-    };
-    let budgets = Budgets {
-        max_tool_calls: args.max_tool_calls.unwrap_or(profile.max_tool_calls),
-        max_tokens: args.max_tokens,
-        max_time,
-    };
-    let model_name = match (&remote, &remote_chain, &loaded, &model_path) {
-        (Some((_, served)), _, _, _) | (_, Some((_, _, served)), _, _) => served.clone(),
-        (None, None, Some((engine, _)), Some(path)) => setup::model_name(engine, path),
-        _ => bail!("no model to run"),
+    let run = TaskRun {
+        id: "task",
+        question: &task,
+        sampling: checked.sampling,
+        prefill: args.prefill.as_deref(),
     };
     let mut printer: Box<dyn EventSink> = if args.json {
         Box::new(JsonPrinter::new())
     } else {
         Box::new(HumanPrinter::new())
     };
-    let store = if args.no_store {
-        None
-    } else {
-        match Store::open_in(&paths.store_dir) {
-            Ok(store) => Some(store),
-            Err(e) => {
-                eprintln!("warning: this run will not be saved: {e}");
-                None
-            }
+    let store = (!args.no_store).then(|| Store::open_in(&paths.store_dir));
+    let store = match store {
+        Some(Err(e)) => {
+            eprintln!("warning: this run will not be saved: {e}");
+            None
         }
-    };
-    let options_json = serde_json::json!({
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "top_k": sampling.top_k,
-        "seed": seed,
-        "max_tool_calls": budgets.max_tool_calls,
-        "max_tokens": budgets.max_tokens,
-        "max_time": args.max_time,
-        "prefill": args.prefill,
-        "mode": args.mode.name(),
-    });
-    let mut recorder = match &store {
-        Some(store) => {
-            let run = store.start_run(&NewRun {
-                session: None,
-                kind: RunKind::Agent,
-                task: &task,
-                profile: Some(&profile.name),
-                model: &model_name,
-                adapter: adapter.as_ref().map(|a| a.name.as_str()),
-                options: options_json,
-                system_prompt: &profile.system,
-                user_prompt: &user_prompt,
-            });
-            match run {
-                Ok(id) => Some(Recorder::new(store, id)),
-                Err(e) => {
-                    eprintln!("warning: this run will not be saved: {e}");
-                    None
-                }
-            }
-        }
+        Some(Ok(store)) => Some(store),
         None => None,
     };
-    // Each event is saved before it is shown.
-    let mut on_event = |e: AgentEvent| {
-        if let Some(recorder) = recorder.as_mut() {
-            recorder.event(&e);
-        }
-        printer.event(&e)
-    };
-    let result = match (args.mode, &loaded) {
-        (Mode::Coa, Some((engine, _))) => {
-            let mut session = engine.session(&options)?;
-            let prompt = start_task(&mut session, &profile, &task)?;
-            let request = RunRequest {
-                profile: &profile,
-                model: model_name.clone(),
-                sampling,
-                prompt,
-                prefill: args.prefill.as_deref(),
-                budgets,
-                cancel: Some(cancel),
-            };
-            run_chain(&mut session, request, &tools, &mut on_event)
-                .map(|summary| (summary, None))
-                .map_err(anyhow::Error::new)
-        }
-        (Mode::Coa, None) => {
-            let Some((session, prompt, _)) = remote_chain.as_mut() else {
-                bail!("a Chain-of-Agents run needs a model: a local one or --engine URL")
-            };
-            let request = RunRequest {
-                profile: &profile,
-                model: model_name.clone(),
-                sampling,
-                prompt: *prompt,
-                prefill: args.prefill.as_deref(),
-                budgets,
-                cancel: Some(cancel),
-            };
-            run_chain(session, request, &tools, &mut on_event)
-                .map(|summary| (summary, None))
-                .map_err(anyhow::Error::new)
-        }
-        (Mode::Mas, loaded) => {
-            let mut local;
-            let chat: &mut dyn ChatEngine = match (&mut remote, loaded) {
-                (Some((remote, _)), _) => remote,
-                (None, Some((engine, _))) => {
-                    local = LocalChat::new(engine, &options)?;
-                    &mut local
-                }
-                (None, None) => bail!("no model to run"),
-            };
-            let request = MasRequest {
-                task_id: "task",
-                question: &task,
-                profile: &profile,
-                model: model_name.clone(),
-                sampling,
-                budgets,
-                cancel: Some(cancel),
-            };
-            run_multi_agent(chat, request, &tools, &mut on_event)
-                .map(|mas| {
-                    let by_role = catena_distill::tokens_by_role(&mas.run.activations);
-                    (mas.run_summary(), Some((mas.usage, by_role)))
-                })
-                .map_err(anyhow::Error::new)
+    let mut recorder = store
+        .as_ref()
+        .and_then(|store| open_record(store, &args, &backend, &plan, &run));
+    let mut backend = backend;
+    let mut show = |update: Update<'_>| {
+        if let Update::Event(event, _) = update {
+            printer.event(event);
         }
     };
-    let (summary, usage) = match result {
-        Ok(done) => done,
-        Err(e) => {
-            if let Some(recorder) = recorder.as_mut() {
-                recorder.fail(&e.to_string());
+    let outcome = {
+        let mut local;
+        let engine = match (&mut backend, args.mode) {
+            (Backend::Local { engine, plan, .. }, mode) => {
+                let options = SessionOptions {
+                    threads: args.threads,
+                    ..setup::planned_session(plan.as_ref(), args.ctx_size, checked.sampling)
+                };
+                local = match mode {
+                    Mode::Coa => LocalModel::Chain(engine.session(&options)?),
+                    Mode::Mas => LocalModel::Chat(LocalChat::new(engine, &options)?),
+                };
+                local.engine()
             }
-            return Err(e.context("the run failed"));
-        }
+            (Backend::LlamaServer { session, .. }, _) => Engine::Chain(session),
+            (Backend::Chat { chat, .. }, _) => Engine::Agents(chat),
+        };
+        run_task(engine, &plan, &run, recorder.as_mut(), &mut show).context("the run failed")?
     };
-    if let Some(recorder) = recorder.as_mut() {
-        recorder.finish(&summary, usage.as_ref().map_or(0, |(u, _)| u.cached_tokens));
-        if let Some(problem) = recorder.failure() {
-            eprintln!("warning: the run was not saved completely: {problem}");
-        }
+    if let Some(problem) = recorder.as_ref().and_then(|r| r.failure()) {
+        eprintln!("warning: the run was not saved completely: {problem}");
     }
-    match usage {
-        None => printer.summary(&summary),
-        Some((usage, by_role)) => printer.multi_agent_summary(&summary, &usage, &by_role),
+    match &outcome.agents {
+        None => printer.summary(&outcome.summary),
+        Some(mas) => printer.multi_agent_summary(
+            &outcome.summary,
+            &mas.usage,
+            &catena_distill::tokens_by_role(&mas.run.activations),
+        ),
     }
-    if let Some((session, _, _)) = remote_chain.as_ref().filter(|_| !args.json) {
+    if args.json {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Backend::LlamaServer { session, .. } = &backend {
         let usage = session.usage();
         eprintln!(
             "Server: {} requests, {} prompt tokens sent, {} taken from its cache, {} evaluated.",
             usage.requests, usage.sent_tokens, usage.cached_tokens, usage.evaluated_tokens
         );
     }
-    if let Some(recorder) = recorder.as_ref().filter(|_| !args.json) {
+    if let Some(recorder) = &recorder {
         let id = recorder.run_id();
         eprintln!("Saved as run {id} (catena sessions show {id}).");
     }
-    if on_builtin_default && !args.json {
+    if let Backend::Local {
+        builtin_default: true,
+        adapter,
+        ..
+    } = &backend
+    {
         eprintln!(
             "\nNote: {}",
             setup::stand_in_note(paths, adapter.as_ref().is_some_and(|a| a.shipped))
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments checked before any model is fetched.
+struct Checked {
+    /// A profile named on the command line.
+    profile: Option<Profile>,
+    code_timeout: std::time::Duration,
+    max_time: Option<std::time::Duration>,
+    sampling: SamplingParams,
+}
+
+impl Checked {
+    fn from_args(args: &RunArgs) -> Result<Checked> {
+        if args.mode == Mode::Mas && args.prefill.is_some() {
+            bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
+        }
+        let profile = match (&args.profile_file, &args.profile) {
+            (Some(file), _) => Some(Profile::from_file(file)?),
+            (None, Some(name)) => Some(Profile::builtin(name)?),
+            (None, None) => None,
+        };
+        let Some(code_timeout) = positive_seconds(args.code_timeout) else {
+            bail!("--code-timeout must be a positive number of seconds");
+        };
+        let max_time = match args.max_time.map(positive_seconds) {
+            Some(None) => bail!("--max-time must be a positive number of seconds"),
+            Some(Some(limit)) => Some(limit),
+            None => None,
+        };
+        let sampling = SamplingParams {
+            temperature: args.temperature.max(0.0),
+            top_p: args.top_p,
+            top_k: args.top_k,
+            seed: args.seed.unwrap_or_else(random_seed),
+        };
+        Ok(Checked {
+            profile,
+            code_timeout,
+            max_time,
+            sampling,
+        })
+    }
+}
+
+/// Where the run's model is.
+enum Backend {
+    /// Loaded in this process.
+    Local {
+        engine: LlamaEngine,
+        plan: Option<Plan>,
+        path: PathBuf,
+        adapter: Option<AppliedAdapter>,
+        /// The built-in default model, not one the user chose.
+        builtin_default: bool,
+    },
+    /// llama.cpp's server, for a Chain-of-Agents run.
+    LlamaServer {
+        session: RemoteSession,
+        served: String,
+    },
+    /// An OpenAI-compatible server, for the explicit agents' calls.
+    Chat { chat: RemoteChat, served: String },
+}
+
+impl Backend {
+    fn open(args: &RunArgs, paths: &Paths, sampling: SamplingParams) -> Result<Backend> {
+        match (&args.engine, args.mode) {
+            (Some(url), Mode::Mas) => {
+                let (chat, served) =
+                    setup::remote_chat(url, args.engine_model.as_deref(), sampling)?;
+                Ok(Backend::Chat { chat, served })
+            }
+            (Some(url), Mode::Coa) => {
+                let served = setup::served_model(url, args.engine_model.as_deref())?;
+                let session = setup::remote_session(url, &served, sampling)?;
+                Ok(Backend::LlamaServer { session, served })
+            }
+            (None, _) => {
+                let builtin_default = setup::uses_builtin_default(args.model.as_deref(), paths);
+                let path = setup::model_path(args.model.as_deref(), paths)?;
+                let adapter = args.adapter.resolve(&path, paths)?;
+                let (engine, plan) = setup::load_planned(
+                    &path,
+                    Overrides {
+                        context: args.ctx_size,
+                        gpu_layers: args.gpu_layers,
+                        kv_cache: args.kv_cache,
+                        kv_caches: 1,
+                    },
+                    adapter.as_ref().map(|a| a.options.clone()),
+                )?;
+                Ok(Backend::Local {
+                    engine,
+                    plan,
+                    path,
+                    adapter,
+                    builtin_default,
+                })
+            }
+        }
+    }
+
+    /// The profile the model was made for, as its catalog entry or import says; math for others.
+    fn profile(&self, paths: &Paths) -> Result<Profile> {
+        let Backend::Local { path, .. } = self else {
+            return Ok(Profile::builtin("math")?);
+        };
+        let catalog = catena_hub::catalog::Catalog::load(paths)?;
+        Ok(match catena_hub::installed::profile_of(path, &catalog) {
+            Some(name) => {
+                eprintln!("profile: {name} (the model's; --profile chooses another)");
+                Profile::builtin(&name)?
+            }
+            None => Profile::builtin("math")?,
+        })
+    }
+
+    fn model_name(&self) -> String {
+        match self {
+            Backend::Local { engine, path, .. } => setup::model_name(engine, path),
+            Backend::LlamaServer { served, .. } | Backend::Chat { served, .. } => served.clone(),
+        }
+    }
+}
+
+/// A local model's session, for a chain or for the agents' calls.
+enum LocalModel<'m> {
+    Chain(LlamaSession<'m>),
+    Chat(LocalChat<'m>),
+}
+
+impl LocalModel<'_> {
+    fn engine(&mut self) -> Engine<'_> {
+        match self {
+            LocalModel::Chain(session) => Engine::Chain(session),
+            LocalModel::Chat(chat) => Engine::Agents(chat),
+        }
+    }
+}
+
+/// The run's record in the store; `None` (with a warning) when it cannot be started.
+fn open_record<'s>(
+    store: &'s Store,
+    args: &RunArgs,
+    backend: &Backend,
+    plan: &RunPlan<'_>,
+    run: &TaskRun<'_>,
+) -> Option<Recorder<'s>> {
+    let options = serde_json::json!({
+        "temperature": run.sampling.temperature,
+        "top_p": run.sampling.top_p,
+        "top_k": run.sampling.top_k,
+        "seed": run.sampling.seed,
+        "max_tool_calls": plan.budgets.max_tool_calls,
+        "max_tokens": plan.budgets.max_tokens,
+        "max_time": args.max_time,
+        "prefill": args.prefill,
+        "mode": args.mode.name(),
+    });
+    let adapter = match backend {
+        Backend::Local { adapter, .. } => adapter.as_ref().map(|a| a.name.as_str()),
+        _ => None,
+    };
+    let started = store.start_run(&NewRun {
+        session: None,
+        kind: RunKind::Agent,
+        task: run.question,
+        profile: Some(&plan.profile.name),
+        model: &plan.model,
+        adapter,
+        options,
+        system_prompt: &plan.profile.system,
+        user_prompt: &plan.profile.user_message(run.question),
+    });
+    match started {
+        Ok(id) => Some(Recorder::new(store, id)),
+        Err(e) => {
+            eprintln!("warning: this run will not be saved: {e}");
+            None
+        }
+    }
 }
 
 fn read_task(task: &str) -> Result<String> {

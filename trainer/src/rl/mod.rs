@@ -456,7 +456,6 @@ fn run_step(
     let engine = reload_engine(options, model, architecture)?;
     let reload_seconds = t_reload.elapsed().as_secs_f64();
     let setup = RolloutSetup {
-        engine: &engine,
         profile,
         tools,
         temperature: options.temperature,

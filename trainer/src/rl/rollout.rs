@@ -3,12 +3,13 @@
 //! evaluated and the log-probability each sampled token had when it was drawn.
 
 use crate::{Result, TrainError};
+use catena_agent::Budgets;
 use catena_agent::tools::ToolBox;
-use catena_agent::{Budgets, RunRequest, run_chain, start_task};
-use catena_engine::llama::{BatchedSession, LlamaEngine};
+use catena_engine::llama::BatchedSession;
 use catena_engine_api::{SamplingParams, Session, TokenRecord};
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
+use catena_runner::{Engine, RunPlan, TaskRun, run_queue, run_task};
 use std::time::{Duration, Instant};
 
 /// One sampled trajectory, ready to score and to train on.
@@ -63,7 +64,6 @@ pub fn training_view(records: &[TokenRecord]) -> Result<(Vec<u32>, Vec<bool>, Ve
 
 /// What every rollout of a run shares.
 pub struct RolloutSetup<'a> {
-    pub engine: &'a LlamaEngine,
     pub profile: &'a Profile,
     pub tools: &'a ToolBox,
     pub temperature: f32,
@@ -82,56 +82,10 @@ pub fn sample_group(
     seed: u32,
 ) -> Result<(Vec<Rollout>, Duration)> {
     let started = Instant::now();
-    let rollouts = std::thread::scope(|scope| {
-        let runs: Vec<_> = sessions
-            .iter_mut()
-            .enumerate()
-            .map(|(g, session)| scope.spawn(move || rollout(setup, session, task, seed, g)))
-            .collect();
-        runs.into_iter()
-            .map(|run| {
-                run.join().unwrap_or_else(|_| {
-                    Err(TrainError::Stopped(format!(
-                        "task {}: a rollout's thread panicked",
-                        task.id
-                    )))
-                })
-            })
-            .collect::<Result<Vec<Rollout>>>()
-    })?;
-    Ok((rollouts, started.elapsed()))
-}
-
-/// Rollout `g` of a group, in `session`.
-fn rollout(
-    setup: &RolloutSetup<'_>,
-    session: &mut BatchedSession<'_>,
-    task: &EvalTask,
-    seed: u32,
-    g: usize,
-) -> Result<Rollout> {
-    let prompt = start_task(session, setup.profile, &task.question)?;
-    if prompt.prompt_tokens < 2 {
-        return Err(TrainError::Config(format!(
-            "task {}: the prompt is empty",
-            task.id
-        )));
-    }
-    let prompt_tokens = prompt.prompt_tokens;
-    let sampling = SamplingParams {
-        temperature: setup.temperature,
-        // No truncation: the sampled distribution is the model's own, the one the trainer
-        // computes log-probabilities under.
-        top_p: 1.0,
-        top_k: 0,
-        seed: seed.wrapping_add(g as u32),
-    };
-    let request = RunRequest {
+    let plan = RunPlan {
         profile: setup.profile,
+        tools: setup.tools,
         model: setup.model_name.clone(),
-        sampling,
-        prompt,
-        prefill: None,
         budgets: Budgets {
             max_tool_calls: setup.profile.max_tool_calls,
             max_tokens: setup.max_tokens,
@@ -139,8 +93,52 @@ fn rollout(
         },
         cancel: None,
     };
-    let summary = run_chain(session, request, setup.tools, &mut |_| {})
+    let group = sessions.len();
+    let mut rollouts: Vec<Option<Rollout>> = vec![None; group];
+    run_queue(
+        sessions.iter_mut().collect(),
+        group,
+        |session, g| rollout(setup.temperature, &plan, session, task, seed, g).map(Some),
+        |g, rollout| {
+            rollouts[g] = Some(rollout);
+            Ok(())
+        },
+    )?;
+    let rollouts = rollouts.into_iter().flatten().collect();
+    Ok((rollouts, started.elapsed()))
+}
+
+/// Rollout `g` of a group, in `session`.
+fn rollout(
+    temperature: f32,
+    plan: &RunPlan<'_>,
+    session: &mut BatchedSession<'_>,
+    task: &EvalTask,
+    seed: u32,
+    g: usize,
+) -> Result<Rollout> {
+    let run = TaskRun {
+        id: &task.id,
+        question: &task.question,
+        sampling: SamplingParams {
+            temperature,
+            // No truncation: the sampled distribution is the model's own, the one the trainer
+            // computes log-probabilities under.
+            top_p: 1.0,
+            top_k: 0,
+            seed: seed.wrapping_add(g as u32),
+        },
+        prefill: None,
+    };
+    let outcome = run_task(Engine::Chain(session), plan, &run, None, &mut |_| {})
         .map_err(|e| TrainError::Stopped(format!("task {}: sampling a rollout: {e}", task.id)))?;
+    let prompt_tokens = outcome.summary.prompt_tokens;
+    if prompt_tokens < 2 {
+        return Err(TrainError::Config(format!(
+            "task {}: the prompt is empty",
+            task.id
+        )));
+    }
     let (tokens, trained, rollout_logprobs) = training_view(session.tokens())?;
     // Tokens past the prompt begin with sampled ones; without their log-probabilities nothing
     // would be trained.
@@ -149,6 +147,7 @@ fn rollout(
             "the rollout's sequence records no log-probabilities (SessionOptions::logprobs)".into(),
         ));
     }
+    let summary = outcome.summary;
     Ok(Rollout {
         tokens,
         trained,
