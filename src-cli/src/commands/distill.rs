@@ -210,7 +210,6 @@ fn teach(
         top_k: 40,
         seed: args.seed,
     };
-    let parallel = args.parallel as usize;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     let _ = ctrlc::set_handler(move || {
@@ -244,10 +243,28 @@ fn teach(
         max_tokens: args.max_tokens,
         cancel: &cancel,
     };
+    let outcome = on_the_teacher(args, paths, &mut teacher, todo, &mut keep);
+    if cancel.load(Ordering::SeqCst) {
+        bar.abandon_with_message("stopped; the finished runs are stored");
+    } else {
+        bar.finish_and_clear();
+    }
+    outcome.map(|()| stored)
+}
+
+/// Opens the teacher the arguments name, here or at a server, and runs `todo` on it.
+fn on_the_teacher(
+    args: &DistillArgs,
+    paths: &Paths,
+    teacher: &mut Teacher<'_>,
+    todo: &[(usize, usize)],
+    keep: &mut dyn FnMut(TeacherRun) -> Result<()>,
+) -> Result<()> {
+    let parallel = args.parallel as usize;
     let announce = |model: &str| {
         eprintln!(
             "Teacher: {model} (the explicit multi-agent system, profile {}{}).",
-            profile.name,
+            teacher.profile.name,
             if parallel > 1 {
                 format!(", {parallel} runs at a time")
             } else {
@@ -255,7 +272,7 @@ fn teach(
             }
         );
     };
-    let outcome = match args.teacher.as_str() {
+    match args.teacher.as_str() {
         "local" => {
             let model_path = setup::model_path(args.teacher_model.as_deref(), paths)?;
             let (engine, plan) = setup::load_planned(
@@ -269,7 +286,7 @@ fn teach(
                 None,
             )?;
             let options =
-                setup::planned_session(plan.as_ref(), Some(TEACHER_CONTEXT), base_sampling);
+                setup::planned_session(plan.as_ref(), Some(TEACHER_CONTEXT), teacher.base_sampling);
             teacher.model = setup::model_name(&engine, &model_path);
             announce(&teacher.model);
             if parallel > 1 {
@@ -279,10 +296,10 @@ fn teach(
                         .into_iter()
                         .map(|session| LocalChat::over(&engine, session))
                         .collect();
-                    teacher.concurrently(chats, todo, &mut keep)
+                    teacher.concurrently(chats, todo, keep)
                 })?
             } else {
-                teacher.concurrently(vec![LocalChat::new(&engine, &options)?], todo, &mut keep)
+                teacher.concurrently(vec![LocalChat::new(&engine, &options)?], todo, keep)
             }
         }
         url => {
@@ -294,21 +311,16 @@ fn teach(
             let mut chats = Vec::with_capacity(parallel);
             let mut name = String::new();
             for _ in 0..parallel {
-                let (chat, served) = setup::remote_chat(url, model.as_deref(), base_sampling)?;
+                let (chat, served) =
+                    setup::remote_chat(url, model.as_deref(), teacher.base_sampling)?;
                 chats.push(chat);
                 name = served;
             }
             teacher.model = format!("{name} at {url}");
             announce(&teacher.model);
-            teacher.concurrently(chats, todo, &mut keep)
+            teacher.concurrently(chats, todo, keep)
         }
-    };
-    if cancel.load(Ordering::SeqCst) {
-        bar.abandon_with_message("stopped; the finished runs are stored");
-    } else {
-        bar.finish_and_clear();
     }
-    outcome.map(|()| stored)
 }
 
 /// The context each teacher run has (with `--parallel`, each sequence).

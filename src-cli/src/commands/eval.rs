@@ -140,37 +140,6 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
             "--parallel decodes the runs of a model in this process together; with --engine the runs go one at a time"
         );
     }
-    let remote = match (&args.engine, args.mode) {
-        (Some(url), Mode::Mas) => {
-            let (chat, served) =
-                setup::remote_chat(url, args.engine_model.as_deref(), base_sampling)?;
-            Some((served, RemoteModel::Chat(chat)))
-        }
-        (Some(url), Mode::Coa) => {
-            let served = setup::served_model(url, args.engine_model.as_deref())?;
-            let session = setup::remote_session(url, &served, base_sampling)?;
-            Some((served, RemoteModel::LlamaServer(Box::new(session))))
-        }
-        (None, _) => None,
-    };
-    let local = match remote {
-        Some(_) => None,
-        None => {
-            let model_path = setup::model_path(args.model.as_deref(), paths)?;
-            let adapter = args.adapter.resolve(&model_path, paths)?;
-            let loaded = setup::load_planned(
-                &model_path,
-                Overrides {
-                    context: Some(RUN_CONTEXT),
-                    gpu_layers: args.gpu_layers,
-                    kv_cache: None,
-                    kv_caches: args.parallel,
-                },
-                adapter.as_ref().map(|a| a.options.clone()),
-            )?;
-            Some((model_path, loaded, adapter.map(|a| a.name)))
-        }
-    };
     let eval = Evaluation {
         profile: &profile,
         tools: &tools,
@@ -187,36 +156,10 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         print: !args.json,
     };
     let started = Instant::now();
-    let (model_name, results) = match (remote, &local) {
-        (Some((name, mut remote)), _) => {
-            let results = eval.one_at_a_time(remote.engine(), &name)?;
-            (name, results)
-        }
-        (None, Some((model_path, (engine, plan), _))) => {
-            let options = setup::planned_session(plan.as_ref(), Some(RUN_CONTEXT), base_sampling);
-            let name = setup::model_name(engine, model_path);
-            let results = match args.mode {
-                mode if args.parallel > 1 => {
-                    eval.batched(engine, &options, args.parallel as usize, mode, &name)?
-                }
-                // One session for all runs: the prompt's shared beginning (system message and
-                // instructions) stays in the KV cache and only each question is evaluated
-                // anew; a task's later samples reuse its whole prompt.
-                Mode::Coa => {
-                    eval.one_at_a_time(Engine::Chain(&mut engine.session(&options)?), &name)?
-                }
-                Mode::Mas => eval.one_at_a_time(
-                    Engine::Agents(&mut LocalChat::new(engine, &options)?),
-                    &name,
-                )?,
-            };
-            (name, results)
-        }
-        (None, None) => bail!("no model to evaluate"),
-    };
+    let (model_name, adapter, results) = evaluate(&args, paths, &eval)?;
     let report = Report::new(
         model_name,
-        local.as_ref().and_then(|(_, _, adapter)| adapter.clone()),
+        adapter,
         profile.name.clone(),
         args.mode.name(),
         results,
@@ -231,6 +174,61 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         eprintln!("{}", summary_line(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs every task on the model the arguments name, here or at a server: the model's name, the
+/// adapter's, and the results in the report's order.
+fn evaluate(
+    args: &EvalArgs,
+    paths: &Paths,
+    eval: &Evaluation<'_>,
+) -> Result<(String, Option<String>, Vec<TaskResult>)> {
+    let base_sampling = eval.base_sampling;
+    let remote = match (&args.engine, args.mode) {
+        (Some(url), Mode::Mas) => {
+            let (chat, served) =
+                setup::remote_chat(url, args.engine_model.as_deref(), base_sampling)?;
+            Some((served, RemoteModel::Chat(chat)))
+        }
+        (Some(url), Mode::Coa) => {
+            let served = setup::served_model(url, args.engine_model.as_deref())?;
+            let session = setup::remote_session(url, &served, base_sampling)?;
+            Some((served, RemoteModel::LlamaServer(Box::new(session))))
+        }
+        (None, _) => None,
+    };
+    if let Some((name, mut remote)) = remote {
+        let results = eval.one_at_a_time(remote.engine(), &name)?;
+        return Ok((name, None, results));
+    }
+    let model_path = setup::model_path(args.model.as_deref(), paths)?;
+    let adapter = args.adapter.resolve(&model_path, paths)?;
+    let (engine, plan) = setup::load_planned(
+        &model_path,
+        Overrides {
+            context: Some(RUN_CONTEXT),
+            gpu_layers: args.gpu_layers,
+            kv_cache: None,
+            kv_caches: args.parallel,
+        },
+        adapter.as_ref().map(|a| a.options.clone()),
+    )?;
+    let options = setup::planned_session(plan.as_ref(), Some(RUN_CONTEXT), base_sampling);
+    let name = setup::model_name(&engine, &model_path);
+    let results = match args.mode {
+        mode if args.parallel > 1 => {
+            eval.batched(&engine, &options, args.parallel as usize, mode, &name)?
+        }
+        // One session for all runs: the prompt's shared beginning (system message and
+        // instructions) stays in the KV cache and only each question is evaluated anew; a
+        // task's later samples reuse its whole prompt.
+        Mode::Coa => eval.one_at_a_time(Engine::Chain(&mut engine.session(&options)?), &name)?,
+        Mode::Mas => eval.one_at_a_time(
+            Engine::Agents(&mut LocalChat::new(&engine, &options)?),
+            &name,
+        )?,
+    };
+    Ok((name, adapter.map(|a| a.name), results))
 }
 
 /// The context of each run (and of each sequence with --parallel).

@@ -194,15 +194,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     } else {
         Box::new(HumanPrinter::new())
     };
-    let store = (!args.no_store).then(|| Store::open_in(&paths.store_dir));
-    let store = match store {
-        Some(Err(e)) => {
-            eprintln!("warning: this run will not be saved: {e}");
-            None
-        }
-        Some(Ok(store)) => Some(store),
-        None => None,
-    };
+    let store = open_store(&args, paths);
     let mut recorder = store
         .as_ref()
         .and_then(|store| open_record(store, &args, &backend, &plan, &run));
@@ -242,17 +234,34 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
             &catena_distill::tokens_by_role(&mas.run.activations),
         ),
     }
-    if args.json {
-        return Ok(ExitCode::SUCCESS);
+    if !args.json {
+        print_notes(&backend, recorder.as_ref(), paths);
     }
-    if let Backend::LlamaServer { session, .. } = &backend {
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The session store, unless `--no-store`; a store that does not open costs the record, not
+/// the run.
+fn open_store(args: &RunArgs, paths: &Paths) -> Option<Store> {
+    if args.no_store {
+        return None;
+    }
+    Store::open_in(&paths.store_dir)
+        .inspect_err(|e| eprintln!("warning: this run will not be saved: {e}"))
+        .ok()
+}
+
+/// What a person reading the run's output should know after it: the server's cache use, where
+/// the run is saved, that the default model is a stand-in.
+fn print_notes(backend: &Backend, recorder: Option<&Recorder<'_>>, paths: &Paths) {
+    if let Backend::LlamaServer { session, .. } = backend {
         let usage = session.usage();
         eprintln!(
             "Server: {} requests, {} prompt tokens sent, {} taken from its cache, {} evaluated.",
             usage.requests, usage.sent_tokens, usage.cached_tokens, usage.evaluated_tokens
         );
     }
-    if let Some(recorder) = &recorder {
+    if let Some(recorder) = recorder {
         let id = recorder.run_id();
         eprintln!("Saved as run {id} (catena sessions show {id}).");
     }
@@ -260,14 +269,13 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         builtin_default: true,
         adapter,
         ..
-    } = &backend
+    } = backend
     {
         eprintln!(
             "\nNote: {}",
             setup::stand_in_note(paths, adapter.as_ref().is_some_and(|a| a.shipped))
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The arguments checked before any model is fetched.

@@ -90,122 +90,13 @@ pub fn run(args: SessionsArgs, paths: &Paths) -> Result<ExitCode> {
             search,
             limit,
             json,
-        } => {
-            let sessions = store.list_sessions(search.as_deref(), limit)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&sessions)?);
-            } else if sessions.is_empty() {
-                println!("No sessions yet.");
-            } else {
-                for s in sessions {
-                    println!(
-                        "{}  {:>3} run(s)  {}  {}",
-                        s.id,
-                        s.runs,
-                        format_time(s.updated_ms),
-                        s.title
-                    );
-                }
-            }
-        }
-        SessionsCommand::Show { id, events, json } => {
-            let runs = match store.session_runs(&id) {
-                Ok(runs) => runs,
-                Err(_) => vec![
-                    store
-                        .run(&id)
-                        .with_context(|| format!("no session or run `{id}`"))?,
-                ],
-            };
-            for run in runs {
-                let stored = if events {
-                    store.events(&run.id, 0)?
-                } else {
-                    Vec::new()
-                };
-                if json {
-                    let mut value = serde_json::to_value(&run)?;
-                    if events {
-                        value["events"] = serde_json::to_value(&stored)?;
-                    }
-                    println!("{}", serde_json::to_string_pretty(&value)?);
-                    continue;
-                }
-                println!(
-                    "run {}  {}  {}  {}{}",
-                    run.id,
-                    run.status.as_str(),
-                    format_time(run.started_ms),
-                    run.profile.as_deref().unwrap_or(run.kind.as_str()),
-                    run.feedback
-                        .map(|f| format!("  [{}]", f.as_str()))
-                        .unwrap_or_default()
-                );
-                println!("  task:   {}", run.task.lines().next().unwrap_or(""));
-                println!("  answer: {}", run.answer.as_deref().unwrap_or("(none)"));
-                if let Some(error) = &run.error {
-                    println!("  error:  {error}");
-                }
-                println!(
-                    "  tokens: {} prompt ({} cached), {} generated; {} tool calls",
-                    run.usage.prompt_tokens,
-                    run.usage.cached_tokens,
-                    run.usage.generated_tokens,
-                    run.usage.tool_calls
-                );
-                for e in stored {
-                    println!("  #{:<4} {}", e.seq, e.data);
-                }
-            }
-        }
+        } => list(&store, search.as_deref(), limit, json)?,
+        SessionsCommand::Show { id, events, json } => show(&store, &id, events, json)?,
         SessionsCommand::Export {
             format,
             feedback,
             out,
-        } => {
-            let format = match format {
-                Format::Sft => ExportFormat::Sft,
-                Format::Alpaca => ExportFormat::Alpaca,
-            };
-            let filter = match feedback {
-                Filter::Any => FeedbackFilter::Any,
-                Filter::Good => FeedbackFilter::Good,
-                Filter::Bad => FeedbackFilter::Bad,
-                Filter::Rated => FeedbackFilter::Rated,
-                Filter::Unrated => FeedbackFilter::Unrated,
-            };
-            let stats = match &out {
-                Some(path) => {
-                    // Write beside the target and rename, so a failure leaves no half file.
-                    let dir = path
-                        .parent()
-                        .filter(|p| !p.as_os_str().is_empty())
-                        .unwrap_or(std::path::Path::new("."));
-                    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-                        .with_context(|| format!("cannot write in {}", dir.display()))?;
-                    let stats = store.export(format, filter, &mut tmp)?;
-                    tmp.flush()?;
-                    tmp.persist(path)
-                        .with_context(|| format!("cannot write {}", path.display()))?;
-                    stats
-                }
-                None => {
-                    let mut stdout = std::io::stdout().lock();
-                    let stats = store.export(format, filter, &mut stdout)?;
-                    stdout.flush()?;
-                    stats
-                }
-            };
-            eprintln!(
-                "Exported {} run(s){}.",
-                stats.written,
-                if stats.skipped > 0 {
-                    format!(" ({} skipped: they do not fit this format)", stats.skipped)
-                } else {
-                    String::new()
-                }
-            );
-        }
+        } => export(&store, format, feedback, out.as_deref())?,
         SessionsCommand::Feedback { run, rating, note } => {
             let rating = match rating {
                 Rating::Good => Some(catena_store::Feedback::Good),
@@ -219,6 +110,132 @@ pub fn run(args: SessionsArgs, paths: &Paths) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `catena sessions list`: the sessions, newest first.
+fn list(store: &Store, search: Option<&str>, limit: usize, json: bool) -> Result<()> {
+    let sessions = store.list_sessions(search, limit)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&sessions)?);
+    } else if sessions.is_empty() {
+        println!("No sessions yet.");
+    } else {
+        for s in sessions {
+            println!(
+                "{}  {:>3} run(s)  {}  {}",
+                s.id,
+                s.runs,
+                format_time(s.updated_ms),
+                s.title
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `catena sessions show ID`: a session's runs (or one run), with their events if asked.
+fn show(store: &Store, id: &str, events: bool, json: bool) -> Result<()> {
+    let runs = match store.session_runs(id) {
+        Ok(runs) => runs,
+        Err(_) => vec![
+            store
+                .run(id)
+                .with_context(|| format!("no session or run `{id}`"))?,
+        ],
+    };
+    for run in runs {
+        let stored = if events {
+            store.events(&run.id, 0)?
+        } else {
+            Vec::new()
+        };
+        if json {
+            let mut value = serde_json::to_value(&run)?;
+            if events {
+                value["events"] = serde_json::to_value(&stored)?;
+            }
+            println!("{}", serde_json::to_string_pretty(&value)?);
+            continue;
+        }
+        println!(
+            "run {}  {}  {}  {}{}",
+            run.id,
+            run.status.as_str(),
+            format_time(run.started_ms),
+            run.profile.as_deref().unwrap_or(run.kind.as_str()),
+            run.feedback
+                .map(|f| format!("  [{}]", f.as_str()))
+                .unwrap_or_default()
+        );
+        println!("  task:   {}", run.task.lines().next().unwrap_or(""));
+        println!("  answer: {}", run.answer.as_deref().unwrap_or("(none)"));
+        if let Some(error) = &run.error {
+            println!("  error:  {error}");
+        }
+        println!(
+            "  tokens: {} prompt ({} cached), {} generated; {} tool calls",
+            run.usage.prompt_tokens,
+            run.usage.cached_tokens,
+            run.usage.generated_tokens,
+            run.usage.tool_calls
+        );
+        for e in stored {
+            println!("  #{:<4} {}", e.seq, e.data);
+        }
+    }
+    Ok(())
+}
+
+/// `catena sessions export`: the runs as training data, to a file (written whole) or stdout.
+fn export(
+    store: &Store,
+    format: Format,
+    feedback: Filter,
+    out: Option<&std::path::Path>,
+) -> Result<()> {
+    let format = match format {
+        Format::Sft => ExportFormat::Sft,
+        Format::Alpaca => ExportFormat::Alpaca,
+    };
+    let filter = match feedback {
+        Filter::Any => FeedbackFilter::Any,
+        Filter::Good => FeedbackFilter::Good,
+        Filter::Bad => FeedbackFilter::Bad,
+        Filter::Rated => FeedbackFilter::Rated,
+        Filter::Unrated => FeedbackFilter::Unrated,
+    };
+    let stats = match out {
+        Some(path) => {
+            // Write beside the target and rename, so a failure leaves no half file.
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)
+                .with_context(|| format!("cannot write in {}", dir.display()))?;
+            let stats = store.export(format, filter, &mut tmp)?;
+            tmp.flush()?;
+            tmp.persist(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            stats
+        }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            let stats = store.export(format, filter, &mut stdout)?;
+            stdout.flush()?;
+            stats
+        }
+    };
+    eprintln!(
+        "Exported {} run(s){}.",
+        stats.written,
+        if stats.skipped > 0 {
+            format!(" ({} skipped: they do not fit this format)", stats.skipped)
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM` (UTC).
