@@ -7,7 +7,7 @@
 
 use catena_engine_api::{
     ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Generation, GenerationStop,
-    PromptPart, SamplingParams, Session, SessionStats, SideChat, StopMatcher, TokenRecord,
+    PromptPart, SamplingParams, Session, SessionState, SideChat, StopMatcher, TokenRecord,
 };
 use catena_engine_api::{ChatMessage, PromptStart, StartChat, chatml_prompt};
 use catena_web::{
@@ -111,13 +111,10 @@ pub struct RemoteSession {
     endpoint: CompletionEndpoint,
     /// For [`Session::side_chat`]: the same server's chat API.
     chat: ChatEndpoint,
-    sampling: SamplingParams,
-    context_size: usize,
-    tokens: Vec<TokenRecord>,
-    /// How many of `tokens` the server has evaluated: all but the last sampled token and what
-    /// was appended since, which the next request sends.
+    state: SessionState,
+    /// How many of the context's tokens the server has evaluated: all but the last sampled token
+    /// and what was appended since, which the next request sends.
     evaluated: usize,
-    stats: SessionStats,
     usage: RemoteUsage,
 }
 
@@ -155,11 +152,12 @@ impl RemoteSession {
         Ok(RemoteSession {
             endpoint,
             chat,
-            sampling,
-            context_size: props.context_size,
-            tokens: Vec::new(),
+            state: SessionState {
+                context_size: props.context_size,
+                sampling,
+                ..SessionState::default()
+            },
             evaluated: 0,
-            stats: SessionStats::default(),
             usage: RemoteUsage::default(),
         })
     }
@@ -169,7 +167,8 @@ impl RemoteSession {
     }
 
     fn push_forced(&mut self, ids: impl IntoIterator<Item = i32>) {
-        self.tokens
+        self.state
+            .tokens
             .extend(ids.into_iter().map(|id| TokenRecord { id, logprob: None }));
     }
 
@@ -233,7 +232,7 @@ impl StartChat for RemoteSession {
     /// it and says so with the next generation ([`RemoteUsage::cached_tokens`]), so none is
     /// counted as kept here.
     fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError> {
-        self.tokens.clear();
+        self.state.tokens.clear();
         self.evaluated = 0;
         let prompt = chatml_prompt(&[
             ChatMessage::new("system", system),
@@ -257,16 +256,16 @@ impl Session for RemoteSession {
                     .map_err(remote)?,
             );
         }
-        let total = self.tokens.len() + added.len();
-        if total > self.context_size {
+        let total = self.state.tokens.len() + added.len();
+        if total > self.state.context_size {
             return Err(EngineError::ContextOverflow {
-                context_size: self.context_size,
-                needed: total - self.context_size,
+                context_size: self.state.context_size,
+                needed: total - self.state.context_size,
             });
         }
         let count = added.len();
         self.push_forced(added);
-        self.stats.appended_tokens += count;
+        self.state.stats.appended_tokens += count;
         Ok(count)
     }
 
@@ -290,23 +289,26 @@ impl Session for RemoteSession {
         if limits.deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(stopped(GenerationStop::Deadline));
         }
-        let room = self.context_size.saturating_sub(self.tokens.len());
+        let room = self
+            .state
+            .context_size
+            .saturating_sub(self.state.tokens.len());
         if room == 0 {
             return Ok(stopped(GenerationStop::ContextFull));
         }
-        let prompt: Vec<i32> = self.tokens.iter().map(|t| t.id).collect();
+        let prompt: Vec<i32> = self.state.tokens.iter().map(|t| t.id).collect();
         let request = CompletionRequest {
             prompt: &prompt,
             max_tokens: limits.max_tokens.min(room),
             stops: stops.stops(),
-            temperature: self.sampling.temperature,
-            top_k: self.sampling.top_k,
-            top_p: self.sampling.top_p,
-            seed: self.sampling.seed,
+            temperature: self.state.sampling.temperature,
+            top_k: self.state.sampling.top_k,
+            top_p: self.state.sampling.top_p,
+            seed: self.state.sampling.seed,
         };
         let completion = self.endpoint.complete(&request).map_err(remote)?;
         let sampled = completion.tokens.len();
-        let context_before = self.tokens.len();
+        let context_before = self.state.tokens.len();
         self.usage.requests += 1;
         self.usage.sent_tokens += prompt.len();
         self.usage.cached_tokens += completion.cached_tokens as usize;
@@ -314,11 +316,11 @@ impl Session for RemoteSession {
         // Each sampled token but the last was evaluated to sample the next one; the last waits
         // for the next request, as in the local engine.
         let decoded = sampled.saturating_sub(1);
-        self.stats.prefill_tokens += completion.evaluated_prompt_tokens as usize;
-        self.stats.decode_tokens += decoded;
-        self.stats.evaluated_tokens += completion.evaluated_prompt_tokens as usize + decoded;
-        self.stats.prefill_time += completion.prompt_time;
-        self.stats.decode_time += completion.decode_time;
+        self.state.stats.prefill_tokens += completion.evaluated_prompt_tokens as usize;
+        self.state.stats.decode_tokens += decoded;
+        self.state.stats.evaluated_tokens += completion.evaluated_prompt_tokens as usize + decoded;
+        self.state.stats.prefill_time += completion.prompt_time;
+        self.state.stats.decode_time += completion.decode_time;
         let (text, stop) = match completion.stop {
             CompletionStop::StopString(word) => {
                 let index = stops
@@ -340,7 +342,7 @@ impl Session for RemoteSession {
             }
             CompletionStop::Limit => {
                 self.push_sampled(completion.tokens, &completion.text)?;
-                let stop = if self.tokens.len() >= self.context_size {
+                let stop = if self.state.tokens.len() >= self.state.context_size {
                     GenerationStop::ContextFull
                 } else {
                     GenerationStop::MaxTokens
@@ -350,14 +352,14 @@ impl Session for RemoteSession {
         };
         // As in the local engine, the context counts what is in the KV cache.
         self.evaluated = prompt.len() + decoded;
-        self.stats.context_tokens = self.evaluated;
+        self.state.stats.context_tokens = self.evaluated;
         // The budget counts what was written: a server that claims no tokens for its text is
         // counted the text's tokens.
         let generated = match sampled {
-            0 => self.tokens.len().saturating_sub(context_before),
+            0 => self.state.tokens.len().saturating_sub(context_before),
             n => n,
         };
-        self.stats.generated_tokens += generated;
+        self.state.stats.generated_tokens += generated;
         on_text(&text);
         Ok(Generation {
             text,
@@ -366,20 +368,12 @@ impl Session for RemoteSession {
         })
     }
 
-    fn stats(&self) -> SessionStats {
-        self.stats.clone()
+    fn state(&self) -> &SessionState {
+        &self.state
     }
 
-    fn set_sampling(&mut self, sampling: SamplingParams) {
-        self.sampling = sampling;
-    }
-
-    fn context_size(&self) -> usize {
-        self.context_size
-    }
-
-    fn tokens(&self) -> &[TokenRecord] {
-        &self.tokens
+    fn state_mut(&mut self) -> &mut SessionState {
+        &mut self.state
     }
 
     fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError> {

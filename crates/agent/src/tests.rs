@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::tools::{Tool, ToolOutput};
-use catena_engine_api::{Generation, SessionStats, TokenRecord};
+use catena_engine_api::{Generation, SessionState};
 use std::sync::{Arc, Mutex};
 
 /// Plays back a fixed model output, one character per token, honouring stop strings and limits.
@@ -11,8 +11,8 @@ struct Scripted {
     script: Vec<char>,
     cursor: usize,
     appended: Vec<String>,
-    stats: SessionStats,
-    context_size: usize,
+    /// Its tokens stay empty: the script counts characters, not token ids.
+    state: SessionState,
 }
 
 impl Scripted {
@@ -21,8 +21,10 @@ impl Scripted {
             script: script.chars().collect(),
             cursor: 0,
             appended: Vec::new(),
-            stats: SessionStats::default(),
-            context_size: 1 << 20,
+            state: SessionState {
+                context_size: 1 << 20,
+                ..SessionState::default()
+            },
         }
     }
 }
@@ -36,16 +38,16 @@ impl Session for Scripted {
 
     fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
         let n: usize = parts.iter().map(|p| p.text.chars().count()).sum();
-        if self.stats.context_tokens + n > self.context_size {
+        if self.state.stats.context_tokens + n > self.state.context_size {
             return Err(EngineError::ContextOverflow {
-                context_size: self.context_size,
+                context_size: self.state.context_size,
                 needed: n,
             });
         }
         self.appended
             .push(parts.iter().map(|p| p.text.as_str()).collect());
-        self.stats.context_tokens += n;
-        self.stats.evaluated_tokens += n;
+        self.state.stats.context_tokens += n;
+        self.state.stats.evaluated_tokens += n;
         Ok(n)
     }
 
@@ -81,9 +83,9 @@ impl Session for Scripted {
             };
             self.cursor += 1;
             tokens += 1;
-            self.stats.generated_tokens += 1;
-            self.stats.context_tokens += 1;
-            self.stats.evaluated_tokens += 1;
+            self.state.stats.generated_tokens += 1;
+            self.state.stats.context_tokens += 1;
+            self.state.stats.evaluated_tokens += 1;
             let checked = text.len();
             text.push(c);
             on_text(&c.to_string());
@@ -97,18 +99,12 @@ impl Session for Scripted {
         }
     }
 
-    fn stats(&self) -> SessionStats {
-        self.stats.clone()
+    fn state(&self) -> &SessionState {
+        &self.state
     }
 
-    fn set_sampling(&mut self, _sampling: SamplingParams) {}
-
-    fn context_size(&self) -> usize {
-        self.context_size
-    }
-
-    fn tokens(&self) -> &[TokenRecord] {
-        &[]
+    fn state_mut(&mut self) -> &mut SessionState {
+        &mut self.state
     }
 }
 
@@ -482,18 +478,12 @@ impl Session for ClaimsNothing {
         })
     }
 
-    fn stats(&self) -> SessionStats {
-        self.inner.stats()
+    fn state(&self) -> &SessionState {
+        self.inner.state()
     }
 
-    fn set_sampling(&mut self, _sampling: SamplingParams) {}
-
-    fn context_size(&self) -> usize {
-        self.inner.context_size()
-    }
-
-    fn tokens(&self) -> &[TokenRecord] {
-        &[]
+    fn state_mut(&mut self) -> &mut SessionState {
+        self.inner.state_mut()
     }
 }
 

@@ -159,6 +159,19 @@ pub trait StartChat: Session {
     fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError>;
 }
 
+/// What every session keeps beside its engine's own state, whichever engine it is: the context's
+/// tokens, the counters, the context window and how the next tokens are sampled. Each [`Session`]
+/// holds one and lends it to the trait's accessors.
+#[derive(Debug, Clone, Default)]
+pub struct SessionState {
+    /// Every token in the context, in order, pending ones included.
+    pub tokens: Vec<TokenRecord>,
+    pub stats: SessionStats,
+    /// The context window in tokens.
+    pub context_size: usize,
+    pub sampling: SamplingParams,
+}
+
 /// One conversation's context.
 pub trait Session {
     /// Evaluates new text at the end of the context; returns how many tokens it added.
@@ -174,21 +187,34 @@ pub trait Session {
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, EngineError>;
 
-    fn stats(&self) -> SessionStats;
-
-    /// Changes how the next tokens are sampled.
-    fn set_sampling(&mut self, sampling: SamplingParams);
-
-    /// The context window in tokens.
-    fn context_size(&self) -> usize;
-
-    /// Every token in the context, in order, pending ones included.
-    fn tokens(&self) -> &[TokenRecord];
-
     /// Answers `chat` with the same model in a context of its own ([`SideChat::CONTEXT`]
     /// tokens), leaving this session as it is. A prompt that does not fit with room for the
     /// answer is a [`EngineError::ContextOverflow`].
     fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError>;
+
+    /// The tokens, counters, window and sampling settings this session keeps.
+    fn state(&self) -> &SessionState;
+
+    fn state_mut(&mut self) -> &mut SessionState;
+
+    fn stats(&self) -> SessionStats {
+        self.state().stats.clone()
+    }
+
+    /// Changes how the next tokens are sampled.
+    fn set_sampling(&mut self, sampling: SamplingParams) {
+        self.state_mut().sampling = sampling;
+    }
+
+    /// The context window in tokens.
+    fn context_size(&self) -> usize {
+        self.state().context_size
+    }
+
+    /// Every token in the context, in order, pending ones included.
+    fn tokens(&self) -> &[TokenRecord] {
+        &self.state().tokens
+    }
 }
 
 /// One agent call of an explicit multi-agent system: a system message that says what the agent

@@ -13,5 +13,5 @@ mod utf8;
 use catena_engine_api::{
     ChatEngine, ChatFormat, ChatReply, ChatTurn, EngineError, GenerateLimits, Generation,
     GenerationStop, KvCacheType, ModelInfo, PromptPart, SamplingParams, Session, SessionOptions,
-    SessionStats, SideChat, StartPrompt, StopMatcher, TokenRecord,
+    SideChat, StartPrompt, StopMatcher, TokenRecord,
 };

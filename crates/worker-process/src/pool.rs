@@ -173,13 +173,22 @@ fn common_prefix(a: impl Iterator<Item = i32>, b: &[i32]) -> usize {
 mod tests {
     use super::*;
     use catena_engine_api::{
-        GenerateLimits, Generation, PromptPart, SamplingParams, Session, SessionStats, SideChat,
-        StopMatcher, TokenRecord,
+        GenerateLimits, Generation, PromptPart, Session, SessionState, SideChat, StopMatcher,
+        TokenRecord,
     };
 
     /// A session that only keeps token ids, started as the engine's sessions are: the shared
     /// prefix kept, always leaving the last prompt token to evaluate.
-    struct Tokens(Vec<TokenRecord>);
+    struct Tokens(SessionState);
+
+    impl Tokens {
+        fn empty() -> Tokens {
+            Tokens(SessionState {
+                context_size: 8,
+                ..SessionState::default()
+            })
+        }
+    }
 
     impl StartPrompt for Tokens {
         fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
@@ -189,9 +198,9 @@ mod tests {
                     needed: ids.len() - 8,
                 });
             }
-            let kept =
-                common_prefix(self.0.iter().map(|t| t.id), ids).min(ids.len().saturating_sub(1));
-            self.0 = ids
+            let kept = common_prefix(self.0.tokens.iter().map(|t| t.id), ids)
+                .min(ids.len().saturating_sub(1));
+            self.0.tokens = ids
                 .iter()
                 .map(|&id| TokenRecord { id, logprob: None })
                 .collect();
@@ -211,15 +220,11 @@ mod tests {
         ) -> Result<Generation, EngineError> {
             unreachable!("the pool never generates")
         }
-        fn stats(&self) -> SessionStats {
-            SessionStats::default()
-        }
-        fn set_sampling(&mut self, _: SamplingParams) {}
-        fn context_size(&self) -> usize {
-            8
-        }
-        fn tokens(&self) -> &[TokenRecord] {
+        fn state(&self) -> &SessionState {
             &self.0
+        }
+        fn state_mut(&mut self) -> &mut SessionState {
+            &mut self.0
         }
         fn side_chat(&mut self, _: &SideChat) -> Result<String, EngineError> {
             unreachable!("the pool never chats")
@@ -227,7 +232,7 @@ mod tests {
     }
 
     fn slots(n: usize) -> SessionPool<Tokens> {
-        SessionPool::fixed((0..n).map(|_| Tokens(Vec::new())).collect())
+        SessionPool::fixed((0..n).map(|_| Tokens::empty()).collect())
     }
 
     #[test]
@@ -284,7 +289,7 @@ mod tests {
         let mut pool = SessionPool::new(
             Box::new(move || {
                 counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Ok(Tokens(Vec::new()))
+                Ok(Tokens::empty())
             }),
             2,
         );

@@ -12,8 +12,8 @@ use super::protocol::{
     write_frame,
 };
 use catena_engine_api::{
-    EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart, SamplingParams,
-    Session, SessionStats, StartChat, StopMatcher, TokenRecord,
+    EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart, Session,
+    SessionState, StartChat, StopMatcher,
 };
 use parking_lot::Mutex;
 use std::io::{self, BufReader, BufWriter};
@@ -223,10 +223,7 @@ impl WorkerClient {
         Ok(WorkerSession {
             client: self,
             lane,
-            tokens: Vec::new(),
-            stats: SessionStats::default(),
-            context_size: 0,
-            sampling: SamplingParams::default(),
+            state: SessionState::default(),
             closed: true,
         })
     }
@@ -519,10 +516,7 @@ pub struct OpenedSession<'c> {
 pub struct WorkerSession<'c> {
     client: &'c WorkerClient,
     lane: usize,
-    tokens: Vec<TokenRecord>,
-    stats: SessionStats,
-    context_size: usize,
-    sampling: SamplingParams,
+    state: SessionState,
     closed: bool,
 }
 
@@ -550,10 +544,10 @@ impl WorkerSession<'_> {
                 tokens,
                 stats,
             } => {
-                self.tokens.clear();
+                self.state.tokens.clear();
                 self.apply(tokens);
-                self.stats = stats;
-                self.context_size = context_size;
+                self.state.stats = stats;
+                self.state.context_size = context_size;
                 self.closed = false;
                 Ok(Opened {
                     prompt_tokens,
@@ -585,8 +579,8 @@ impl WorkerSession<'_> {
     }
 
     fn apply(&mut self, delta: TokensDelta) {
-        self.tokens.truncate(delta.keep);
-        self.tokens.extend(delta.append);
+        self.state.tokens.truncate(delta.keep);
+        self.state.tokens.extend(delta.append);
     }
 }
 
@@ -638,7 +632,7 @@ impl Session for WorkerSession<'_> {
                 stats,
             } => {
                 self.apply(tokens);
-                self.stats = stats;
+                self.state.stats = stats;
                 Ok(added)
             }
             other => Err(self.client.unexpected(&other)),
@@ -661,7 +655,7 @@ impl Session for WorkerSession<'_> {
                 stops: stops.stops().to_vec(),
                 max_tokens: limits.max_tokens,
                 deadline_ms,
-                sampling: self.sampling,
+                sampling: self.state.sampling,
             },
         )?;
         match self
@@ -674,26 +668,18 @@ impl Session for WorkerSession<'_> {
                 stats,
             } => {
                 self.apply(tokens);
-                self.stats = stats;
+                self.state.stats = stats;
                 Ok(generation)
             }
             other => Err(self.client.unexpected(&other)),
         }
     }
 
-    fn stats(&self) -> SessionStats {
-        self.stats.clone()
+    fn state(&self) -> &SessionState {
+        &self.state
     }
 
-    fn set_sampling(&mut self, sampling: SamplingParams) {
-        self.sampling = sampling;
-    }
-
-    fn context_size(&self) -> usize {
-        self.context_size
-    }
-
-    fn tokens(&self) -> &[TokenRecord] {
-        &self.tokens
+    fn state_mut(&mut self) -> &mut SessionState {
+        &mut self.state
     }
 }

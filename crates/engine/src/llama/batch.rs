@@ -26,8 +26,9 @@ use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
-    SessionOptions, SessionStats, SideChat, StartPrompt, TokenRecord,
+    SessionOptions, SideChat, StartPrompt, TokenRecord,
 };
+use catena_engine_api::SessionState;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
@@ -63,11 +64,12 @@ impl LlamaEngine {
                 engine: self,
                 seq,
                 requests: requests.clone(),
-                sampling: options.sampling,
-                context_size: per_sequence as usize,
-                tokens: Vec::new(),
+                state: SessionState {
+                    context_size: per_sequence as usize,
+                    sampling: options.sampling,
+                    ..SessionState::default()
+                },
                 evaluated: 0,
-                stats: SessionStats::default(),
                 threads: options.threads,
                 reseed: false,
             })
@@ -121,13 +123,10 @@ pub struct BatchedSession<'m> {
     engine: &'m LlamaEngine,
     seq: usize,
     requests: Sender<Request>,
-    sampling: SamplingParams,
-    context_size: usize,
-    tokens: Vec<TokenRecord>,
+    state: SessionState,
     /// `tokens[..evaluated]` are in this sequence's KV cells (after a restart, the part of them
     /// the new prompt keeps: the scheduler drops the rest before the next step).
     evaluated: usize,
-    stats: SessionStats,
     threads: Option<i32>,
     /// The next generation starts a new sampler from the seed (set by a restart).
     reseed: bool,
@@ -152,23 +151,23 @@ impl StartPrompt for BatchedSession<'_> {
     /// before. Returns the tokens kept from this sequence's own cells.
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
         check_ids(self.engine, ids)?;
-        if ids.len() > self.context_size {
+        if ids.len() > self.state.context_size {
             return Err(EngineError::ContextOverflow {
-                context_size: self.context_size,
-                needed: ids.len() - self.context_size,
+                context_size: self.state.context_size,
+                needed: ids.len() - self.state.context_size,
             });
         }
-        let kept = kept_prefix(&self.tokens[..self.evaluated], ids);
-        self.tokens.truncate(kept);
-        self.tokens.extend(
+        let kept = kept_prefix(&self.state.tokens[..self.evaluated], ids);
+        self.state.tokens.truncate(kept);
+        self.state.tokens.extend(
             ids[kept..]
                 .iter()
                 .map(|&id| TokenRecord { id, logprob: None }),
         );
         self.evaluated = kept;
-        self.stats.context_tokens = kept;
-        self.stats.cached_tokens += kept;
-        self.stats.appended_tokens += ids.len() - kept;
+        self.state.stats.context_tokens = kept;
+        self.state.stats.cached_tokens += kept;
+        self.state.stats.appended_tokens += ids.len() - kept;
         self.reseed = true;
         Ok(kept)
     }
@@ -226,16 +225,16 @@ impl Session for BatchedSession<'_> {
                 logprob: None,
             })
             .collect();
-        let total = self.tokens.len() + added.len();
-        if total > self.context_size {
+        let total = self.state.tokens.len() + added.len();
+        if total > self.state.context_size {
             return Err(EngineError::ContextOverflow {
-                context_size: self.context_size,
-                needed: total - self.context_size,
+                context_size: self.state.context_size,
+                needed: total - self.state.context_size,
             });
         }
-        self.stats.appended_tokens += added.len();
+        self.state.stats.appended_tokens += added.len();
         let count = added.len();
-        self.tokens.extend(added);
+        self.state.tokens.extend(added);
         Ok(count)
     }
 
@@ -249,12 +248,15 @@ impl Session for BatchedSession<'_> {
         let request = Request {
             seq: self.seq,
             keep: self.evaluated,
-            pending: self.tokens[self.evaluated..].iter().map(|t| t.id).collect(),
+            pending: self.state.tokens[self.evaluated..]
+                .iter()
+                .map(|t| t.id)
+                .collect(),
             reseed: std::mem::take(&mut self.reseed),
             stops: stops.clone(),
             limits,
-            sampling: self.sampling,
-            context_size: self.context_size,
+            sampling: self.state.sampling,
+            context_size: self.state.context_size,
             replies,
         };
         let gone = || EngineError::Decode("the batch scheduler stopped".into());
@@ -264,36 +266,28 @@ impl Session for BatchedSession<'_> {
                 Reply::Text(text) => on_text(&text),
                 Reply::Done(done) => {
                     let done = done?;
-                    self.tokens.extend(done.records);
+                    self.state.tokens.extend(done.records);
                     self.evaluated = done.evaluated;
-                    self.stats.context_tokens = done.evaluated;
-                    self.stats.cached_tokens += done.copied_tokens;
-                    self.stats.evaluated_tokens += done.prefill_tokens + done.decode_tokens;
-                    self.stats.prefill_tokens += done.prefill_tokens;
-                    self.stats.decode_tokens += done.decode_tokens;
-                    self.stats.prefill_time += done.prefill_time;
-                    self.stats.decode_time += done.decode_time;
-                    self.stats.generated_tokens += done.generation.tokens;
+                    self.state.stats.context_tokens = done.evaluated;
+                    self.state.stats.cached_tokens += done.copied_tokens;
+                    self.state.stats.evaluated_tokens += done.prefill_tokens + done.decode_tokens;
+                    self.state.stats.prefill_tokens += done.prefill_tokens;
+                    self.state.stats.decode_tokens += done.decode_tokens;
+                    self.state.stats.prefill_time += done.prefill_time;
+                    self.state.stats.decode_time += done.decode_time;
+                    self.state.stats.generated_tokens += done.generation.tokens;
                     return Ok(done.generation);
                 }
             }
         }
     }
 
-    fn stats(&self) -> SessionStats {
-        self.stats.clone()
+    fn state(&self) -> &SessionState {
+        &self.state
     }
 
-    fn set_sampling(&mut self, sampling: SamplingParams) {
-        self.sampling = sampling;
-    }
-
-    fn context_size(&self) -> usize {
-        self.context_size
-    }
-
-    fn tokens(&self) -> &[TokenRecord] {
-        &self.tokens
+    fn state_mut(&mut self) -> &mut SessionState {
+        &mut self.state
     }
 
     fn side_chat(&mut self, chat: &SideChat) -> Result<String, EngineError> {

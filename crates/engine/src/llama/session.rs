@@ -10,9 +10,9 @@ use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
-    SessionOptions, SessionStats, StartPrompt, TokenRecord,
+    SessionOptions, StartPrompt, TokenRecord,
 };
-use catena_engine_api::{argmax, greedy_pick, token_logprob};
+use catena_engine_api::{SessionState, argmax, greedy_pick, token_logprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -30,14 +30,11 @@ pub struct LlamaSession<'m> {
     batch: LlamaBatch<'static>,
     batch_size: usize,
     sampler: LlamaSampler,
-    sampling: SamplingParams,
-    context_size: usize,
-    tokens: Vec<TokenRecord>,
+    state: SessionState,
     /// `tokens[..evaluated]` are in the KV cache.
     evaluated: usize,
     /// Batch index of the logits of the last evaluated token, when they are current.
     logits_at: Option<i32>,
-    stats: SessionStats,
     /// The caller's thread count, for side chats too.
     threads: Option<i32>,
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
@@ -54,16 +51,17 @@ impl<'m> LlamaSession<'m> {
         let ctx = new_context(engine, options, context_size, 1, batch_size)?;
         Ok(LlamaSession {
             engine,
-            context_size: ctx.n_ctx() as usize,
+            state: SessionState {
+                context_size: ctx.n_ctx() as usize,
+                sampling: options.sampling,
+                ..SessionState::default()
+            },
             ctx,
             batch: LlamaBatch::new(batch_size as usize, 1),
             batch_size: batch_size as usize,
             sampler: build_sampler(&options.sampling),
-            sampling: options.sampling,
-            tokens: Vec::new(),
             evaluated: 0,
             logits_at: None,
-            stats: SessionStats::default(),
             threads: options.threads,
             logprobs: options.logprobs,
         })
@@ -72,7 +70,7 @@ impl<'m> LlamaSession<'m> {
     /// Keeps only the first `keep` tokens of the context (a later turn of a conversation that
     /// shares them): the KV cache past them is dropped, and the next append evaluates from there.
     pub fn truncate(&mut self, keep: usize) -> Result<(), EngineError> {
-        if keep >= self.tokens.len() {
+        if keep >= self.state.tokens.len() {
             return Ok(());
         }
         if keep < self.evaluated {
@@ -88,9 +86,9 @@ impl<'m> LlamaSession<'m> {
                 ));
             }
             self.evaluated = keep;
-            self.stats.context_tokens = keep;
+            self.state.stats.context_tokens = keep;
         }
-        self.tokens.truncate(keep);
+        self.state.tokens.truncate(keep);
         self.logits_at = None;
         Ok(())
     }
@@ -100,27 +98,28 @@ impl<'m> LlamaSession<'m> {
     pub fn append_tokens(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
         check_ids(self.engine, ids)?;
         let start = Instant::now();
-        self.tokens
+        self.state
+            .tokens
             .extend(ids.iter().map(|&id| TokenRecord { id, logprob: None }));
         let evaluated = self.evaluate_pending()?;
-        self.stats.appended_tokens += ids.len();
-        self.stats.prefill_tokens += evaluated;
-        self.stats.prefill_time += start.elapsed();
+        self.state.stats.appended_tokens += ids.len();
+        self.state.stats.prefill_tokens += evaluated;
+        self.state.stats.prefill_time += start.elapsed();
         Ok(ids.len())
     }
 
     /// Evaluates `ids` in an empty session and returns the logits at every position: the
     /// reference another implementation of the same model (the trainer's) is checked against.
     pub fn logits_at_every_position(&mut self, ids: &[i32]) -> Result<Vec<Vec<f32>>, EngineError> {
-        if !self.tokens.is_empty() {
+        if !self.state.tokens.is_empty() {
             return Err(EngineError::Decode(
                 "logits_at_every_position needs an empty session".into(),
             ));
         }
-        if ids.len() > self.context_size {
+        if ids.len() > self.state.context_size {
             return Err(EngineError::ContextOverflow {
-                context_size: self.context_size,
-                needed: ids.len() - self.context_size,
+                context_size: self.state.context_size,
+                needed: ids.len() - self.state.context_size,
             });
         }
         let mut all = Vec::with_capacity(ids.len());
@@ -139,7 +138,8 @@ impl<'m> LlamaSession<'m> {
                 all.push(self.ctx.get_logits_ith(i as i32).to_vec());
             }
         }
-        self.tokens
+        self.state
+            .tokens
             .extend(ids.iter().map(|&id| TokenRecord { id, logprob: None }));
         self.evaluated = ids.len();
         self.logits_at = None;
@@ -155,36 +155,36 @@ impl<'m> LlamaSession<'m> {
 
     /// Evaluates every pending token, in batches; logits are kept for the last one.
     fn evaluate_pending(&mut self) -> Result<usize, EngineError> {
-        let pending = self.tokens.len() - self.evaluated;
+        let pending = self.state.tokens.len() - self.evaluated;
         if pending == 0 {
             return Ok(0);
         }
-        if self.tokens.len() > self.context_size {
+        if self.state.tokens.len() > self.state.context_size {
             return Err(EngineError::ContextOverflow {
-                context_size: self.context_size,
-                needed: self.tokens.len() - self.context_size,
+                context_size: self.state.context_size,
+                needed: self.state.tokens.len() - self.state.context_size,
             });
         }
         self.logits_at = None;
-        while self.evaluated < self.tokens.len() {
-            let end = (self.evaluated + self.batch_size).min(self.tokens.len());
+        while self.evaluated < self.state.tokens.len() {
+            let end = (self.evaluated + self.batch_size).min(self.state.tokens.len());
             self.batch.clear();
             for pos in self.evaluated..end {
-                let token = LlamaToken::new(self.tokens[pos].id);
+                let token = LlamaToken::new(self.state.tokens[pos].id);
                 self.batch
-                    .add(token, pos as i32, &[0], pos + 1 == self.tokens.len())
+                    .add(token, pos as i32, &[0], pos + 1 == self.state.tokens.len())
                     .map_err(|e| EngineError::Decode(e.to_string()))?;
             }
             self.ctx
                 .decode(&mut self.batch)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
-            self.stats.evaluated_tokens += end - self.evaluated;
-            if end == self.tokens.len() {
+            self.state.stats.evaluated_tokens += end - self.evaluated;
+            if end == self.state.tokens.len() {
                 self.logits_at = Some((end - self.evaluated - 1) as i32);
             }
             self.evaluated = end;
         }
-        self.stats.context_tokens = self.evaluated;
+        self.state.stats.context_tokens = self.evaluated;
         Ok(pending)
     }
 
@@ -196,25 +196,31 @@ impl<'m> LlamaSession<'m> {
             ));
         };
         let sampler = &mut self.sampler;
-        let record = pick_token(&self.ctx, index, &self.sampling, self.logprobs, || {
-            Ok(sampler)
-        })?;
+        let record = pick_token(
+            &self.ctx,
+            index,
+            &self.state.sampling,
+            self.logprobs,
+            || Ok(sampler),
+        )?;
         let token = LlamaToken(record.id);
-        self.tokens.push(record);
+        self.state.tokens.push(record);
         self.logits_at = None;
-        self.stats.generated_tokens += 1;
+        self.state.stats.generated_tokens += 1;
         Ok(token)
     }
 
     /// The last sampled token carried text past a stop string: replace it with the tokens of
     /// the part that is kept, so the context holds exactly the returned text.
     fn replace_last_token(&mut self, kept: &str) {
-        self.tokens.pop();
+        self.state.tokens.pop();
         let forced = self.tokenize(&PromptPart::plain(kept));
-        self.tokens.extend(forced.into_iter().map(|t| TokenRecord {
-            id: t.0,
-            logprob: None,
-        }));
+        self.state
+            .tokens
+            .extend(forced.into_iter().map(|t| TokenRecord {
+                id: t.0,
+                logprob: None,
+            }));
     }
 }
 
@@ -234,11 +240,11 @@ impl StartPrompt for LlamaSession<'_> {
     /// only the rest now. The sampler starts again from its seed, so a run does not depend on
     /// the runs before it (nor on which sequence of a batch it lands on).
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
-        self.sampler = build_sampler(&self.sampling);
-        let shared = kept_prefix(&self.tokens, ids);
+        self.sampler = build_sampler(&self.state.sampling);
+        let shared = kept_prefix(&self.state.tokens, ids);
         self.truncate(shared)?;
         self.append_tokens(&ids[shared..])?;
-        self.stats.cached_tokens += shared;
+        self.state.stats.cached_tokens += shared;
         Ok(shared)
     }
 }
@@ -250,23 +256,25 @@ impl Session for LlamaSession<'_> {
         for part in parts {
             let tokens = self.tokenize(part);
             added += tokens.len();
-            self.tokens.extend(tokens.into_iter().map(|t| TokenRecord {
-                id: t.0,
-                logprob: None,
-            }));
+            self.state
+                .tokens
+                .extend(tokens.into_iter().map(|t| TokenRecord {
+                    id: t.0,
+                    logprob: None,
+                }));
         }
-        if self.tokens.len() > self.context_size {
-            let needed = self.tokens.len() - self.context_size;
-            self.tokens.truncate(self.tokens.len() - added);
+        if self.state.tokens.len() > self.state.context_size {
+            let needed = self.state.tokens.len() - self.state.context_size;
+            self.state.tokens.truncate(self.state.tokens.len() - added);
             return Err(EngineError::ContextOverflow {
-                context_size: self.context_size,
+                context_size: self.state.context_size,
                 needed,
             });
         }
         let evaluated = self.evaluate_pending()?;
-        self.stats.appended_tokens += added;
-        self.stats.prefill_tokens += evaluated;
-        self.stats.prefill_time += start.elapsed();
+        self.state.stats.appended_tokens += added;
+        self.state.stats.prefill_tokens += evaluated;
+        self.state.stats.prefill_time += start.elapsed();
         Ok(added)
     }
 
@@ -290,15 +298,15 @@ impl Session for LlamaSession<'_> {
             if limits.deadline.is_some_and(|d| Instant::now() >= d) {
                 break GenerationStop::Deadline;
             }
-            if self.tokens.len() >= self.context_size {
+            if self.state.tokens.len() >= self.state.context_size {
                 break GenerationStop::ContextFull;
             }
             let step = Instant::now();
             let folded = self.evaluate_pending()?;
-            self.stats.decode_tokens += folded;
+            self.state.stats.decode_tokens += folded;
             let token = self.sample()?;
             sampled += 1;
-            self.stats.decode_time += step.elapsed();
+            self.state.stats.decode_time += step.elapsed();
             if vocab.is_eog(token) {
                 break GenerationStop::EndOfTurn;
             }
@@ -334,27 +342,23 @@ impl Session for LlamaSession<'_> {
         })
     }
 
-    fn stats(&self) -> SessionStats {
-        self.stats.clone()
+    fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut SessionState {
+        &mut self.state
     }
 
     fn set_sampling(&mut self, sampling: SamplingParams) {
-        if sampling != self.sampling {
+        if sampling != self.state.sampling {
             self.sampler = build_sampler(&sampling);
-            self.sampling = sampling;
+            self.state.sampling = sampling;
         }
-    }
-
-    fn context_size(&self) -> usize {
-        self.context_size
     }
 
     fn side_chat(&mut self, chat: &crate::SideChat) -> Result<String, EngineError> {
         self.engine.side_chat(chat, self.threads)
-    }
-
-    fn tokens(&self) -> &[TokenRecord] {
-        &self.tokens
     }
 }
 
