@@ -3,23 +3,21 @@
 # real assets (default model, Python runtime, test models; fetched once into the user's data
 # directory), then every unit, property and end-to-end test.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 cd "$root"
-target="${CARGO_TARGET_DIR:-$root/target}"
-step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 
 step "system packages"
-scripts/setup.sh --tests
+scripts/setup/packages.sh --tests
 
 step "format"
 cargo fmt --all -- --check
 
 step "no import cycles between the modules of a crate (cargo refuses them between crates)"
-python3 scripts/module-cycles.py
+python3 scripts/dev/module-cycles.py
 
 step "web UI: type check, unit tests, build (embedded by the cargo build)"
-scripts/ui.sh check
-scripts/ui.sh build
+scripts/setup/ui.sh check
+scripts/setup/ui.sh build
 
 step "build"
 cargo build --release --locked --workspace
@@ -32,7 +30,7 @@ step "assets and the sandbox's compiled CPython"
 "$target/release/catena" sandbox 'print("the sandbox is ready")'
 
 step "llama.cpp's llama-server from the crate's llama.cpp (the remote-engine test's peer)"
-scripts/llama-tool.sh server llama-server
+scripts/setup/llama-tool.sh server llama-server
 
 step "tests"
 # One test at a time: most end-to-end tests run llama.cpp or the trainer on every core, and
@@ -42,15 +40,15 @@ step "tests"
 cargo test --release --locked --workspace -- --test-threads=1
 
 step "web UI end to end (Chromium against catena serve)"
-CATENA_BIN="$target/release/catena" scripts/ui.sh e2e
+CATENA_BIN="$target/release/catena" scripts/setup/ui.sh e2e
 
 step "desktop app end to end (tauri-driver and WebKitWebDriver under Xvfb)"
 tests/desktop/desktop_e2e.py --bin "$target/release/catena-desktop"
 
 step "desktop package (deb)"
-scripts/package-desktop.sh
+scripts/setup/package-desktop.sh
 
 step "fuzz smoke (the parsers of untrusted bytes)"
-scripts/fuzz.sh 20
+scripts/dev/fuzz.sh 20
 
 step "done"

@@ -14,8 +14,9 @@ requests never did.
 Screenshots are taken from the X server (`xwd` of the app's window): WebKitWebDriver's own
 screenshot command sometimes never answered here once a run had streamed into the page.
 
-Needs Xvfb, xwd, WebKitWebDriver and tauri-driver (scripts/setup.sh --tests) and the release
-build of catena-desktop. Usage: tests/desktop/desktop_e2e.py [--bin target/release/catena-desktop]
+Needs Xvfb, xwd, WebKitWebDriver and tauri-driver (scripts/setup/packages.sh --tests) and the
+release build of catena-desktop.
+Usage: tests/desktop/desktop_e2e.py [--bin target/release/catena-desktop]
 """
 import argparse
 import http.client
@@ -62,7 +63,7 @@ class Dropped(Failed):
 def tool(name):
     found = shutil.which(name) or shutil.which(name, path=str(Path.home() / ".cargo" / "bin"))
     if not found:
-        sys.exit(f"`{name}` is not installed: run scripts/setup.sh --tests")
+        sys.exit(f"`{name}` is not installed: run scripts/setup/packages.sh --tests")
     return found
 
 

@@ -1,7 +1,7 @@
 //! A Chain-of-Agents run at llama.cpp's own `llama-server`, built from the very llama.cpp tree
-//! Catena compiles in (scripts/llama-tool.sh, as `llama-bench` is for the benchmarks), serving
-//! the default model on loopback: the same greedy chain as the engine in this process, and the
-//! server's prompt cache reported.
+//! Catena compiles in (scripts/setup/llama-tool.sh, as `llama-bench` is for the benchmarks),
+//! serving the default model on loopback: the same greedy chain as the engine in this process, and
+//! the server's prompt cache reported.
 
 mod common;
 
@@ -11,16 +11,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The llama-server binary: scripts/llama-tool.sh builds it once (scripts/test.sh does so before
-/// the tests run) and prints its path afterwards.
+/// The llama-server binary: scripts/setup/llama-tool.sh builds it once (scripts/test.sh does so
+/// before the tests run) and prints its path afterwards.
 fn llama_server_bin() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let output = Command::new(root.join("scripts/llama-tool.sh"))
+    let output = Command::new(root.join("scripts/setup/llama-tool.sh"))
         .args(["server", "llama-server"])
         .current_dir(&root)
         .stderr(Stdio::inherit())
         .output()
-        .expect("scripts/llama-tool.sh runs");
+        .expect("scripts/setup/llama-tool.sh runs");
     assert!(output.status.success(), "building llama-server failed");
     let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
     assert!(path.is_file(), "{} is missing", path.display());

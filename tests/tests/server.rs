@@ -454,7 +454,7 @@ fn sixteen_concurrent_clients_of_four_slots_get_answers_or_a_clear_queue_full() 
     // Four requests decoded at a time and a queue of 8 for 16 clients: some requests must be
     // refused, and only that way.
     let server = Served::start(store.path(), &["--parallel", "4", "--queue", "8"], None);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/loadtest.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/loadtest.py");
     let records = tempfile::NamedTempFile::new().unwrap();
     let started = Instant::now();
     let output = Command::new(python_with_openai())

@@ -232,7 +232,7 @@ fn harbour_archive(dir: &Path) -> PathBuf {
         .arg(&site)
         .arg(&archive)
         .output()
-        .expect("zimwriterfs (Debian's zim-tools, installed by scripts/setup.sh)");
+        .expect("zimwriterfs (Debian's zim-tools, installed by scripts/setup/packages.sh)");
     assert!(
         made.status.success(),
         "{}",
@@ -320,7 +320,7 @@ fn a_pdf_printed_by_chromium_is_indexed_by_its_text() {
     )
     .unwrap();
     let pdf = data.join("lighthouse.pdf");
-    // Debian's Chromium, which the UI tests drive too (scripts/setup.sh installs it).
+    // Debian's Chromium, which the UI tests drive too (scripts/setup/packages.sh installs it).
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let printed = Command::new(&chromium)
         .args([

@@ -190,7 +190,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Written by scripts/make_verl_fixture.py with pandas and pyarrow.
+    /// Written by scripts/dev/make-verl-fixture.py with pandas and pyarrow.
     fn fixture() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/verl_tasks.parquet")
     }

@@ -45,7 +45,7 @@ fn harbour_archive(dir: &Path) -> PathBuf {
         .arg(&site)
         .arg(&archive)
         .output()
-        .expect("zimwriterfs (Debian's zim-tools, installed by scripts/setup.sh) must be on PATH");
+        .expect("zimwriterfs (Debian's zim-tools: scripts/setup/packages.sh) must be on PATH");
     assert!(
         out.status.success(),
         "zimwriterfs failed: {}",

@@ -1,6 +1,6 @@
 //! `catena bench`: prompt processing (pp) and generation (tg) speed through Catena's own engine
 //! path, measured the way llama.cpp's `llama-bench` measures them, so the two can be compared
-//! token for token (scripts/bench.sh runs both).
+//! token for token (scripts/bench/engine.sh runs both).
 //!
 //! pp: a fresh context evaluates `n_prompt` random tokens in one batch.
 //! tg: a fresh context takes one token, then generates `n_gen` tokens greedily through
@@ -9,7 +9,7 @@
 //!
 //! `--sequences 1,4,8,16`: aggregate generation over many sequences decoded together
 //! (`LlamaEngine::with_sequences`), measured as llama.cpp's `llama-batched-bench` measures it
-//! (scripts/bench-batched.sh runs both): each sequence evaluates `n_prompt` random tokens of its
+//! (scripts/bench/batched.sh runs both): each sequence evaluates `n_prompt` random tokens of its
 //! own, then every sequence generates `n_gen` tokens; the rate is all sequences' generated
 //! tokens over the wall time of that generation.
 

@@ -26,7 +26,7 @@ pub struct ShippedAdapter {
 }
 
 /// The adapter of the default model (Qwen2.5-Coder-0.5B-Instruct Q4_K_M): LoRA rank 8 on all
-/// seven projections, F16, from `scripts/distill_learning_run.sh` (SFT, then 6 RL steps). How it
+/// seven projections, F16, from `scripts/training/distill-run.sh` (SFT, then 6 RL steps). How it
 /// was made and what it measured: docs/TRAINING.md.
 pub const DEFAULT_MODEL_ADAPTER: ShippedAdapter = ShippedAdapter {
     name: "catena-coa-0.5b",

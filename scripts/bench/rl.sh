@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Rollout throughput and the time split of `catena train rl`, with llama.cpp's `llama-bench`
+# (built by scripts/bench/engine.sh from the same vendored llama.cpp) as the anchor measured in the
+# same run: its text-generation speed (tg128) on the same model and threads is the most the
+# rollouts could reach one sequence at a time, and `llama-batched-bench`'s aggregate generation
+# at the group size (a group's rollouts are decoded together) the most they could reach together;
+# rollouts also prefill prompts and observations and run code in the sandbox.
+#   scripts/bench/rl.sh ADAPTER_DIR [TASKS] [STEPS]
+# ADAPTER_DIR: a `catena train sft` output (RL from an adapter that solves some tasks, so groups
+# have signal and there is an update to time); TASKS: default a fresh synthetic set.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+adapter="$(realpath "${1:?usage: scripts/bench/rl.sh ADAPTER_DIR [TASKS] [STEPS]}")"
+tasks="${2:-}"
+steps="${3:-2}"
+catena="$(catena_bin)"
+threads="$(nproc)"
+bench_bin="$(cd "$root" && scripts/setup/llama-tool.sh llama-bench llama-bench)"
+batched_bin="$(cd "$root" && scripts/setup/llama-tool.sh batched-bench llama-batched-bench)"
+group=4
+model="$(default_model "$catena")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+if [ -z "$tasks" ]; then
+  "$catena" train synth --out "$work/tasks" --train 0 --held-out 50 --seed 99 >/dev/null
+  tasks="$work/tasks/held-out.jsonl"
+fi
+
+"$bench_bin" -m "$model" -p 0 -n 128 -t "$threads" -r 3 -o json > "$work/llama-bench.json"
+"$batched_bin" -m "$model" -c 4096 -b 512 -ub 512 -npp 256 -ntg 128 -npl "$group" -t "$threads" \
+  --output-format jsonl 2>/dev/null | grep '^{' > "$work/batched-bench.jsonl"
+"$catena" train rl --json --adapter "$adapter" --tasks "$tasks" --out "$work/rl" --group "$group" \
+  --batch-prompts 2 --steps "$steps" --max-tokens 384 --seed 3 > "$work/rl.jsonl"
+
+python3 - "$work/llama-bench.json" "$work/rl.jsonl" "$work/batched-bench.jsonl" "$group" <<'PY'
+import json, sys
+anchor = json.load(open(sys.argv[1]))[0]["avg_ts"]
+batched = json.loads(open(sys.argv[3]).readline())["speed_tg"]
+group = sys.argv[4]
+steps = [e for e in map(json.loads, open(sys.argv[2])) if e.get("event") == "step"]
+tot = lambda k: sum(s[k] for s in steps)
+rollouts, tokens, roll_s = tot("rollouts"), tot("generated_tokens"), tot("rollout_seconds")
+parts = {k: tot(f"{k}_seconds") for k in ("reload", "rollout", "scoring", "update")}
+wall = sum(parts.values())
+tok_s = tokens / roll_s
+print(f"steps {len(steps)}, rollouts {rollouts}, generated tokens {tokens}, trained tokens {tot('trained_tokens')}")
+print(f"rollout throughput: {60 * rollouts / roll_s:.1f} trajectories/min, {tok_s:.1f} generated tokens/s")
+print(f"llama-bench tg128 (same model, same threads): {anchor:.1f} tokens/s")
+print(f"ratio rollout tokens/s / llama-bench tg128: {tok_s / anchor:.2f}x")
+print(f"llama-batched-bench S_TG at {group} sequences (pp256, tg128): {batched:.1f} tokens/s")
+print(f"ratio rollout tokens/s / llama-batched-bench at the group size: {tok_s / batched:.2f}x")
+print("time split: " + ", ".join(f"{k} {100 * v / wall:.1f}% ({v:.0f} s)" for k, v in parts.items()))
+PY

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Training speed and memory: `catena train sft` against PyTorch + PEFT on the same model, data,
+LoRA configuration and sequence lengths, measured in one run, printed as a ratio.
+
+Both sides train the default model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF) for the same
+number of optimizer steps, one trajectory per step, LoRA rank 16 / alpha 32 on
+q,k,v,o,gate,up,down, AdamW at 2e-4, per-layer gradient checkpointing on both sides, the
+prompt masked. PyTorch loads the GGUF through transformers (dequantised to f32, the dense
+model PEFT trains); catena keeps the GGUF's quantised weights. The first step of each is a
+warm-up and is not counted. Peak memory is each process's maximum resident set (wait4).
+
+    python3 scripts/bench/train.py --steps 6 [--threads 2] [--device cpu|cuda]
+
+Needs torch, transformers, peft and gguf (scripts/setup/packages.sh --bench installs them into a
+virtual environment outside the clone) and a release build of catena.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def catena_bin():
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    return os.environ.get("CATENA_BIN", os.path.join(target, "release", "catena"))
+
+
+def spawn_measured(cmd, env=None):
+    started = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        sys.exit(f"{' '.join(cmd[:3])} failed:\n{err[-3000:]}")
+    return out, err, usage.ru_maxrss / 1024.0, time.time() - started
+
+
+def catena_side(args, data, out_dir):
+    cmd = [
+        catena_bin(), "train", "sft", "--json", "--data", data, "--out", out_dir,
+        "--base", args.model, "--device", args.device, "--epochs", "1", "--batch-tokens", "1",
+        "--max-steps", str(args.steps), "--eval-fraction", "0", "--checkpoint-every", "0",
+        "--rank", "16", "--alpha", "32", "--lr", "2e-4", "--max-seq-len", "4096",
+    ]
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
+    out, _, peak, _ = spawn_measured(cmd, env)
+    steps = [json.loads(l) for l in out.splitlines() if '"event":"step"' in l]
+    counted = steps[1:]
+    tokens = sum(s["tokens"] for s in counted)
+    seconds = sum(s["tokens"] / s["tokens_per_second"] for s in counted)
+    return {"tokens": tokens, "seconds": seconds, "peak_mib": peak, "steps": len(counted),
+            "lengths": [s["tokens"] for s in steps]}
+
+
+TORCH_WORKER = r'''
+import json, os, sys, time
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from peft import LoraConfig, get_peft_model
+cfg = json.loads(sys.argv[1])
+torch.set_num_threads(cfg["threads"])
+torch.manual_seed(0)
+device = cfg["device"]
+folder, name = os.path.split(cfg["model"])
+tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32).to(device)
+model.gradient_checkpointing_enable()
+model.enable_input_require_grads()
+model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=cfg["targets"], task_type="CAUSAL_LM"))
+opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
+samples = [json.loads(l) for l in open(cfg["data"])][: cfg["steps"]]
+results = []
+for s in samples:
+    msgs = s["messages"]
+    prompt = tok.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True)
+    full = prompt + msgs[-1]["content"] + "<|im_end|>"
+    ids = tok(full, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
+    n_prompt = len(tok(prompt, add_special_tokens=False).input_ids)
+    labels = ids.clone()
+    labels[:, :n_prompt] = -100
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t = time.time()
+    loss = model(input_ids=ids, labels=labels).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    results.append({"tokens": ids.shape[1], "seconds": time.time() - t, "loss": loss.item()})
+peak_gpu = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
+print(json.dumps({"steps": results, "peak_gpu_mib": peak_gpu, "torch": torch.__version__}))
+'''
+
+
+def torch_side(args, data):
+    cfg = dict(model=args.model, data=data, steps=args.steps, threads=args.threads,
+               device=args.device, targets=TARGETS)
+    out, _, peak, _ = spawn_measured([args.python, "-c", TORCH_WORKER, json.dumps(cfg)])
+    result = json.loads(out.strip().splitlines()[-1])
+    counted = result["steps"][1:]
+    return {"tokens": sum(s["tokens"] for s in counted), "seconds": sum(s["seconds"] for s in counted),
+            "peak_mib": peak, "steps": len(counted), "peak_gpu_mib": result["peak_gpu_mib"],
+            "lengths": [s["tokens"] for s in result["steps"]], "torch": result["torch"]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--model", default=os.path.expanduser("~/.local/share/catena/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+    p.add_argument("--python", default=os.path.expanduser("~/.cache/catena-bench/venv/bin/python"))
+    p.add_argument("--data", help="trajectories (default: written by `catena train synth`)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = args.data
+        if data is None:
+            subprocess.run([catena_bin(), "train", "synth", "--out", tmp, "--train", str(args.steps),
+                            "--held-out", "0", "--seed", "99"], check=True, stderr=subprocess.DEVNULL)
+            data = os.path.join(tmp, "train.jsonl")
+        ours = catena_side(args, data, os.path.join(tmp, "out"))
+        theirs = torch_side(args, data)
+    rate = lambda r: r["tokens"] / r["seconds"]
+    print(f"sequence lengths (tokens): catena {ours['lengths']}, torch {theirs['lengths']}")
+    print(f"{'':24}{'tokens/s':>10}{'peak RSS MiB':>14}")
+    print(f"{'catena (GGUF Q4_K_M)':24}{rate(ours):>10.1f}{ours['peak_mib']:>14.0f}")
+    print(f"{'PyTorch ' + theirs['torch'] + ' + PEFT':24}{rate(theirs):>10.1f}{theirs['peak_mib']:>14.0f}")
+    if theirs["peak_gpu_mib"]:
+        print(f"PyTorch peak GPU memory: {theirs['peak_gpu_mib']:.0f} MiB")
+    print(f"ratio catena/PyTorch: speed {rate(ours) / rate(theirs):.2f}x, peak memory {ours['peak_mib'] / theirs['peak_mib']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

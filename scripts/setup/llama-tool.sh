@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds one of llama.cpp's own tools (llama-bench, llama-quantize, ...) from the VERY llama.cpp
+# tree the llama-cpp-sys-2 crate compiles into Catena, with the crate's CMake options, and prints
+# the binary's path: the anchors Catena's benchmarks and conversion checks compare against.
+# The crate ships llama.cpp without its tools; their sources come from the llama-cpp-python
+# source distribution on PyPI and compile against the crate's tree. All tools share one build
+# folder, so llama.cpp itself is compiled once.
+#
+# Usage: scripts/setup/llama-tool.sh [--gpu] TOOL_FOLDER TARGET   (e.g. llama-bench llama-bench,
+#        quantize llama-quantize, server llama-server); --gpu builds with CUDA.
+# llama-server is built without its web UI (an empty asset table: nothing is fetched or built
+# with npm); its HTTP API is all Catena's tests use.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+cd "$root"
+gpu=0
+if [ "${1:-}" = --gpu ]; then gpu=1; shift; fi
+[ $# = 2 ] || die "usage: scripts/setup/llama-tool.sh [--gpu] TOOL_FOLDER TARGET" 2
+tool="$1" cmake_target="$2"
+work="$target/llama-tools"
+cmake_gpu=(-DGGML_CUDA=OFF)
+if [ "$gpu" = 1 ]; then
+  work="$work-cuda"
+  cmake_gpu=(-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF)
+fi
+bin="$work/build/bin/$cmake_target"
+if [ ! -x "$bin" ]; then
+  echo "Building $cmake_target from the crate's llama.cpp ..." >&2
+  sdist="$work/sdist/llama_cpp_python-0.3.36"
+  mkdir -p "$work/sdist" "$work/src"
+  if [ ! -d "$sdist" ]; then
+    python3 -m pip download -q --no-deps --no-binary :all: -d "$work/sdist" llama-cpp-python==0.3.36 >&2
+    tar -xzf "$work"/sdist/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist"
+  fi
+  sys_manifest="$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
+import json, sys
+meta = json.load(sys.stdin)
+print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-cpp-sys-2"))')"
+  llama_src="$(dirname "$sys_manifest")/llama.cpp"
+  rm -rf "$work/src/$tool"
+  cp -r "$sdist/vendor/llama.cpp/tools/$tool" "$work/src/$tool"
+  if [ "$tool" = server ]; then
+    # The server links llama.cpp's UI library (here an empty one) and its multimodal library;
+    # the UI's CMake script finds its templates under the project's tools/ui.
+    rm -rf "$work/src/tools" "$work/src/scripts"
+    mkdir -p "$work/src/tools" "$work/src/scripts"
+    cp -r "$sdist/vendor/llama.cpp/tools/ui" "$work/src/tools/ui"
+    cp "$sdist/vendor/llama.cpp/scripts/ui-assets.cmake" "$work/src/scripts/"
+    # The two places where the server's sources and the crate's tree disagree (the sdist and the
+    # crate track different llama.cpp commits), both outside anything Catena's tests use:
+    # mtmd's memory estimate (multimodal projectors only) is a struct holding the per-device
+    # map in the crate's tree; the crate's common library has no fs_open_ifstream (a Windows
+    # path helper, used for the MCP configuration file), which is std::ifstream elsewhere.
+    if grep -q backend_mem_usage "$llama_src/tools/mtmd/mtmd.h"; then
+      sed -i -e 's/mmproj_mem\.empty()/mmproj_mem.backend_mem_usage.empty()/' \
+        -e 's/: mmproj_mem)/: mmproj_mem.backend_mem_usage)/' "$work/src/server/server-context.cpp"
+    fi
+    if ! grep -q fs_open_ifstream "$llama_src/common/common.h"; then
+      sed -i 's/fs_open_ifstream(/std::ifstream(/g' "$work"/src/server/*.cpp
+    fi
+  fi
+  {
+    echo "cmake_minimum_required(VERSION 3.14)"
+    echo "project(llama_tools C CXX)"
+    echo "add_subdirectory(\"$llama_src\" llama.cpp)"
+    # The UI library before the server that links it; scripts/ holds only a CMake script.
+    if [ -d "$work/src/tools/ui" ]; then echo "add_subdirectory(tools/ui ui)"; fi
+    for dir in "$work"/src/*/; do
+      case "$(basename "$dir")" in tools | scripts) ;; *) echo "add_subdirectory($(basename "$dir"))" ;; esac
+    done
+  } >"$work/src/CMakeLists.txt"
+  # The options the llama-cpp-sys-2 build script passes (GGML_NATIVE off, so the same
+  # AVX2/FMA/F16C defaults), the flags the cmake crate adds, and Release as Catena's release
+  # profile gets.
+  flags="-ffunction-sections -fdata-sections -fPIC -m64 -march=x86-64"
+  cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+    -DGGML_NATIVE=OFF -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_MTMD=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    "${cmake_gpu[@]}" -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$work/build/bin" >&2
+  cmake --build "$work/build" --target "$cmake_target" -j "$(nproc)" >&2
+fi
+echo "$bin"
