@@ -4,6 +4,9 @@
 #                         `catena serve` by the next cargo build)
 #   scripts/ui.sh check   type check (svelte-check) and unit tests (Vitest)
 #   scripts/ui.sh e2e     Playwright in Debian's Chromium against a real `catena serve`
+#   scripts/ui.sh types   regenerate ui/src/lib/generated (the TypeScript types of what the server
+#                         and the desktop app send, from the Rust types: catena-service's test
+#                         `typescript`, which fails while the committed files differ)
 # Playwright never downloads a browser: it drives /usr/bin/chromium (scripts/setup.sh --tests).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,12 +29,16 @@ case "${1:-build}" in
     npx svelte-check --tsconfig ./tsconfig.json --fail-on-warnings
     npx vitest run
     ;;
+  types)
+    cd "$root"
+    CATENA_WRITE_TS=1 cargo test --release -p catena-service --lib typescript
+    ;;
   e2e)
     install
     CATENA_BIN="${CATENA_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/catena}" npx playwright test
     ;;
   *)
-    echo "usage: scripts/ui.sh build|check|e2e" >&2
+    echo "usage: scripts/ui.sh build|check|e2e|types" >&2
     exit 2
     ;;
 esac
