@@ -4,6 +4,7 @@
 //! places that used to spell it (service, desktop app, UI) cannot disagree.
 
 use catena_hub::listing::Row;
+use catena_protocol::Tag;
 use catena_store::{Feedback, RunRecord};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -74,8 +75,8 @@ pub struct WorkerHealth {
 pub struct ProfileInfo {
     pub name: String,
     pub description: String,
-    /// The tags of the tools it gives a run (`code`, `web_search`, ...).
-    pub tools: Vec<&'static str>,
+    /// The tools it gives a run.
+    pub tools: Vec<Tag>,
     pub max_tool_calls: u32,
 }
 

@@ -173,7 +173,7 @@ impl Service {
                 .map(|p| ProfileInfo {
                     name: p.name,
                     description: p.description,
-                    tools: p.tools.iter().map(|tag| tag.name()).collect(),
+                    tools: p.tools,
                     max_tool_calls: p.max_tool_calls,
                 })
                 .collect(),

@@ -20,7 +20,7 @@ use ts_rs::TS;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
 pub struct ToolStatus {
     /// The tag a model writes (`web_search`).
-    pub tool: &'static str,
+    pub tool: Tag,
     pub ready: bool,
     /// What answers it, or what to do so something does.
     pub detail: String,
@@ -30,7 +30,7 @@ pub struct ToolStatus {
 pub fn tool_status(paths: &Paths) -> Vec<ToolStatus> {
     let indexes = catena_search::list(&paths.indexes_dir());
     let status = |tag: Tag, ready: bool, detail: String| ToolStatus {
-        tool: tag.name(),
+        tool: tag,
         ready,
         detail,
     };
@@ -403,7 +403,7 @@ mod tests {
         assert!(file.contains("sk-secret"), "{file}");
         // The key works for the backend; removing it is an empty value.
         let statuses = tool_status(&paths);
-        let web = statuses.iter().find(|s| s.tool == "web_search").unwrap();
+        let web = statuses.iter().find(|s| s.tool == Tag::WebSearch).unwrap();
         assert!(web.ready && web.detail.contains("Serper"), "{web:?}");
         let removed = WebSettingsUpdate {
             keys: [("serper".to_string(), String::new())].into(),
@@ -596,7 +596,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let paths = Paths::at(dir.path(), dir.path());
         let statuses = tool_status(&paths);
-        let by_tool = |tool: &str| statuses.iter().find(|s| s.tool == tool).unwrap().clone();
+        let by_tool = |tool: &str| {
+            statuses
+                .iter()
+                .find(|s| s.tool.name() == tool)
+                .unwrap()
+                .clone()
+        };
         assert!(by_tool("code").ready);
         let web = by_tool("web_search");
         assert!(

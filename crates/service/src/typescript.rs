@@ -17,6 +17,7 @@ use crate::{
     SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus, TrainingData, TrainingStatus,
     WebSettingsUpdate, WebSettingsView,
 };
+use catena_agent::{AgentEvent, RunSummary};
 use catena_store::SessionInfo;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,9 @@ fn export(dir: &Path) -> Result<(), ExportError> {
     TrainingData::export_all(&config)?;
     StartTraining::export_all(&config)?;
     TrainingStatus::export_all(&config)?;
+    // The run events, stored and streamed as JSON (the recorder adds `summary` and `error`).
+    AgentEvent::export_all(&config)?;
+    RunSummary::export_all(&config)?;
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 import { currentToken } from './credential';
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { RunEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 type Fetch = typeof fetch;
 
@@ -121,9 +121,9 @@ export class HttpTransport implements Transport {
         const { value, done } = await reader.read();
         if (done) break;
         for (const message of parser.push(value)) {
-          let event: AgentEvent;
+          let event: RunEvent;
           try {
-            event = JSON.parse(message.data) as AgentEvent;
+            event = JSON.parse(message.data) as RunEvent;
           } catch {
             continue;
           }

@@ -3,10 +3,10 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ImportRequest, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { RunEvent, DownloadStatus, Health, ImportRequest, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 /** One message of a followed run's channel. */
-export type FollowMessage = { seq: number; event: AgentEvent } | { end: true; error?: string };
+export type FollowMessage = { seq: number; event: RunEvent } | { end: true; error?: string };
 
 type Invoke = <T>(command: string, args?: Record<string, unknown>) => Promise<T>;
 

@@ -2,14 +2,14 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { RunEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
 
 export interface EventHandlers {
   /** Every event, in order, with its sequence number. */
-  onEvent: (event: AgentEvent, seq: number | null) => void;
+  onEvent: (event: RunEvent, seq: number | null) => void;
   /** The stream ended (the run finished, failed or was cancelled, or the connection dropped). */
   onEnd: (error?: string) => void;
 }

@@ -1,9 +1,10 @@
 // The shapes `catena serve` and the desktop app send and take. Most are generated from the Rust
 // types (ts-rs) into ./generated: never edit those by hand; after changing a Rust type, run
 // `scripts/ui.sh types` and commit the result (catena-service's test `typescript` fails while
-// they differ). Written here by hand: the run events (crates/agent/src/events.rs, stored and
-// streamed as JSON) and the desktop app's import request.
+// they differ). Written here by hand: the union of a run's events (`RunEvent`) and the desktop app's
+// import request.
 
+export type { AgentEvent } from './generated/AgentEvent';
 export type { DataFile } from './generated/DataFile';
 export type { DownloadState } from './generated/DownloadState';
 export type { DownloadStatus } from './generated/DownloadStatus';
@@ -19,16 +20,22 @@ export type { Profile } from './generated/Profile';
 export type { RunFeedback } from './generated/RunFeedback';
 export type { RunKind } from './generated/RunKind';
 export type { RunOptions } from './generated/RunOptions';
+export type { ParseIssue } from './generated/ParseIssue';
 export type { RunRecord } from './generated/RunRecord';
 export type { RunStatus } from './generated/RunStatus';
+export type { RunSummary } from './generated/RunSummary';
 export type { RunView } from './generated/RunView';
 export type { ServedModel } from './generated/ServedModel';
 export type { Serving } from './generated/Serving';
 export type { SessionInfo } from './generated/SessionInfo';
 export type { SessionRuns } from './generated/SessionRuns';
 export type { SftEvent } from './generated/SftEvent';
+export type { Source } from './generated/Source';
 export type { Stage } from './generated/Stage';
 export type { StartedRun } from './generated/StartedRun';
+export type { StopReason } from './generated/StopReason';
+export type { Tag } from './generated/Tag';
+export type { Timings } from './generated/Timings';
 export type { ToolStatus } from './generated/ToolStatus';
 export type { TrainingData } from './generated/TrainingData';
 export type { TrainingRequest } from './generated/TrainingRequest';
@@ -37,25 +44,19 @@ export type { TrainingStatus } from './generated/TrainingStatus';
 export type { WebSettings } from './generated/WebSettings';
 export type { WebSettingsUpdate } from './generated/WebSettingsUpdate';
 
+import type { AgentEvent } from './generated/AgentEvent';
 import type { Feedback } from './generated/Feedback';
+import type { RunSummary } from './generated/RunSummary';
 
 /** A run's rating as the UI sets it: `null` clears it. */
 export type Rating = Feedback | null;
 
-export type Source = 'model' | 'prefill';
-
-/** One event of an agent run, as stored and streamed. `seq` is the SSE id. */
-export type AgentEvent =
-  | { type: 'run_started'; profile: string; model: string; prompt_tokens: number; cached_tokens: number; context_size: number; seed: number; temperature: number }
-  | { type: 'block_started'; tag: string; source: Source }
-  | { type: 'block_delta'; tag: string; text: string; source: Source }
-  | { type: 'block_ended'; tag: string; content: string; closed: boolean; source: Source }
-  | { type: 'text'; text: string; source: Source }
-  | { type: 'parse_issue'; message: string }
-  | { type: 'tool_call'; index: number; tool: string; input: string }
-  | { type: 'observation'; index: number; tool: string; text: string; success: boolean; duplicate: boolean; elapsed_ms: number }
-  | { type: 'summary'; answer: string | null; stop_reason: string; tool_calls: number; generated_tokens: number; context_tokens: number; timings?: Record<string, number> }
-  | { type: 'error'; message: string };
+/**
+ * One event of an agent run, as stored and streamed (`seq` is the SSE id): what the run reports
+ * as it goes, then the `summary` (a `RunSummary` with its `type`) or an `error` that the store's
+ * recorder writes as JSON at its end.
+ */
+export type RunEvent = AgentEvent | ({ type: 'summary' } & RunSummary) | { type: 'error'; message: string };
 
 /** A Hugging Face checkpoint folder to convert and install (desktop app only). */
 export interface ImportRequest {
