@@ -4,6 +4,9 @@
 #                               (embedded into `catena serve` by the next cargo build)
 #   scripts/setup/ui.sh check   type check (svelte-check) and unit tests (Vitest)
 #   scripts/setup/ui.sh e2e     Playwright in Debian's Chromium against a real `catena serve`
+#   scripts/setup/ui.sh types   regenerate ui/src/lib/generated (the TypeScript types of what the
+#                               server and the desktop app send, from the Rust types: catena-service's
+#                               test `typescript`, which fails while the committed files differ)
 # Playwright never downloads a browser: it drives /usr/bin/chromium (installed by
 # scripts/setup/packages.sh --tests).
 set -euo pipefail
@@ -27,11 +30,15 @@ case "${1:-build}" in
     npx svelte-check --tsconfig ./tsconfig.json --fail-on-warnings
     npx vitest run
     ;;
+  types)
+    cd "$root"
+    CATENA_WRITE_TS=1 cargo test --release -p catena-service --lib typescript
+    ;;
   e2e)
     install
     CATENA_BIN="${CATENA_BIN:-$target/release/catena}" npx playwright test
     ;;
   *)
-    die "usage: scripts/setup/ui.sh build|check|e2e" 2
+    die "usage: scripts/setup/ui.sh build|check|e2e|types" 2
     ;;
 esac

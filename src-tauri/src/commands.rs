@@ -3,9 +3,12 @@
 //! reach the UI through a Tauri channel, in order, stored ones first.
 
 use crate::backend::{Backend, Loading};
-use catena_service::ServiceError;
-use catena_service::{DownloadStatus, StartRun, StartTraining, StartedRun, TrainingStatus};
-use catena_store::Feedback;
+use catena_service::{
+    DownloadStatus, Health, LibraryModels, List, ProfileInfo, RunFeedback, ServedModel,
+    ServiceError, SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus, TrainingData,
+    TrainingStatus,
+};
+use catena_store::{Feedback, SessionInfo};
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -63,21 +66,21 @@ pub fn window_ready() {
 /// Health of the model and its worker; while the model loads, `status` is `loading` and
 /// `message` says what is happening.
 #[tauri::command]
-pub fn health(backend: State<'_, Backend>) -> Value {
+pub fn health(backend: State<'_, Backend>) -> Health {
     match backend.loading() {
         Loading::Ready(service) => service.health(),
-        Loading::Starting(message) => json!({"status": "loading", "message": message, "model": ""}),
-        Loading::Failed(message) => json!({"status": "failed", "message": message, "model": ""}),
+        Loading::Starting(message) => Health::Loading { message },
+        Loading::Failed(message) => Health::Failed { message },
     }
 }
 
 #[tauri::command]
-pub async fn profiles(backend: State<'_, Backend>) -> Reply<Value> {
+pub async fn profiles(backend: State<'_, Backend>) -> Reply<List<ProfileInfo>> {
     Ok(backend.service().await?.profiles())
 }
 
 #[tauri::command]
-pub async fn library_models(backend: State<'_, Backend>) -> Reply<Value> {
+pub async fn library_models(backend: State<'_, Backend>) -> Reply<LibraryModels> {
     let service = backend.service().await?;
     tauri::async_runtime::spawn_blocking(move || service.library_models())
         .await
@@ -87,7 +90,7 @@ pub async fn library_models(backend: State<'_, Backend>) -> Reply<Value> {
 
 /// Each action tool and whether something answers it.
 #[tauri::command]
-pub async fn tools(backend: State<'_, Backend>) -> Reply<Value> {
+pub async fn tools(backend: State<'_, Backend>) -> Reply<List<ToolStatus>> {
     let service = backend.service().await?;
     tauri::async_runtime::spawn_blocking(move || service.tools())
         .await
@@ -153,13 +156,13 @@ pub async fn import_folder(
 }
 
 #[tauri::command]
-pub async fn downloads(backend: State<'_, Backend>) -> Reply<Value> {
+pub async fn downloads(backend: State<'_, Backend>) -> Reply<List<DownloadStatus>> {
     Ok(backend.service().await?.downloads())
 }
 
 /// Serves another installed model from now on.
 #[tauri::command]
-pub async fn serve_model(backend: State<'_, Backend>, id: String) -> Reply<Value> {
+pub async fn serve_model(backend: State<'_, Backend>, id: String) -> Reply<ServedModel> {
     Ok(backend.service().await?.serve_model(&id).await?)
 }
 
@@ -173,12 +176,12 @@ pub async fn start_training(
 }
 
 #[tauri::command]
-pub async fn training_data(backend: State<'_, Backend>) -> Reply<Value> {
+pub async fn training_data(backend: State<'_, Backend>) -> Reply<TrainingData> {
     Ok(backend.service().await?.training_data()?)
 }
 
 #[tauri::command]
-pub async fn training_runs(backend: State<'_, Backend>) -> Reply<Value> {
+pub async fn training_runs(backend: State<'_, Backend>) -> Reply<List<TrainingStatus>> {
     Ok(backend.service().await?.training_runs())
 }
 
@@ -269,7 +272,7 @@ pub async fn rate_run(
     backend: State<'_, Backend>,
     run_id: String,
     rating: Option<Feedback>,
-) -> Reply<Value> {
+) -> Reply<RunFeedback> {
     Ok(backend
         .service()
         .await?
@@ -278,7 +281,10 @@ pub async fn rate_run(
 }
 
 #[tauri::command]
-pub async fn sessions(backend: State<'_, Backend>, search: Option<String>) -> Reply<Value> {
+pub async fn sessions(
+    backend: State<'_, Backend>,
+    search: Option<String>,
+) -> Reply<List<SessionInfo>> {
     Ok(backend
         .service()
         .await?
@@ -287,7 +293,7 @@ pub async fn sessions(backend: State<'_, Backend>, search: Option<String>) -> Re
 }
 
 #[tauri::command]
-pub async fn session(backend: State<'_, Backend>, id: String) -> Reply<Value> {
+pub async fn session(backend: State<'_, Backend>, id: String) -> Reply<SessionRuns> {
     Ok(backend.service().await?.session(&id).await?)
 }
 

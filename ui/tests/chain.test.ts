@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { apply, emptyChain, programOf } from '../src/lib/timeline';
-import type { AgentEvent } from '../src/lib/types';
+import type { RunEvent } from '../src/lib/types';
 
-const run: AgentEvent[] = [
+const run: RunEvent[] = [
   { type: 'run_started', profile: 'math', model: 'm', prompt_tokens: 10, cached_tokens: 0, context_size: 4096, seed: 1, temperature: 0 },
   { type: 'block_started', tag: 'plan', source: 'prefill' },
   { type: 'block_delta', tag: 'plan', text: 'compute ', source: 'prefill' },
@@ -15,7 +15,7 @@ const run: AgentEvent[] = [
   { type: 'observation', index: 1, tool: 'code', text: '[EXECUTED] ...', success: true, duplicate: false, elapsed_ms: 20 },
   { type: 'block_started', tag: 'answer', source: 'model' },
   { type: 'block_delta', tag: 'answer', text: '42', source: 'model' },
-  { type: 'summary', answer: '42', stop_reason: 'answer', tool_calls: 1, generated_tokens: 30, context_tokens: 400 },
+  { type: 'summary', answer: '42', stop_reason: 'answer', tool_calls: 1, prompt_tokens: 370, context_tokens: 400, evaluated_tokens: 400, generated_tokens: 30, parse_issues: 0, timings: { total_ms: 1000, prefill_ms: 100, decode_ms: 800, tools_ms: 100, prefill_tokens_per_s: 500, decode_tokens_per_s: 20 }, trajectory: '' },
 ];
 
 describe('the chain', () => {

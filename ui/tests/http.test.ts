@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { HttpTransport } from '../src/lib/http';
 import { ApiError } from '../src/lib/transport';
-import type { AgentEvent } from '../src/lib/types';
+import type { RunEvent } from '../src/lib/types';
 
 /** A fetch that answers from a table and records what it was asked. */
 function fakeFetch(routes: Record<string, () => Response>) {
@@ -67,7 +67,7 @@ describe('HttpTransport', () => {
       'data: {"type":"summary","answer":"ok","stop_reason":"answer","tool_calls":0,"generated_tokens":1,"context_tokens":2}\n\n',
     ]);
     const { fetcher, calls } = fakeFetch({ '/v1/agent/runs/r1/events': () => new Response(body) });
-    const events: [AgentEvent, number | null][] = [];
+    const events: [RunEvent, number | null][] = [];
     const ended = await new Promise<string | undefined>((resolve) => {
       new HttpTransport('', fetcher).runEvents('r1', { onEvent: (e, seq) => events.push([e, seq]), onEnd: resolve }, 0);
     });

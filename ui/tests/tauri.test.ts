@@ -3,7 +3,7 @@ import type { Channel } from '@tauri-apps/api/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { TauriTransport, type FollowMessage } from '../src/lib/tauri';
 import { ApiError } from '../src/lib/transport';
-import type { AgentEvent } from '../src/lib/types';
+import type { RunEvent } from '../src/lib/types';
 
 afterEach(() => clearMocks());
 
@@ -59,11 +59,11 @@ describe('TauriTransport', () => {
         return 7;
       }
     });
-    const seen: [AgentEvent, number | null][] = [];
+    const seen: [RunEvent, number | null][] = [];
     const ends: (string | undefined)[] = [];
     new TauriTransport().runEvents('r1', { onEvent: (e, seq) => seen.push([e, seq]), onEnd: (e) => ends.push(e) }, 3);
     await settle();
-    const text = { type: 'text', text: 'hello' } as unknown as AgentEvent;
+    const text = { type: 'text', text: 'hello' } as unknown as RunEvent;
     channel!.onmessage({ seq: 4, event: text });
     channel!.onmessage({ seq: 5, event: text });
     channel!.onmessage({ end: true });

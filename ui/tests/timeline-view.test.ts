@@ -10,7 +10,7 @@ describe('Timeline', () => {
     chain = apply(chain, { type: 'block_ended', tag: 'think', content: 'secret musing', closed: true, source: 'model' }, 1);
     chain = apply(chain, { type: 'block_ended', tag: 'code', content: '```py\nprint(2**10)\n```', closed: true, source: 'model' }, 2);
     chain = apply(chain, { type: 'observation', index: 1, tool: 'code', text: '1024', success: true, duplicate: false, elapsed_ms: 12 }, 3);
-    chain = apply(chain, { type: 'summary', answer: '1024', stop_reason: 'answer', tool_calls: 1, generated_tokens: 9, context_tokens: 99 }, 4);
+    chain = apply(chain, { type: 'summary', answer: '1024', stop_reason: 'answer', tool_calls: 1, prompt_tokens: 90, context_tokens: 99, evaluated_tokens: 99, generated_tokens: 9, parse_issues: 0, timings: { total_ms: 1000, prefill_ms: 100, decode_ms: 800, tools_ms: 100, prefill_tokens_per_s: 500, decode_tokens_per_s: 20 }, trajectory: '' }, 4);
     const { container } = render(Timeline, { chain });
     expect(screen.getByTestId('observation').textContent).toBe('1024');
     expect(screen.getByTestId('answer').textContent).toBe('1024');

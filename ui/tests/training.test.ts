@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { duration, polyline, progressOf, scales } from '../src/lib/training';
-import type { TrainingEvent } from '../src/lib/types';
+import type { SftEvent } from '../src/lib/types';
 
-const events: TrainingEvent[] = [
-  { event: 'prepared', train_samples: 10, eval_samples: 2, total_steps: 4, trainable_parameters: 1000, rejected: [{ origin: 'd.jsonl:3', reason: 'bad' }] },
-  { event: 'step', step: 1, total_steps: 4, loss: 2.0, lr: 1e-4, tokens_per_second: 30, eta_seconds: 90, elapsed_seconds: 30 },
+const events: SftEvent[] = [
+  { event: 'prepared', train_samples: 10, eval_samples: 2, total_steps: 4, trainable_parameters: 1000, rejected: [{ origin: 'd.jsonl:3', reason: 'bad' }], weight_types: ['Q4_K'] },
+  { event: 'step', step: 1, total_steps: 4, epoch: 1, loss: 2.0, lr: 1e-4, grad_norm: 0.5, tokens: 900, tokens_per_second: 30, eta_seconds: 90, elapsed_seconds: 30 },
   { event: 'checkpoint', step: 1, path: '/x' },
-  { event: 'step', step: 2, total_steps: 4, loss: 1.0, lr: 2e-4, tokens_per_second: 31, eta_seconds: 60, elapsed_seconds: 60 },
+  { event: 'step', step: 2, total_steps: 4, epoch: 1, loss: 1.0, lr: 2e-4, grad_norm: 0.4, tokens: 930, tokens_per_second: 31, eta_seconds: 60, elapsed_seconds: 60 },
   { event: 'eval', step: 2, loss: 1.5 },
 ];
 

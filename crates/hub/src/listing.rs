@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 /// One model: a catalog file (installed or not) or a downloaded file outside the catalog.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "ModelRow"))]
 pub struct Row {
     pub id: String,
     pub quant: Option<String>,

@@ -26,6 +26,7 @@ use std::path::PathBuf;
 
 /// A stage of an import; the CLI draws one bar per stage and the UI one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Fetching the checkpoint's files from the hub (pulls only).

@@ -35,6 +35,7 @@ pub struct Block {
 
 /// Something the model wrote that breaks the protocol; the parser recovers and reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ParseIssue {
     /// An opening tag while another block was open; the open block was ended there.

@@ -8,6 +8,7 @@ use std::fmt;
 
 /// One block kind of a CoA trajectory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum Tag {
     Think,

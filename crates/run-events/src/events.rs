@@ -5,6 +5,7 @@ use serde::Serialize;
 
 /// Who wrote a block: the model, or the caller's `--prefill`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     Model,
@@ -13,6 +14,7 @@ pub enum Source {
 
 /// One event of a run, in order. Serialised with a `type` field (`block_started`, ...).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentEvent {
     RunStarted {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// `</answer>` was written.
@@ -57,6 +58,7 @@ impl StopReason {
 
 /// Where the time went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct Timings {
     pub total_ms: f64,
     /// Evaluating appended text (prompt, prefill, observations).
@@ -92,6 +94,7 @@ impl Timings {
 
 /// The result of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct RunSummary {
     /// The content of the last `<answer>` (or, when a budget ended the run, of the last
     /// `<suggested_answer>`).

@@ -9,34 +9,35 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use catena_service::StartRun;
-use catena_store::{Feedback, StoredEvent};
+use catena_service::{List, ProfileInfo, RunFeedback, RunView, SessionRuns, StartRun, StartedRun};
+use catena_store::{Feedback, SessionInfo, StoredEvent};
 use futures_util::StreamExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+/// A queued run, with where its events are (for clients of the HTTP API; the UI builds the
+/// address itself).
+#[derive(Serialize)]
+struct QueuedRun {
+    #[serde(flatten)]
+    run: StartedRun,
+    events_url: String,
+}
 
 pub async fn start_run(
     State(app): State<Arc<AppState>>,
     ApiJson(start): ApiJson<StartRun>,
 ) -> Result<Response, ApiError> {
     let run = app.catena.start_run(start).await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({
-            "id": run.id,
-            "session_id": run.session_id,
-            "status": run.status,
-            "events_url": format!("/v1/agent/runs/{}/events", run.id),
-        })),
-    )
-        .into_response())
+    let events_url = format!("/v1/agent/runs/{}/events", run.id);
+    Ok((StatusCode::ACCEPTED, Json(QueuedRun { run, events_url })).into_response())
 }
 
 pub async fn get_run(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunView>, ApiError> {
     Ok(Json(app.catena.run(&id).await?))
 }
 
@@ -107,7 +108,7 @@ pub async fn feedback(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<FeedbackBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunFeedback>, ApiError> {
     Ok(Json(
         app.catena
             .feedback(&id, body.rating, body.note.as_deref())
@@ -124,7 +125,7 @@ pub struct SessionsQuery {
 pub async fn list_sessions(
     State(app): State<Arc<AppState>>,
     Query(query): Query<SessionsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<List<SessionInfo>>, ApiError> {
     Ok(Json(
         app.catena
             .sessions(query.search.as_deref(), query.limit)
@@ -135,7 +136,7 @@ pub async fn list_sessions(
 pub async fn get_session(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionRuns>, ApiError> {
     Ok(Json(app.catena.session(&id).await?))
 }
 
@@ -174,6 +175,6 @@ pub async fn export(
         .into_response())
 }
 
-pub async fn profiles(State(app): State<Arc<AppState>>) -> Json<Value> {
+pub async fn profiles(State(app): State<Arc<AppState>>) -> Json<List<ProfileInfo>> {
     Json(app.catena.profiles())
 }

@@ -10,7 +10,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use catena_engine_api::ChatMessage;
 use catena_engine_api::SamplingParams;
-use catena_service::{ChatEvent, ChatJob, ChatUsage};
+use catena_service::{ChatEvent, ChatJob, ChatUsage, FinishReason};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -217,21 +217,13 @@ pub async fn chat_completions(
     let checked = check(&request)?;
     let (tx, rx) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
-    let options = json!({
-        "messages": checked.messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
-        "temperature": checked.sampling.temperature,
-        "top_p": checked.sampling.top_p,
-        "seed": checked.sampling.seed,
-        "max_tokens": request.max_completion_tokens.or(request.max_tokens),
-        "stop": checked.stops,
-        "stream": request.stream,
-    });
     app.catena.chat(ChatJob {
         messages: checked.messages,
         sampling: checked.sampling,
         max_tokens: checked.max_tokens,
         stops: checked.stops.clone(),
-        options,
+        requested_max_tokens: request.max_completion_tokens.or(request.max_tokens),
+        stream: request.stream,
         reply: tx,
         cancel: cancel.clone(),
     })?;
@@ -309,7 +301,7 @@ fn chat_stream(
     include_usage: bool,
     guard: CancelOnDrop,
 ) -> impl futures_util::Stream<Item = Result<Event, Infallible>> {
-    let chunk = move |delta: Value, finish: Option<&str>| {
+    let chunk = move |delta: Value, finish: Option<FinishReason>| {
         json!({
             "id": id,
             "object": "chat.completion.chunk",

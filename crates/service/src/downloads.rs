@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Where one download stands.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum DownloadState {
     Running,
@@ -32,7 +32,7 @@ impl DownloadState {
 }
 
 /// One download or import, as the UI shows it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, ts_rs::TS)]
 pub struct DownloadStatus {
     /// The catalog reference it was started with (or the imported model's name).
     pub id: String,

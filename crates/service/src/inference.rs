@@ -59,8 +59,11 @@ pub struct ChatJob {
     pub sampling: SamplingParams,
     pub max_tokens: usize,
     pub stops: Vec<String>,
-    /// The request as given, kept with the stored run.
-    pub options: serde_json::Value,
+    /// The `max_tokens` the request gave (none: until the context is full), kept with the stored
+    /// run.
+    pub requested_max_tokens: Option<u32>,
+    /// Whether the reply is streamed, kept with the stored run.
+    pub stream: bool,
     pub reply: mpsc::UnboundedSender<ChatEvent>,
     pub cancel: CancelFlag,
 }
@@ -71,13 +74,47 @@ pub enum ChatEvent {
     /// Generated text (possibly ending in a stop sequence, which the HTTP layer strips).
     Text(String),
     Done {
-        /// `stop` or `length`.
-        finish_reason: &'static str,
+        finish_reason: FinishReason,
         /// Whether a stop sequence ended the reply (it is then at the end of the text).
         stopped_by_string: bool,
         usage: ChatUsage,
     },
     Failed(String),
+}
+
+/// Why a chat completion ended, in OpenAI's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model ended its turn, a stop sequence matched, or the client went away.
+    Stop,
+    /// A limit ended it: `max_tokens`, the context or a deadline.
+    Length,
+}
+
+impl From<&GenerationStop> for FinishReason {
+    fn from(stop: &GenerationStop) -> FinishReason {
+        match stop {
+            GenerationStop::StopString { .. }
+            | GenerationStop::EndOfTurn
+            | GenerationStop::Cancelled => FinishReason::Stop,
+            GenerationStop::MaxTokens | GenerationStop::ContextFull | GenerationStop::Deadline => {
+                FinishReason::Length
+            }
+        }
+    }
+}
+
+/// What a chat completion's stored run keeps of its request.
+#[derive(serde::Serialize)]
+struct ChatRunOptions<'a> {
+    messages: &'a [ChatMessage],
+    temperature: f32,
+    top_p: f32,
+    seed: u32,
+    max_tokens: Option<u32>,
+    stop: &'a [String],
+    stream: bool,
 }
 
 /// Token counts of a chat completion.
@@ -387,15 +424,9 @@ impl Worker {
             cached_tokens: opened.cached,
             completion_tokens: generation.tokens,
         };
-        let (finish_reason, stopped_by_string) = match generation.stop {
-            GenerationStop::StopString { .. } => ("stop", true),
-            GenerationStop::EndOfTurn | GenerationStop::Cancelled => ("stop", false),
-            GenerationStop::MaxTokens | GenerationStop::ContextFull | GenerationStop::Deadline => {
-                ("length", false)
-            }
-        };
+        let stopped_by_string = matches!(generation.stop, GenerationStop::StopString { .. });
         let _ = job.reply.send(ChatEvent::Done {
-            finish_reason,
+            finish_reason: FinishReason::from(&generation.stop),
             stopped_by_string,
             usage,
         });
@@ -506,6 +537,17 @@ impl JobContext {
             .iter()
             .find(|m| m.role == "system")
             .map_or("", |m| m.content.as_str());
+        let options = ChatRunOptions {
+            messages: &job.messages,
+            temperature: job.sampling.temperature,
+            top_p: job.sampling.top_p,
+            seed: job.sampling.seed,
+            max_tokens: job.requested_max_tokens,
+            stop: &job.stops,
+            stream: job.stream,
+        };
+        // Text and numbers only: serialising cannot fail (a NaN would be stored as null).
+        let options = serde_json::to_value(options).unwrap_or_default();
         let run = NewRun {
             session: conversation.as_deref(),
             kind: RunKind::Chat,
@@ -513,7 +555,7 @@ impl JobContext {
             profile: None,
             model: &self.model_id(),
             adapter: None,
-            options: job.options.clone(),
+            options,
             system_prompt: system,
             user_prompt: last_user,
         };

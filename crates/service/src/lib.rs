@@ -3,20 +3,27 @@
 //! sessions, list models, report health. `catena serve` maps these onto HTTP (catena-server), the
 //! desktop app onto Tauri commands and channels; neither adds behaviour of its own.
 
+mod contract;
 mod downloads;
 mod error;
 mod inference;
 mod live;
 mod tool_status;
 mod training;
+#[cfg(test)]
+mod typescript;
 mod web;
 
-pub use downloads::DownloadStatus;
+pub use contract::{
+    DataFile, Health, LibraryModels, List, ProfileInfo, RunFeedback, RunView, ServedModel, Serving,
+    SessionRuns, StartedRun, StartedStatus, TrainingData, WorkerHealth,
+};
+pub use downloads::{DownloadState, DownloadStatus};
 pub use error::{ErrorKind, ServiceError};
-pub use inference::{ChatEvent, ChatJob, ChatUsage, InferenceConfig};
+pub use inference::{ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig};
 pub use tool_status::{
-    KeyState, ToolStatus, WebSettingsUpdate, WebSettingsView, tool_status, update_web_settings,
-    web_settings_view,
+    KeyName, KeyState, KeyStates, ToolStatus, WebSettingsUpdate, WebSettingsView, tool_status,
+    update_web_settings, web_settings_view,
 };
 pub use training::{StartTraining, TrainingStatus};
 pub use web::{WebToolsError, add_web_tools, web_settings};
@@ -29,14 +36,15 @@ use catena_agent::Budgets;
 use catena_engine_api::{EngineError, SamplingParams};
 use catena_protocol::Profile;
 use catena_store::{
-    ExportFormat, Feedback, FeedbackFilter, NewRun, RunEnd, RunKind, Store, StoredEvent,
+    ExportFormat, Feedback, FeedbackFilter, NewRun, RunEnd, RunKind, SessionInfo, Store,
+    StoredEvent,
 };
 use futures_util::Stream;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::broadcast::error::RecvError;
+use ts_rs::TS;
 
 /// Tokens a run may generate when the request does not say.
 const DEFAULT_MAX_TOKENS: usize = 8192;
@@ -53,7 +61,8 @@ pub struct Service {
 }
 
 /// A run to start.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, TS)]
+#[ts(rename = "RunOptions", optional_fields)]
 pub struct StartRun {
     pub task: String,
     #[serde(default)]
@@ -73,12 +82,17 @@ pub struct StartRun {
     pub seed: Option<u32>,
 }
 
-/// A run that was queued.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct StartedRun {
-    pub id: String,
-    pub session_id: String,
-    pub status: &'static str,
+/// The settings an agent run was started with, kept with its stored record.
+#[derive(Serialize)]
+struct AgentRunOptions<'a> {
+    temperature: f32,
+    top_p: f32,
+    top_k: i32,
+    seed: u32,
+    max_tool_calls: u32,
+    max_tokens: usize,
+    max_time: Option<f64>,
+    prefill: Option<&'a str>,
 }
 
 /// An export, ready to be saved.
@@ -131,46 +145,45 @@ impl Service {
     }
 
     /// The model, the queue and the worker process.
-    pub fn health(&self) -> Value {
+    pub fn health(&self) -> Health {
         let serving = self.inference.serving();
-        json!({
-            "status": "ok",
-            "model": serving.model_id,
-            "architecture": serving.info.architecture,
-            "adapter": serving.adapter,
-            "version": env!("CARGO_PKG_VERSION"),
-            "uptime_s": self.started.elapsed().as_secs(),
-            "in_flight": self.inference.in_flight(),
-            "queue_limit": self.inference.queue_limit(),
-            "live_runs": self.live.count(),
-            "worker": {
-                "pid": self.inference.worker.pid(),
-                "alive": self.inference.worker.alive(),
-                "restarts": self.inference.worker.restarts(),
+        let worker = &self.inference.worker;
+        Health::Ok(Serving {
+            model: serving.model_id,
+            architecture: serving.info.architecture,
+            adapter: serving.adapter,
+            version: env!("CARGO_PKG_VERSION"),
+            uptime_s: self.started.elapsed().as_secs(),
+            in_flight: self.inference.in_flight(),
+            queue_limit: self.inference.queue_limit(),
+            live_runs: self.live.count(),
+            worker: WorkerHealth {
+                pid: worker.pid(),
+                alive: worker.alive(),
+                restarts: worker.restarts(),
             },
         })
     }
 
     /// The built-in prompt profiles.
-    pub fn profiles(&self) -> Value {
-        let list: Vec<Value> = Profile::builtin_names()
-            .filter_map(|name| Profile::builtin(name).ok())
-            .map(|p| {
-                json!({
-                    "name": p.name,
-                    "description": p.description,
-                    "tools": p.tools,
-                    "max_tool_calls": p.max_tool_calls,
+    pub fn profiles(&self) -> List<ProfileInfo> {
+        List::of(
+            Profile::builtin_names()
+                .filter_map(|name| Profile::builtin(name).ok())
+                .map(|p| ProfileInfo {
+                    name: p.name,
+                    description: p.description,
+                    tools: p.tools,
+                    max_tool_calls: p.max_tool_calls,
                 })
-            })
-            .collect();
-        json!({"object": "list", "data": list})
+                .collect(),
+        )
     }
 
     /// Each action tool with whether something answers it on this machine, as a run started
     /// now would have it. Reads files: call it off the async threads.
-    pub fn tools(&self) -> Value {
-        json!({"object": "list", "data": tool_status(&self.paths)})
+    pub fn tools(&self) -> List<ToolStatus> {
+        List::of(tool_status(&self.paths))
     }
 
     /// The `[web]` settings without their keys. Reads files.
@@ -188,15 +201,14 @@ impl Service {
 
     /// The models on this machine and in the catalog, the served one marked. Reads files: call
     /// it off the async threads.
-    pub fn library_models(&self) -> Result<Value, ServiceError> {
+    pub fn library_models(&self) -> Result<LibraryModels, ServiceError> {
         let catalog = catena_hub::catalog::Catalog::load(&self.paths)
             .map_err(|e| ServiceError::internal(e.to_string()))?;
-        let rows = catena_hub::listing::rows(&catalog, &self.paths);
-        Ok(json!({
-            "object": "list",
-            "serving": self.inference.serving().info.path,
-            "data": rows,
-        }))
+        Ok(LibraryModels {
+            object: "list",
+            serving: self.inference.serving().info.path,
+            data: catena_hub::listing::rows(&catalog, &self.paths),
+        })
     }
 
     /// Starts downloading catalog model `reference` in the background (needs a Tokio runtime);
@@ -222,7 +234,7 @@ impl Service {
     }
 
     /// The files a training run may read (the exports folder's).
-    pub fn training_data(&self) -> Result<Value, ServiceError> {
+    pub fn training_data(&self) -> Result<TrainingData, ServiceError> {
         self.training.data_files()
     }
 
@@ -232,8 +244,8 @@ impl Service {
     }
 
     /// The training runs this process started, newest first.
-    pub fn training_runs(&self) -> Value {
-        json!({"object": "list", "data": self.training.list()})
+    pub fn training_runs(&self) -> List<TrainingStatus> {
+        List::of(self.training.list())
     }
 
     /// Stops a training run after its current step, with a checkpoint.
@@ -242,15 +254,15 @@ impl Service {
     }
 
     /// The downloads this process started, with their progress.
-    pub fn downloads(&self) -> Value {
-        json!({"object": "list", "data": self.downloads.list()})
+    pub fn downloads(&self) -> List<DownloadStatus> {
+        List::of(self.downloads.list())
     }
 
     /// Serves another installed model (a catalog id or a downloaded file's name, never a path:
     /// a request must not make the server open arbitrary files) from now on: after the requests
     /// queued before this one, the worker loads it in place of the current model. When it cannot
     /// load, the current model is loaded again and the error says why.
-    pub async fn serve_model(&self, reference: &str) -> Result<Value, ServiceError> {
+    pub async fn serve_model(&self, reference: &str) -> Result<ServedModel, ServiceError> {
         let paths = self.paths.clone();
         let wanted = reference.trim().to_string();
         let model_path = tokio::task::spawn_blocking(move || {
@@ -268,11 +280,11 @@ impl Service {
             .map_err(|e| {
                 ServiceError::invalid(format!("The model could not be loaded: {e}")).param("id")
             })?;
-        Ok(json!({
-            "model": serving.model_id,
-            "architecture": serving.info.architecture,
-            "path": serving.info.path,
-        }))
+        Ok(ServedModel {
+            model: serving.model_id,
+            architecture: serving.info.architecture,
+            path: serving.info.path,
+        })
     }
 
     /// Runs `call` with the store on Tokio's blocking pool: SQLite waits on the disk and on its
@@ -328,16 +340,17 @@ impl Service {
             max_time,
         };
         let user_prompt = profile.user_message(&task);
-        let options = json!({
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k,
-            "seed": sampling.seed,
-            "max_tool_calls": budgets.max_tool_calls,
-            "max_tokens": budgets.max_tokens,
-            "max_time": start.max_time,
-            "prefill": start.prefill,
-        });
+        let options = serde_json::to_value(AgentRunOptions {
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            top_k: sampling.top_k,
+            seed: sampling.seed,
+            max_tool_calls: budgets.max_tool_calls,
+            max_tokens: budgets.max_tokens,
+            max_time: start.max_time,
+            prefill: start.prefill.as_deref(),
+        })
+        .map_err(|e| ServiceError::internal(format!("recording the run's options: {e}")))?;
         let model = self.inference.model_id();
         let (name, system, user) = (
             profile.name.clone(),
@@ -390,19 +403,18 @@ impl Service {
         Ok(StartedRun {
             id: run_id,
             session_id: run.session_id,
-            status: "queued",
+            status: StartedStatus::Queued,
         })
     }
 
     /// A run as stored, with whether it is still live.
-    pub async fn run(&self, id: &str) -> Result<Value, ServiceError> {
+    pub async fn run(&self, id: &str) -> Result<RunView, ServiceError> {
         let id = id.to_string();
         self.with_store(move |store, live| {
-            let run = store.run(&id)?;
-            let mut value =
-                serde_json::to_value(run).map_err(|e| ServiceError::internal(e.to_string()))?;
-            value["live"] = json!(live.is_live(&id));
-            Ok(value)
+            Ok(RunView {
+                run: store.run(&id)?,
+                live: live.is_live(&id),
+            })
         })
         .await
     }
@@ -489,12 +501,16 @@ impl Service {
         id: &str,
         rating: Option<Feedback>,
         note: Option<&str>,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<RunFeedback, ServiceError> {
         let (id, note) = (id.to_string(), note.map(str::to_string));
         self.with_store(move |store, _| {
             store.set_feedback(&id, rating, note.as_deref())?;
             let run = store.run(&id)?;
-            Ok(json!({"id": id, "feedback": run.feedback, "feedback_note": run.feedback_note}))
+            Ok(RunFeedback {
+                id,
+                feedback: run.feedback,
+                feedback_note: run.feedback_note,
+            })
         })
         .await
     }
@@ -504,22 +520,21 @@ impl Service {
         &self,
         search: Option<&str>,
         limit: Option<usize>,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<List<SessionInfo>, ServiceError> {
         let search = search.filter(|s| !s.trim().is_empty()).map(str::to_string);
         let limit = limit.unwrap_or(100).min(1000);
         self.with_store(move |store, _| {
-            let sessions = store.list_sessions(search.as_deref(), limit)?;
-            Ok(json!({"object": "list", "data": sessions}))
+            Ok(List::of(store.list_sessions(search.as_deref(), limit)?))
         })
         .await
     }
 
     /// A session's runs, oldest first.
-    pub async fn session(&self, id: &str) -> Result<Value, ServiceError> {
+    pub async fn session(&self, id: &str) -> Result<SessionRuns, ServiceError> {
         let id = id.to_string();
         self.with_store(move |store, _| {
             let runs = store.session_runs(&id)?;
-            Ok(json!({"id": id, "runs": runs}))
+            Ok(SessionRuns { id, runs })
         })
         .await
     }

@@ -14,12 +14,13 @@ use catena_web::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use ts_rs::TS;
 
 /// Whether a tool call gets a real answer here, and from what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
 pub struct ToolStatus {
     /// The tag a model writes (`web_search`).
-    pub tool: &'static str,
+    pub tool: Tag,
     pub ready: bool,
     /// What answers it, or what to do so something does.
     pub detail: String,
@@ -29,7 +30,7 @@ pub struct ToolStatus {
 pub fn tool_status(paths: &Paths) -> Vec<ToolStatus> {
     let indexes = catena_search::list(&paths.indexes_dir());
     let status = |tag: Tag, ready: bool, detail: String| ToolStatus {
-        tool: tag.name(),
+        tool: tag,
         ready,
         detail,
     };
@@ -142,7 +143,8 @@ fn choose_hint(indexes: &[IndexInfo], kind: IndexKind) -> String {
 }
 
 /// The `[web]` settings as the UI shows them: every key is left out, only whether it is set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
+#[ts(rename = "WebSettings")]
 pub struct WebSettingsView {
     pub search: String,
     pub index: Option<String>,
@@ -151,24 +153,86 @@ pub struct WebSettingsView {
     pub summarizer_url: Option<String>,
     pub summarizer_model: Option<String>,
     pub page_timeout: Option<u64>,
-    /// Per key (`serper`, `brave`, `tavily`, `summarizer`): whether the settings file holds one
-    /// and whether the environment sets one (which comes first).
-    pub keys: BTreeMap<&'static str, KeyState>,
+    /// Per key: whether the settings file holds one and whether the environment sets one (which
+    /// comes first).
+    pub keys: KeyStates,
     /// The document indexes there are to choose from.
     pub document_indexes: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, TS)]
 pub struct KeyState {
     pub in_settings: bool,
     pub in_environment: bool,
 }
 
+/// The state of every key the `[web]` settings can hold, one field per [`KeyName`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, TS)]
+pub struct KeyStates {
+    pub serper: KeyState,
+    pub brave: KeyState,
+    pub tavily: KeyState,
+    pub summarizer: KeyState,
+}
+
+/// The API keys the `[web]` settings hold: the three search services' and the summariser's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyName {
+    Serper,
+    Brave,
+    Tavily,
+    Summarizer,
+}
+
+impl KeyName {
+    const ALL: [KeyName; 4] = [
+        KeyName::Serper,
+        KeyName::Brave,
+        KeyName::Tavily,
+        KeyName::Summarizer,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            KeyName::Serper => "serper",
+            KeyName::Brave => "brave",
+            KeyName::Tavily => "tavily",
+            KeyName::Summarizer => "summarizer",
+        }
+    }
+
+    fn parse(name: &str) -> Option<KeyName> {
+        KeyName::ALL.into_iter().find(|key| key.as_str() == name)
+    }
+
+    /// The variable of the environment that sets this key (and comes before the settings file).
+    fn env_var(self) -> &'static str {
+        match self {
+            KeyName::Serper => SearchService::Serper.env_var(),
+            KeyName::Brave => SearchService::Brave.env_var(),
+            KeyName::Tavily => SearchService::Tavily.env_var(),
+            KeyName::Summarizer => SUMMARIZER_KEY_ENV,
+        }
+    }
+
+    /// Where `settings` keeps this key.
+    fn slot(self, settings: &mut WebSettings) -> &mut Option<ApiKey> {
+        match self {
+            KeyName::Serper => &mut settings.serper_key,
+            KeyName::Brave => &mut settings.brave_key,
+            KeyName::Tavily => &mut settings.tavily_key,
+            KeyName::Summarizer => &mut settings.summarizer_key,
+        }
+    }
+}
+
 /// A change to the `[web]` settings from the UI. Fields left out keep their value; `keys` maps
 /// a key's name to its new value, an empty one removing it. Keys are written to the settings
 /// file (the owner's only) and never sent back.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
+#[ts(optional_fields)]
 pub struct WebSettingsUpdate {
     pub search: Option<String>,
     /// An empty name: the only index there is.
@@ -178,29 +242,11 @@ pub struct WebSettingsUpdate {
     pub summarizer_url: Option<String>,
     pub summarizer_model: Option<String>,
     pub page_timeout: Option<u64>,
+    // Read by name, not as `KeyName`, so that an unknown name gets an error listing the known
+    // ones; the UI's type is `KeyName`'s.
     #[serde(default)]
+    #[ts(as = "Option<BTreeMap<KeyName, String>>")]
     pub keys: BTreeMap<String, String>,
-}
-
-const KEY_NAMES: [&str; 4] = ["serper", "brave", "tavily", "summarizer"];
-
-fn key_slot<'s>(settings: &'s mut WebSettings, name: &str) -> Option<&'s mut Option<ApiKey>> {
-    match name {
-        "serper" => Some(&mut settings.serper_key),
-        "brave" => Some(&mut settings.brave_key),
-        "tavily" => Some(&mut settings.tavily_key),
-        "summarizer" => Some(&mut settings.summarizer_key),
-        _ => None,
-    }
-}
-
-fn key_env(name: &str) -> &'static str {
-    match name {
-        "serper" => SearchService::Serper.env_var(),
-        "brave" => SearchService::Brave.env_var(),
-        "tavily" => SearchService::Tavily.env_var(),
-        _ => SUMMARIZER_KEY_ENV,
-    }
 }
 
 /// Whether the environment sets the key in `var`.
@@ -231,20 +277,16 @@ fn capitalised(text: &str) -> String {
 /// The `[web]` settings for the UI.
 pub fn web_settings_view(paths: &Paths) -> Result<WebSettingsView, ServiceError> {
     let mut settings = web_settings(paths).map_err(|e| ServiceError::internal(e.to_string()))?;
-    let keys = KEY_NAMES
-        .iter()
-        .map(|&name| {
-            let in_settings = key_slot(&mut settings, name).is_some_and(|k| k.is_some());
-            let in_environment = env_key(key_env(name));
-            (
-                name,
-                KeyState {
-                    in_settings,
-                    in_environment,
-                },
-            )
-        })
-        .collect();
+    let mut state = |name: KeyName| KeyState {
+        in_settings: name.slot(&mut settings).is_some(),
+        in_environment: env_key(name.env_var()),
+    };
+    let keys = KeyStates {
+        serper: state(KeyName::Serper),
+        brave: state(KeyName::Brave),
+        tavily: state(KeyName::Tavily),
+        summarizer: state(KeyName::Summarizer),
+    };
     let document_indexes = catena_search::list(&paths.indexes_dir())
         .into_iter()
         .filter(|i| i.kind == IndexKind::Documents)
@@ -327,12 +369,12 @@ pub fn update_web_settings(
         settings.page_timeout = (timeout > 0).then_some(timeout);
     }
     for (name, value) in update.keys {
-        let slot = key_slot(&mut settings, &name).ok_or_else(|| {
+        let key = KeyName::parse(&name).ok_or_else(|| {
             ServiceError::invalid(format!(
                 "Unknown key `{name}`: the keys are serper, brave, tavily and summarizer."
             ))
         })?;
-        *slot = ApiKey::new(value);
+        *key.slot(&mut settings) = ApiKey::new(value);
     }
     save_settings_section(paths, "web", &settings)
         .map_err(|e| ServiceError::internal(e.to_string()))?;
@@ -355,19 +397,25 @@ mod tests {
         };
         let view = update_web_settings(&paths, update).unwrap();
         assert_eq!(view.search, "serper");
-        assert!(view.keys["serper"].in_settings);
+        assert!(view.keys.serper.in_settings);
         assert!(!serde_json::to_string(&view).unwrap().contains("sk-secret"));
         let file = std::fs::read_to_string(settings_path(&paths)).unwrap();
         assert!(file.contains("sk-secret"), "{file}");
         // The key works for the backend; removing it is an empty value.
         let statuses = tool_status(&paths);
-        let web = statuses.iter().find(|s| s.tool == "web_search").unwrap();
+        let web = statuses.iter().find(|s| s.tool == Tag::WebSearch).unwrap();
         assert!(web.ready && web.detail.contains("Serper"), "{web:?}");
         let removed = WebSettingsUpdate {
             keys: [("serper".to_string(), String::new())].into(),
             ..Default::default()
         };
-        assert!(!update_web_settings(&paths, removed).unwrap().keys["serper"].in_settings);
+        assert!(
+            !update_web_settings(&paths, removed)
+                .unwrap()
+                .keys
+                .serper
+                .in_settings
+        );
         for bad in [
             WebSettingsUpdate {
                 search: Some("google".into()),
@@ -421,7 +469,7 @@ mod tests {
             serde_json::json!({"summarizer_url": "http://127.0.0.1:9999/v1"}),
         )
         .unwrap();
-        assert!(!view.keys["summarizer"].in_settings);
+        assert!(!view.keys.summarizer.in_settings);
         let file = std::fs::read_to_string(settings_path(&paths)).unwrap();
         assert!(!file.contains("sk-bound"), "{file}");
         // A new address with a new key in the same request keeps the new key.
@@ -548,7 +596,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let paths = Paths::at(dir.path(), dir.path());
         let statuses = tool_status(&paths);
-        let by_tool = |tool: &str| statuses.iter().find(|s| s.tool == tool).unwrap().clone();
+        let by_tool = |tool: &str| {
+            statuses
+                .iter()
+                .find(|s| s.tool.name() == tool)
+                .unwrap()
+                .clone()
+        };
         assert!(by_tool("code").ready);
         let web = by_tool("web_search");
         assert!(

@@ -4,15 +4,16 @@
 //! step with a checkpoint (the same command started again resumes it).
 
 use crate::ServiceError;
+use crate::contract::{DataFile, TrainingData};
 use catena_hub::config::Paths;
 use catena_train_events::{SftEvent, TrainingState};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use ts_rs::TS;
 
 /// Lines of the trainer's stderr kept to explain a failure.
 const STDERR_TAIL: usize = 20;
@@ -21,7 +22,8 @@ const STDERR_TAIL: usize = 20;
 ///
 /// A request names files, never paths: whoever can reach the server (a UI, a script, a page
 /// that got past the boundary) must not be able to make it read or write anywhere else.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, TS)]
+#[ts(rename = "TrainingRequest", optional_fields)]
 pub struct StartTraining {
     /// The trajectories (our JSONL or the AFM alpaca JSON): a file name in the exports folder,
     /// `<data dir>/exports`.
@@ -48,7 +50,7 @@ pub struct StartTraining {
 }
 
 /// A training run as the UI sees it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct TrainingStatus {
     pub id: String,
     pub status: TrainingState,
@@ -297,7 +299,7 @@ impl Training {
 
     /// The training data a run may use: the files of the exports folder (created when missing,
     /// so the user can find it), by name.
-    pub fn data_files(&self) -> Result<Value, ServiceError> {
+    pub fn data_files(&self) -> Result<TrainingData, ServiceError> {
         let folder = self.paths.exports_dir();
         let cannot = |e: std::io::Error| {
             ServiceError::internal(format!(
@@ -314,11 +316,17 @@ impl Training {
                 continue;
             };
             if meta.is_file() && plain_name(&name, "data").is_ok() {
-                files.push(serde_json::json!({"name": name, "bytes": meta.len()}));
+                files.push(DataFile {
+                    name,
+                    bytes: meta.len(),
+                });
             }
         }
-        files.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        Ok(serde_json::json!({"folder": folder, "data": files}))
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(TrainingData {
+            folder,
+            data: files,
+        })
     }
 
     /// One run, with its events from index `from` on.

@@ -53,6 +53,7 @@ pub enum StoreError {
 
 /// What kind of run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum RunKind {
     /// A Chain-of-Agents run (`catena run`, the agent API).
@@ -63,6 +64,7 @@ pub enum RunKind {
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Running,
@@ -75,6 +77,7 @@ pub enum RunStatus {
 
 /// The user's verdict on a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum Feedback {
     Good,
@@ -121,6 +124,7 @@ pub struct NewRun<'a> {
 
 /// Token counts of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub generated_tokens: u64,
@@ -159,6 +163,7 @@ impl<'a> RunEnd<'a> {
 
 /// A stored run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct RunRecord {
     pub id: String,
     pub session_id: String,
@@ -185,6 +190,7 @@ pub struct RunRecord {
 
 /// A session in a list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct SessionInfo {
     pub id: String,
     pub title: String,

@@ -1,8 +1,8 @@
 //! The contract between `catena train sft --json` (a child process) and whoever started it (the
 //! service behind the server and the desktop app): the progress events, one JSON object per line
 //! on stdout, and the exit code that means "stopped on request, resumable". Both sides use these
-//! types, so a change to one is a change to both; the UI's `TrainingEvent` in
-//! `ui/src/lib/types.ts` mirrors [`SftEvent`].
+//! types, so a change to one is a change to both; the UI's `SftEvent` is generated from this one
+//! (feature `ts`, written to `ui/src/lib/generated` by catena-service's drift test).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -13,6 +13,7 @@ pub const STOPPED_EXIT_CODE: u8 = 130;
 
 /// What the SFT loop reports as it goes: the CLI draws a bar from these or prints them as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SftEvent {
     Prepared {
@@ -62,6 +63,7 @@ pub enum SftEvent {
 
 /// A sample left out of training, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct Rejected {
     pub origin: String,
     pub reason: String,
@@ -69,6 +71,7 @@ pub struct Rejected {
 
 /// Where a training run started from a UI stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum TrainingState {
     Running,

@@ -3,7 +3,7 @@
 import { currentToken } from './credential';
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { RunEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 type Fetch = typeof fetch;
 
@@ -43,15 +43,15 @@ export class HttpTransport implements Transport {
   }
 
   async profiles(): Promise<Profile[]> {
-    return (await this.request<{ data: Profile[] }>('/v1/profiles')).data;
+    return (await this.request<List<Profile>>('/v1/profiles')).data;
   }
 
   async models(): Promise<ModelRow[]> {
-    return (await this.request<{ data: ModelRow[] }>('/v1/library/models')).data;
+    return (await this.request<LibraryModels>('/v1/library/models')).data;
   }
 
   async tools(): Promise<ToolStatus[]> {
-    return (await this.request<{ data: ToolStatus[] }>('/v1/tools')).data;
+    return (await this.request<List<ToolStatus>>('/v1/tools')).data;
   }
 
   webSettings(): Promise<WebSettings> {
@@ -71,10 +71,10 @@ export class HttpTransport implements Transport {
   }
 
   async downloads(): Promise<DownloadStatus[]> {
-    return (await this.request<{ data: DownloadStatus[] }>('/v1/library/downloads')).data;
+    return (await this.request<List<DownloadStatus>>('/v1/library/downloads')).data;
   }
 
-  serveModel(id: string): Promise<{ model: string }> {
+  serveModel(id: string): Promise<ServedModel> {
     return this.post('/v1/library/models/serve', { id });
   }
 
@@ -91,7 +91,7 @@ export class HttpTransport implements Transport {
   }
 
   async trainingRuns(): Promise<TrainingStatus[]> {
-    return (await this.request<{ data: TrainingStatus[] }>('/v1/train/runs')).data;
+    return (await this.request<List<TrainingStatus>>('/v1/train/runs')).data;
   }
 
   trainingRun(id: string, from: number): Promise<TrainingStatus> {
@@ -121,9 +121,9 @@ export class HttpTransport implements Transport {
         const { value, done } = await reader.read();
         if (done) break;
         for (const message of parser.push(value)) {
-          let event: AgentEvent;
+          let event: RunEvent;
           try {
-            event = JSON.parse(message.data) as AgentEvent;
+            event = JSON.parse(message.data) as RunEvent;
           } catch {
             continue;
           }
@@ -146,12 +146,12 @@ export class HttpTransport implements Transport {
     await this.post(`/v1/agent/runs/${encodeURIComponent(runId)}/feedback`, { rating });
   }
 
-  async sessions(search?: string): Promise<SessionSummary[]> {
+  async sessions(search?: string): Promise<SessionInfo[]> {
     const query = search ? `?search=${encodeURIComponent(search)}` : '';
-    return (await this.request<{ data: SessionSummary[] }>(`/v1/sessions${query}`)).data;
+    return (await this.request<List<SessionInfo>>(`/v1/sessions${query}`)).data;
   }
 
-  session(id: string): Promise<{ id: string; runs: RunRecord[] }> {
+  session(id: string): Promise<SessionRuns> {
     return this.request(`/v1/sessions/${encodeURIComponent(id)}`);
   }
 

@@ -3,10 +3,10 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { RunEvent, DownloadStatus, Health, ImportRequest, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 /** One message of a followed run's channel. */
-export type FollowMessage = { seq: number; event: AgentEvent } | { end: true; error?: string };
+export type FollowMessage = { seq: number; event: RunEvent } | { end: true; error?: string };
 
 type Invoke = <T>(command: string, args?: Record<string, unknown>) => Promise<T>;
 
@@ -41,15 +41,15 @@ export class TauriTransport implements Transport {
   }
 
   async profiles(): Promise<Profile[]> {
-    return (await this.command<{ data: Profile[] }>('profiles')).data;
+    return (await this.command<List<Profile>>('profiles')).data;
   }
 
   async models(): Promise<ModelRow[]> {
-    return (await this.command<{ data: ModelRow[] }>('library_models')).data;
+    return (await this.command<LibraryModels>('library_models')).data;
   }
 
   async tools(): Promise<ToolStatus[]> {
-    return (await this.command<{ data: ToolStatus[] }>('tools')).data;
+    return (await this.command<List<ToolStatus>>('tools')).data;
   }
 
   webSettings(): Promise<WebSettings> {
@@ -65,14 +65,14 @@ export class TauriTransport implements Transport {
   }
 
   async downloads(): Promise<DownloadStatus[]> {
-    return (await this.command<{ data: DownloadStatus[] }>('downloads')).data;
+    return (await this.command<List<DownloadStatus>>('downloads')).data;
   }
 
   importFolder(request: ImportRequest): Promise<DownloadStatus> {
     return this.command('import_folder', { request });
   }
 
-  serveModel(id: string): Promise<{ model: string }> {
+  serveModel(id: string): Promise<ServedModel> {
     return this.command('serve_model', { id });
   }
 
@@ -85,7 +85,7 @@ export class TauriTransport implements Transport {
   }
 
   async trainingRuns(): Promise<TrainingStatus[]> {
-    return (await this.command<{ data: TrainingStatus[] }>('training_runs')).data;
+    return (await this.command<List<TrainingStatus>>('training_runs')).data;
   }
 
   trainingRun(id: string, from: number): Promise<TrainingStatus> {
@@ -143,11 +143,11 @@ export class TauriTransport implements Transport {
     await this.command('rate_run', { runId, rating });
   }
 
-  async sessions(search?: string): Promise<SessionSummary[]> {
-    return (await this.command<{ data: SessionSummary[] }>('sessions', { search: search ?? null })).data;
+  async sessions(search?: string): Promise<SessionInfo[]> {
+    return (await this.command<List<SessionInfo>>('sessions', { search: search ?? null })).data;
   }
 
-  session(id: string): Promise<{ id: string; runs: RunRecord[] }> {
+  session(id: string): Promise<SessionRuns> {
     return this.command('session', { id });
   }
 

@@ -1,7 +1,7 @@
 // Folds a run's event stream into the chain as the UI shows it: one item per block (plan, think,
 // code, reflection, verification, answer, ...), each tool call with its observation, and the end.
 
-import type { AgentEvent, Source } from './types';
+import type { RunEvent, Source } from './types';
 
 export type Item =
   | { kind: 'block'; tag: string; text: string; closed: boolean; open: boolean; source: Source }
@@ -11,8 +11,8 @@ export type Item =
 
 export interface Chain {
   items: Item[];
-  started?: Extract<AgentEvent, { type: 'run_started' }>;
-  summary?: Extract<AgentEvent, { type: 'summary' }>;
+  started?: Extract<RunEvent, { type: 'run_started' }>;
+  summary?: Extract<RunEvent, { type: 'summary' }>;
   error?: string;
   /** The id of the last event applied, for resuming the stream. */
   lastSeq: number;
@@ -23,7 +23,7 @@ export function emptyChain(): Chain {
 }
 
 /** Applies one event (events with a sequence number at or below `lastSeq` were seen already). */
-export function apply(chain: Chain, event: AgentEvent, seq: number | null): Chain {
+export function apply(chain: Chain, event: RunEvent, seq: number | null): Chain {
   if (seq !== null) {
     if (seq <= chain.lastSeq) return chain;
     chain.lastSeq = seq;

@@ -1,7 +1,7 @@
 // The training page's arithmetic: what the trainer's events say, and the loss curve as SVG
 // coordinates (drawn by the page, no chart library).
 
-import type { TrainingEvent } from './types';
+import type { SftEvent } from './types';
 
 export interface Point {
   step: number;
@@ -13,14 +13,14 @@ export interface Progress {
   evals: Point[];
   totalSteps: number | null;
   /** The last `step` event. */
-  last: Extract<TrainingEvent, { event: 'step' }> | null;
-  prepared: Extract<TrainingEvent, { event: 'prepared' }> | null;
-  finished: Extract<TrainingEvent, { event: 'finished' }> | null;
+  last: Extract<SftEvent, { event: 'step' }> | null;
+  prepared: Extract<SftEvent, { event: 'prepared' }> | null;
+  finished: Extract<SftEvent, { event: 'finished' }> | null;
   resumedAt: number | null;
 }
 
 /** Folds a run's events (in order) into what the page shows. */
-export function progressOf(events: TrainingEvent[]): Progress {
+export function progressOf(events: SftEvent[]): Progress {
   const p: Progress = { steps: [], evals: [], totalSteps: null, last: null, prepared: null, finished: null, resumedAt: null };
   for (const e of events) {
     switch (e.event) {

@@ -2,14 +2,14 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { AgentEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, RunRecord, SessionSummary, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { RunEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
 
 export interface EventHandlers {
   /** Every event, in order, with its sequence number. */
-  onEvent: (event: AgentEvent, seq: number | null) => void;
+  onEvent: (event: RunEvent, seq: number | null) => void;
   /** The stream ended (the run finished, failed or was cancelled, or the connection dropped). */
   onEnd: (error?: string) => void;
 }
@@ -35,14 +35,14 @@ export interface Transport {
    */
   importFolder?(request: ImportRequest): Promise<DownloadStatus>;
   /** Serves another installed model from now on (resolves once it is loaded). */
-  serveModel(id: string): Promise<{ model: string }>;
+  serveModel(id: string): Promise<ServedModel>;
   startRun(options: RunOptions): Promise<StartedRun>;
   /** Streams a run's events: stored ones first, then live ones until it ends. */
   runEvents(runId: string, handlers: EventHandlers, after?: number): Unsubscribe;
   cancelRun(runId: string): Promise<void>;
   rateRun(runId: string, rating: Rating): Promise<void>;
-  sessions(search?: string): Promise<SessionSummary[]>;
-  session(id: string): Promise<{ id: string; runs: RunRecord[] }>;
+  sessions(search?: string): Promise<SessionInfo[]>;
+  session(id: string): Promise<SessionRuns>;
   deleteSession(id: string): Promise<void>;
   /** Training data from rated runs, as a file the user can save (or has saved). */
   exportData(format: 'sft' | 'alpaca', feedback: 'good' | 'any'): Promise<ExportResult>;
