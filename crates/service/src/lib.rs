@@ -302,43 +302,12 @@ impl Service {
 
     /// Checks the request, records the run and queues it for the model.
     pub async fn start_run(&self, start: StartRun) -> Result<StartedRun, ServiceError> {
-        let task = start.task.trim().to_string();
-        if task.is_empty() {
-            return Err(ServiceError::invalid("`task` must not be empty.").param("task"));
-        }
-        let profile_name = start.profile.as_deref().unwrap_or("math");
-        let profile = Profile::builtin(profile_name)
-            .map_err(|e| ServiceError::invalid(e.to_string()).param("profile"))?;
-        let temperature = start.temperature.unwrap_or(0.6);
-        if !(0.0..=2.0).contains(&temperature) {
-            return Err(
-                ServiceError::invalid("`temperature` must be between 0 and 2.")
-                    .param("temperature"),
-            );
-        }
-        let max_time = match start.max_time.map(catena_protocol::units::positive_seconds) {
-            Some(Some(limit)) => Some(limit),
-            Some(None) => {
-                return Err(ServiceError::invalid(
-                    "`max_time` must be a positive number of seconds.",
-                )
-                .param("max_time"));
-            }
-            None => None,
-        };
-        let sampling = SamplingParams {
-            temperature,
-            top_p: start.top_p.unwrap_or(0.95),
-            top_k: start.top_k.unwrap_or(40),
-            seed: start
-                .seed
-                .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
-        };
-        let budgets = Budgets {
-            max_tool_calls: start.max_tool_calls.unwrap_or(profile.max_tool_calls),
-            max_tokens: start.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-            max_time,
-        };
+        let CheckedRun {
+            task,
+            profile,
+            sampling,
+            budgets,
+        } = CheckedRun::from_request(&start)?;
         let user_prompt = profile.user_message(&task);
         let options = serde_json::to_value(AgentRunOptions {
             temperature: sampling.temperature,
@@ -601,6 +570,62 @@ impl Service {
             bytes,
             content_type,
             file_name,
+        })
+    }
+}
+
+/// A run request's fields checked, with the defaults filled in.
+struct CheckedRun {
+    task: String,
+    profile: Profile,
+    sampling: SamplingParams,
+    budgets: Budgets,
+}
+
+impl CheckedRun {
+    fn from_request(start: &StartRun) -> Result<CheckedRun, ServiceError> {
+        let task = start.task.trim().to_string();
+        if task.is_empty() {
+            return Err(ServiceError::invalid("`task` must not be empty.").param("task"));
+        }
+        let profile_name = start.profile.as_deref().unwrap_or("math");
+        let profile = Profile::builtin(profile_name)
+            .map_err(|e| ServiceError::invalid(e.to_string()).param("profile"))?;
+        let temperature = start.temperature.unwrap_or(0.6);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(
+                ServiceError::invalid("`temperature` must be between 0 and 2.")
+                    .param("temperature"),
+            );
+        }
+        let max_time = match start.max_time.map(catena_protocol::units::positive_seconds) {
+            Some(Some(limit)) => Some(limit),
+            Some(None) => {
+                return Err(ServiceError::invalid(
+                    "`max_time` must be a positive number of seconds.",
+                )
+                .param("max_time"));
+            }
+            None => None,
+        };
+        let sampling = SamplingParams {
+            temperature,
+            top_p: start.top_p.unwrap_or(0.95),
+            top_k: start.top_k.unwrap_or(40),
+            seed: start
+                .seed
+                .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
+        };
+        let budgets = Budgets {
+            max_tool_calls: start.max_tool_calls.unwrap_or(profile.max_tool_calls),
+            max_tokens: start.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            max_time,
+        };
+        Ok(CheckedRun {
+            task,
+            profile,
+            sampling,
+            budgets,
         })
     }
 }

@@ -114,6 +114,90 @@ fn plain_name(name: &str, field: &'static str) -> Result<(), ServiceError> {
     }
 }
 
+/// A training request whose names were checked.
+struct CheckedRequest {
+    /// The data file's name in the exports folder.
+    name: String,
+    data: PathBuf,
+    /// The adapter's folder name, when the request gave one.
+    out_name: Option<String>,
+    base: PathBuf,
+}
+
+/// Follows a trainer child to its end: its progress events and messages into the run's state,
+/// then its exit as the run's status.
+async fn watch(run: Arc<Run>, mut child: tokio::process::Child) {
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    tokio::join!(read_progress(&run, stdout), read_messages(&run, stderr));
+    let exit = child.wait().await;
+    let mut state = run.state.lock();
+    match exit {
+        Ok(status) => {
+            state.status = TrainingState::from_exit_code(status.code());
+            if state.status == TrainingState::Failed {
+                let said = state.stderr.join("\n");
+                state.error = Some(if said.is_empty() {
+                    format!("the trainer exited with {status}")
+                } else {
+                    said
+                });
+            }
+        }
+        Err(e) => {
+            state.status = TrainingState::Failed;
+            state.error = Some(format!("lost the trainer: {e}"));
+        }
+    }
+}
+
+/// The trainer's progress lines. Read as bytes, so that no line (whatever its encoding) can end
+/// the reading early; what cannot be read is kept with the trainer's messages, which a failure
+/// shows.
+async fn read_progress(run: &Run, stdout: Option<tokio::process::ChildStdout>) {
+    let Some(stdout) = stdout else { return };
+    let mut lines = BufReader::new(stdout).split(b'\n');
+    loop {
+        match lines.next_segment().await {
+            Ok(Some(line)) => match serde_json::from_slice::<SftEvent>(&line) {
+                Ok(event) => run.state.lock().events.push(event),
+                Err(e) => run.state.lock().note(format!(
+                    "an unreadable progress line ({e}): {}",
+                    String::from_utf8_lossy(&line)
+                )),
+            },
+            Ok(None) => break,
+            Err(e) => {
+                run.state
+                    .lock()
+                    .note(format!("reading the trainer's progress failed: {e}"));
+                break;
+            }
+        }
+    }
+}
+
+/// The trainer's messages (its standard error), kept for a failure to show.
+async fn read_messages(run: &Run, stderr: Option<tokio::process::ChildStderr>) {
+    let Some(stderr) = stderr else { return };
+    let mut lines = BufReader::new(stderr).split(b'\n');
+    loop {
+        match lines.next_segment().await {
+            Ok(Some(line)) => run
+                .state
+                .lock()
+                .note(String::from_utf8_lossy(&line).into_owned()),
+            Ok(None) => break,
+            Err(e) => {
+                run.state
+                    .lock()
+                    .note(format!("reading the trainer's messages failed: {e}"));
+                break;
+            }
+        }
+    }
+}
+
 impl Training {
     /// Runs `program train sft ...` with Catena's folders under `paths`.
     pub fn new(program: PathBuf, paths: Paths) -> Training {
@@ -131,6 +215,55 @@ impl Training {
         request: StartTraining,
         served_model: &Path,
     ) -> Result<TrainingStatus, ServiceError> {
+        let checked = self.check(&request, served_model)?;
+        let mut runs = self.runs.lock();
+        if let Some(running) = runs
+            .iter()
+            .find(|r| r.state.lock().status == TrainingState::Running)
+        {
+            return Err(ServiceError::conflict(format!(
+                "training run {} is still running; stop it first",
+                running.id
+            )));
+        }
+        let id = format!("train-{}", uuid::Uuid::now_v7().simple());
+        let out = self
+            .paths
+            .adapters_dir()
+            .join(checked.out_name.as_deref().unwrap_or(&id));
+        let mut child = self
+            .command(&request, &checked, &out)
+            .spawn()
+            .map_err(|e| {
+                ServiceError::internal(format!(
+                    "could not start the trainer ({}): {e}",
+                    self.program.display()
+                ))
+            })?;
+        let run = Arc::new(Run {
+            id: id.clone(),
+            data: checked.name,
+            out: out.display().to_string(),
+            state: Mutex::new(State {
+                status: TrainingState::Running,
+                events: Vec::new(),
+                stderr: Vec::new(),
+                error: None,
+            }),
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        });
+        tokio::spawn(watch(run.clone(), child));
+        let status = status_of(&run, 0);
+        runs.push(run);
+        Ok(status)
+    }
+
+    /// The request's names checked (plain names, data that exists, an installed base model).
+    fn check(
+        &self,
+        request: &StartTraining,
+        served_model: &Path,
+    ) -> Result<CheckedRequest, ServiceError> {
         let name = request.data.trim();
         if name.is_empty() {
             return Err(ServiceError::invalid("`data` names no file").param("data"));
@@ -159,26 +292,29 @@ impl Training {
             }
             _ => served_model.to_path_buf(),
         };
-        let mut runs = self.runs.lock();
-        if let Some(running) = runs
-            .iter()
-            .find(|r| r.state.lock().status == TrainingState::Running)
-        {
-            return Err(ServiceError::conflict(format!(
-                "training run {} is still running; stop it first",
-                running.id
-            )));
-        }
-        let id = format!("train-{}", uuid::Uuid::now_v7().simple());
-        let out = self.paths.adapters_dir().join(out_name.unwrap_or(&id));
+        Ok(CheckedRequest {
+            name: name.to_string(),
+            data,
+            out_name: out_name.map(str::to_string),
+            base,
+        })
+    }
+
+    /// `catena train sft --json` for the request, with this server's folders.
+    fn command(
+        &self,
+        request: &StartTraining,
+        checked: &CheckedRequest,
+        out: &Path,
+    ) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.program);
         command
             .args(["train", "sft", "--json", "--data"])
-            .arg(&data)
+            .arg(&checked.data)
             .arg("--out")
-            .arg(&out)
+            .arg(out)
             .arg("--base")
-            .arg(&base)
+            .arg(&checked.base)
             // The folders this server uses, whatever the child's defaults would be.
             .env(catena_hub::config::DATA_DIR_ENV, &self.paths.data_dir)
             .env(catena_hub::config::CACHE_DIR_ENV, &self.paths.cache_dir)
@@ -202,99 +338,7 @@ impl Training {
                 command.args([flag, &value]);
             }
         }
-        let mut child = command.spawn().map_err(|e| {
-            ServiceError::internal(format!(
-                "could not start the trainer ({}): {e}",
-                self.program.display()
-            ))
-        })?;
-        let run = Arc::new(Run {
-            id: id.clone(),
-            data: name.to_string(),
-            out: out.display().to_string(),
-            state: Mutex::new(State {
-                status: TrainingState::Running,
-                events: Vec::new(),
-                stderr: Vec::new(),
-                error: None,
-            }),
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
-        });
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let watched = run.clone();
-        tokio::spawn(async move {
-            // Read as bytes, so that no line (whatever its encoding) can end the reading early;
-            // what cannot be read is kept with the trainer's messages, which a failure shows.
-            let lines = async {
-                if let Some(stdout) = stdout {
-                    let mut lines = BufReader::new(stdout).split(b'\n');
-                    loop {
-                        match lines.next_segment().await {
-                            Ok(Some(line)) => match serde_json::from_slice::<SftEvent>(&line) {
-                                Ok(event) => watched.state.lock().events.push(event),
-                                Err(e) => watched.state.lock().note(format!(
-                                    "an unreadable progress line ({e}): {}",
-                                    String::from_utf8_lossy(&line)
-                                )),
-                            },
-                            Ok(None) => break,
-                            Err(e) => {
-                                watched
-                                    .state
-                                    .lock()
-                                    .note(format!("reading the trainer's progress failed: {e}"));
-                                break;
-                            }
-                        }
-                    }
-                }
-            };
-            let errors = async {
-                if let Some(stderr) = stderr {
-                    let mut lines = BufReader::new(stderr).split(b'\n');
-                    loop {
-                        match lines.next_segment().await {
-                            Ok(Some(line)) => watched
-                                .state
-                                .lock()
-                                .note(String::from_utf8_lossy(&line).into_owned()),
-                            Ok(None) => break,
-                            Err(e) => {
-                                watched
-                                    .state
-                                    .lock()
-                                    .note(format!("reading the trainer's messages failed: {e}"));
-                                break;
-                            }
-                        }
-                    }
-                }
-            };
-            tokio::join!(lines, errors);
-            let exit = child.wait().await;
-            let mut state = watched.state.lock();
-            match exit {
-                Ok(status) => {
-                    state.status = TrainingState::from_exit_code(status.code());
-                    if state.status == TrainingState::Failed {
-                        let said = state.stderr.join("\n");
-                        state.error = Some(if said.is_empty() {
-                            format!("the trainer exited with {status}")
-                        } else {
-                            said
-                        });
-                    }
-                }
-                Err(e) => {
-                    state.status = TrainingState::Failed;
-                    state.error = Some(format!("lost the trainer: {e}"));
-                }
-            }
-        });
-        let status = status_of(&run, 0);
-        runs.push(run);
-        Ok(status)
+        command
     }
 
     /// The training data a run may use: the files of the exports folder (created when missing,
