@@ -330,17 +330,9 @@ pub fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Whether `name` can be a file name in the models folder: no separators, no leading dot.
-pub fn is_safe_file_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && !name.contains(['/', '\\', '\0'])
-        && name.len() <= 200
-}
-
 fn validate(entry: &CatalogEntry, origin: &str) -> Result<(), CatalogError> {
     let id = &entry.id;
-    let ok_id = catena_protocol::units::is_plain_name(id);
+    let ok_id = catena_protocol::names::is_plain_name(id);
     if !ok_id {
         return Err(invalid(
             origin,
@@ -364,7 +356,7 @@ fn validate(entry: &CatalogEntry, origin: &str) -> Result<(), CatalogError> {
                 ),
             ));
         }
-        if !is_safe_file_name(&file.file) {
+        if !catena_protocol::names::is_file_name(&file.file) {
             return Err(invalid(
                 origin,
                 id,

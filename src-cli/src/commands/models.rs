@@ -203,23 +203,19 @@ fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
 
 /// The name an import installs under: `--name`, or the folder's name made a plain file name.
 fn import_name(given: Option<&str>, dir: &Path, fallback: &str) -> Result<String> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    let is_plain = catena_protocol::units::is_plain_name;
+    use catena_protocol::names::{is_plain_name, plain_name_from};
     let name = match given {
         Some(name) => name.to_string(),
         None => dir
             .canonicalize()
             .ok()
-            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .map(|n| {
-                n.replace(|c| !plain(c), "-")
-                    .trim_start_matches('.')
-                    .to_string()
+            .and_then(|d| {
+                d.file_name()
+                    .and_then(|n| plain_name_from(&n.to_string_lossy()))
             })
-            .filter(|n| !n.is_empty())
             .unwrap_or_else(|| fallback.into()),
     };
-    if !is_plain(&name) {
+    if !is_plain_name(&name) {
         bail!("the name `{name}` must be letters, digits, `-`, `_` and `.`");
     }
     Ok(name)
@@ -664,7 +660,7 @@ fn remove(reference: &str, paths: &Paths) -> Result<ExitCode> {
             Some(q) => vec![entry.file(Some(q))?.file.clone()],
             None => entry.files.iter().map(|f| f.file.clone()).collect(),
         },
-        None if catalog::is_safe_file_name(reference) => vec![reference.to_string()],
+        None if catena_protocol::names::is_file_name(reference) => vec![reference.to_string()],
         None => bail!("`{reference}` is neither a catalog id nor a model file name"),
     };
     let mut removed = 0;

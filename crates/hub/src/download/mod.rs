@@ -202,7 +202,7 @@ fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> DownloadError + '_ {
 pub fn file_name_from_url(url: &str) -> Option<String> {
     let parsed = reqwest::Url::parse(url).ok()?;
     let last = parsed.path_segments()?.rev().find(|s| !s.is_empty())?;
-    super::catalog::is_safe_file_name(last).then(|| last.to_string())
+    catena_protocol::names::is_file_name(last).then(|| last.to_string())
 }
 
 /// Paths of the partial download of `file_name`: (`.part`, `.part.json`, `.lock`).
@@ -361,7 +361,7 @@ pub async fn fetch_verified(
         return Err(DownloadError::BadUrl(url.into()));
     }
     let name = request.file_name.as_str();
-    if !super::catalog::is_safe_file_name(name) {
+    if !catena_protocol::names::is_file_name(name) {
         return Err(DownloadError::BadName(name.into()));
     }
     let given = match &request.sha256 {
