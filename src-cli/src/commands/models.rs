@@ -10,9 +10,10 @@ use catena_hub::assets;
 use catena_hub::catalog::{self, Catalog};
 use catena_hub::config::Paths;
 use catena_hub::download::{self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink};
-use catena_hub::installed::{self, DigestSource, ModelSettings};
+use catena_hub::installed::{self, DigestSource};
 use catena_hub::listing;
 use catena_hub::pull::{self, CheckpointPlan, PullPlan};
+use catena_hub::settings::{self, ModelSettings};
 use catena_import::{
     CheckpointPull, FolderImport, ImportError, ImportEvent, ImportSink, PullOptions, Stage,
 };
@@ -701,10 +702,10 @@ fn remove(reference: &str, paths: &Paths) -> Result<ExitCode> {
 }
 
 fn default(model: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
-    let mut settings = installed::settings(paths)?;
+    let mut settings = settings::settings(paths)?;
     if clear {
         settings.default = None;
-        installed::save_settings(paths, &settings)?;
+        settings::save_settings(paths, &settings)?;
         eprintln!("The default model is the built-in one again.");
         return Ok(ExitCode::SUCCESS);
     }
@@ -736,13 +737,13 @@ fn default(model: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode
             reference
         };
     settings.default = Some(stored);
-    installed::save_settings(paths, &settings)?;
+    settings::save_settings(paths, &settings)?;
     eprintln!("Default model: {}", path.display());
     Ok(ExitCode::SUCCESS)
 }
 
 fn mirror(url: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
-    let mut settings: ModelSettings = installed::settings(paths)?;
+    let mut settings: ModelSettings = settings::settings(paths)?;
     if clear {
         settings.mirror = None;
     } else if let Some(url) = url {
@@ -758,7 +759,7 @@ fn mirror(url: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    installed::save_settings(paths, &settings)?;
+    settings::save_settings(paths, &settings)?;
     Ok(ExitCode::SUCCESS)
 }
 

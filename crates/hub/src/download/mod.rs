@@ -19,7 +19,7 @@
 
 mod http;
 mod plan;
-pub mod state;
+mod state;
 mod transfer;
 
 pub(crate) use http::describe;
