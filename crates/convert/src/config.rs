@@ -245,7 +245,89 @@ fn required(n: Option<u64>, what: &str) -> Result<u64, Problem> {
     n.ok_or_else(|| Problem::Bad(format!("no {what}")))
 }
 
+/// The `{arch}.*` hyper-parameters in the order they are found, which is the order they are
+/// written to the GGUF.
+struct Keys {
+    arch: &'static str,
+    pairs: Vec<(String, Value)>,
+}
+
+impl Keys {
+    fn push(&mut self, name: &str, value: Value) {
+        self.pairs.push((format!("{}.{name}", self.arch), value));
+    }
+}
+
+/// The widths and head counts every architecture has, once checked against each other.
+struct Shape {
+    block_count: u64,
+    embedding: u64,
+    feed_forward: u64,
+    head_count: u64,
+    head_count_kv: u64,
+}
+
 fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
+    let (architecture, hf_class) = architecture(hp)?;
+    let mut keys = Keys {
+        arch: architecture.gguf_name(),
+        pairs: Vec::new(),
+    };
+    let shape = shape(hp, &mut keys)?;
+    if hp.get("is_causal") == Some(&Json::Bool(false)) {
+        return Err(Problem::Unsupported(
+            "a non-causal (embedding) model is not supported".into(),
+        ));
+    }
+    rope(hp, &mut keys)?;
+    if let Some(eps) = rate(
+        hp,
+        &["rms_norm_eps", "norm_eps"],
+        |x| x > 0.0 && x < 1.0,
+        "a number above 0 and below 1",
+    )? {
+        keys.push("attention.layer_norm_rms_epsilon", Value::F32(eps));
+    }
+    if find(
+        hp,
+        &["num_local_experts", "num_experts", "n_routed_experts"],
+    )
+    .is_some_and(|(_, v)| !v.is_null())
+    {
+        return Err(Problem::Unsupported(
+            "mixture-of-experts checkpoints are not supported".into(),
+        ));
+    }
+    let head_dim = head_dim(hp, architecture, &shape, &mut keys)?;
+    let vocab_size = count(
+        hp,
+        &["vocab_size"],
+        1..=MAX_VOCAB,
+        "this converter's largest vocabulary",
+    )?;
+    if architecture == Architecture::Llama {
+        let n = vocab_size.ok_or_else(|| Problem::Bad("no `vocab_size`".into()))?;
+        keys.push("vocab_size", u32_value(n));
+        keys.push("rope.dimension_count", u32_value(head_dim));
+    }
+    Ok(ModelConfig {
+        architecture,
+        hf_class,
+        block_count: shape.block_count,
+        embedding: shape.embedding,
+        feed_forward: shape.feed_forward,
+        head_count: shape.head_count,
+        head_count_kv: shape.head_count_kv,
+        head_dim,
+        vocab_size: vocab_size.and_then(|n| usize::try_from(n).ok()),
+        special_ids: special_ids(hp),
+        source_dtype_bytes: source_dtype_bytes(hp),
+        hyper_parameters: keys.pairs,
+    })
+}
+
+/// The architecture of the first class `architectures` names, and that class's name.
+fn architecture(hp: &Map<String, Json>) -> Result<(Architecture, String), Problem> {
     let classes: Vec<&str> = hp
         .get("architectures")
         .and_then(Json::as_array)
@@ -260,10 +342,12 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
              Qwen3ForCausalLM and LlamaForCausalLM checkpoints)"
         )));
     };
-    let arch = architecture.gguf_name();
-    let key = |name: &str| format!("{arch}.{name}");
-    let mut out: Vec<(String, Value)> = Vec::new();
+    Ok((architecture, hf_class.to_string()))
+}
 
+/// The layer count, the context, the widths and the head counts, each bounded by the ones
+/// before it (no more heads than `hidden_size`, key/value heads dividing the query heads).
+fn shape(hp: &Map<String, Json>, keys: &mut Keys) -> Result<Shape, Problem> {
     let block_count = required(
         count(
             hp,
@@ -273,7 +357,7 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         )?,
         "layer count (`num_hidden_layers`)",
     )?;
-    out.push((key("block_count"), u32_value(block_count)));
+    keys.push("block_count", u32_value(block_count));
     let context = count(
         hp,
         &[
@@ -288,7 +372,7 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         "llama.cpp reads the context as a 32-bit signed number",
     )?;
     if let Some(n) = context {
-        out.push((key("context_length"), u32_value(n)));
+        keys.push("context_length", u32_value(n));
     }
     let embedding = required(
         count(
@@ -299,7 +383,7 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         )?,
         "hidden size (`hidden_size`)",
     )?;
-    out.push((key("embedding_length"), u32_value(embedding)));
+    keys.push("embedding_length", u32_value(embedding));
     let feed_forward = required(
         count(
             hp,
@@ -315,7 +399,19 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         )?,
         "feed-forward size (`intermediate_size`)",
     )?;
-    out.push((key("feed_forward_length"), u32_value(feed_forward)));
+    keys.push("feed_forward_length", u32_value(feed_forward));
+    let (head_count, head_count_kv) = heads(hp, embedding, keys)?;
+    Ok(Shape {
+        block_count,
+        embedding,
+        feed_forward,
+        head_count,
+        head_count_kv,
+    })
+}
+
+/// The query head count and the key/value head count (the query count when not given).
+fn heads(hp: &Map<String, Json>, embedding: u64, keys: &mut Keys) -> Result<(u64, u64), Problem> {
     let head_count = required(
         count(
             hp,
@@ -325,7 +421,7 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         )?,
         "attention head count (`num_attention_heads`)",
     )?;
-    out.push((key("attention.head_count"), u32_value(head_count)));
+    keys.push("attention.head_count", u32_value(head_count));
     let given_kv = count(
         hp,
         &["num_key_value_heads", "n_kv_heads"],
@@ -342,16 +438,13 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
                 ),
             ));
         }
-        out.push((key("attention.head_count_kv"), u32_value(n)));
+        keys.push("attention.head_count_kv", u32_value(n));
     }
-    let head_count_kv = given_kv.unwrap_or(head_count);
-    if hp.get("is_causal") == Some(&Json::Bool(false)) {
-        return Err(Problem::Unsupported(
-            "a non-causal (embedding) model is not supported".into(),
-        ));
-    }
+    Ok((head_count, given_kv.unwrap_or(head_count)))
+}
 
-    // RoPE: `rope_parameters` (newer configurations) or `rope_scaling`, with the global theta.
+/// RoPE: `rope_parameters` (newer configurations) or `rope_scaling`, with the global theta.
+fn rope(hp: &Map<String, Json>, keys: &mut Keys) -> Result<(), Problem> {
     let rope = hp
         .get("rope_parameters")
         .or_else(|| hp.get("rope_scaling"))
@@ -363,63 +456,7 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
             "per-layer-type RoPE parameters are not supported".into(),
         ));
     }
-    let rope_type = rope
-        .get("rope_type")
-        .or_else(|| rope.get("type"))
-        .and_then(Json::as_str);
-    let rope_factor = match rope.get("factor") {
-        None | Some(Json::Null) => None,
-        Some(v) => Some(real("rope_scaling.factor", v, positive, POSITIVE)?),
-    };
-    match (rope_type, rope_factor) {
-        (None | Some("default"), _) => {}
-        (Some("linear"), Some(factor)) => {
-            out.push((key("rope.scaling.type"), Value::Str("linear".into())));
-            out.push((key("rope.scaling.factor"), Value::F32(factor)));
-        }
-        (Some("yarn"), Some(factor)) => {
-            out.push((key("rope.scaling.type"), Value::Str("yarn".into())));
-            out.push((key("rope.scaling.factor"), Value::F32(factor)));
-            let original = rope
-                .get("original_max_position_embeddings")
-                .or_else(|| hp.get("original_max_position_embeddings"))
-                .filter(|v| !v.is_null())
-                .ok_or_else(|| {
-                    Problem::Bad("YaRN scaling without `original_max_position_embeddings`".into())
-                })?;
-            let original = whole(
-                "original_max_position_embeddings",
-                original,
-                1..=MAX_CONTEXT,
-                "llama.cpp reads the context as a 32-bit signed number",
-            )?;
-            out.push((
-                key("rope.scaling.original_context_length"),
-                u32_value(original),
-            ));
-            for (name, gguf) in [
-                ("extrapolation_factor", "rope.scaling.yarn_ext_factor"),
-                ("attention_factor", "rope.scaling.yarn_attn_factor"),
-                ("beta_fast", "rope.scaling.yarn_beta_fast"),
-                ("beta_slow", "rope.scaling.yarn_beta_slow"),
-            ] {
-                if let Some(v) = rope.get(name).filter(|v| !v.is_null()) {
-                    let v = real(name, v, |_| true, "a finite number an f32 holds")?;
-                    out.push((key(gguf), Value::F32(v)));
-                }
-            }
-        }
-        (Some(scaling @ ("linear" | "yarn")), None) => {
-            return Err(Problem::Bad(format!(
-                "the RoPE scaling `{scaling}` has no `factor`"
-            )));
-        }
-        (Some(other), _) => {
-            return Err(Problem::Unsupported(format!(
-                "the RoPE scaling `{other}` is not supported by this converter"
-            )));
-        }
-    }
+    rope_scaling(hp, &rope, keys)?;
     let theta = match rope.get("rope_theta").filter(|v| !v.is_null()) {
         Some(v) => Some(real("rope_theta", v, positive, POSITIVE)?),
         None => rate(
@@ -436,26 +473,85 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         )?,
     };
     if let Some(theta) = theta {
-        out.push((key("rope.freq_base"), Value::F32(theta)));
+        keys.push("rope.freq_base", Value::F32(theta));
     }
-    if let Some(eps) = rate(
-        hp,
-        &["rms_norm_eps", "norm_eps"],
-        |x| x > 0.0 && x < 1.0,
-        "a number above 0 and below 1",
-    )? {
-        out.push((key("attention.layer_norm_rms_epsilon"), Value::F32(eps)));
+    Ok(())
+}
+
+/// The RoPE scaling (none, linear or YaRN) and its factor.
+fn rope_scaling(
+    hp: &Map<String, Json>,
+    rope: &Map<String, Json>,
+    keys: &mut Keys,
+) -> Result<(), Problem> {
+    let rope_type = rope
+        .get("rope_type")
+        .or_else(|| rope.get("type"))
+        .and_then(Json::as_str);
+    let rope_factor = match rope.get("factor") {
+        None | Some(Json::Null) => None,
+        Some(v) => Some(real("rope_scaling.factor", v, positive, POSITIVE)?),
+    };
+    match (rope_type, rope_factor) {
+        (None | Some("default"), _) => Ok(()),
+        (Some("linear"), Some(factor)) => {
+            keys.push("rope.scaling.type", Value::Str("linear".into()));
+            keys.push("rope.scaling.factor", Value::F32(factor));
+            Ok(())
+        }
+        (Some("yarn"), Some(factor)) => {
+            keys.push("rope.scaling.type", Value::Str("yarn".into()));
+            keys.push("rope.scaling.factor", Value::F32(factor));
+            yarn(hp, rope, keys)
+        }
+        (Some(scaling @ ("linear" | "yarn")), None) => Err(Problem::Bad(format!(
+            "the RoPE scaling `{scaling}` has no `factor`"
+        ))),
+        (Some(other), _) => Err(Problem::Unsupported(format!(
+            "the RoPE scaling `{other}` is not supported by this converter"
+        ))),
     }
-    if find(
-        hp,
-        &["num_local_experts", "num_experts", "n_routed_experts"],
-    )
-    .is_some_and(|(_, v)| !v.is_null())
-    {
-        return Err(Problem::Unsupported(
-            "mixture-of-experts checkpoints are not supported".into(),
-        ));
+}
+
+/// YaRN's original context (required) and its optional tuning factors.
+fn yarn(hp: &Map<String, Json>, rope: &Map<String, Json>, keys: &mut Keys) -> Result<(), Problem> {
+    let original = rope
+        .get("original_max_position_embeddings")
+        .or_else(|| hp.get("original_max_position_embeddings"))
+        .filter(|v| !v.is_null())
+        .ok_or_else(|| {
+            Problem::Bad("YaRN scaling without `original_max_position_embeddings`".into())
+        })?;
+    let original = whole(
+        "original_max_position_embeddings",
+        original,
+        1..=MAX_CONTEXT,
+        "llama.cpp reads the context as a 32-bit signed number",
+    )?;
+    keys.push("rope.scaling.original_context_length", u32_value(original));
+    for (name, gguf) in [
+        ("extrapolation_factor", "rope.scaling.yarn_ext_factor"),
+        ("attention_factor", "rope.scaling.yarn_attn_factor"),
+        ("beta_fast", "rope.scaling.yarn_beta_fast"),
+        ("beta_slow", "rope.scaling.yarn_beta_slow"),
+    ] {
+        if let Some(v) = rope.get(name).filter(|v| !v.is_null()) {
+            let v = real(name, v, |_| true, "a finite number an f32 holds")?;
+            keys.push(gguf, Value::F32(v));
+        }
     }
+    Ok(())
+}
+
+/// Each head's width: `head_dim`, or `hidden_size / num_attention_heads`, checked against what
+/// the architecture's llama.cpp graph can take.
+fn head_dim(
+    hp: &Map<String, Json>,
+    architecture: Architecture,
+    shape: &Shape,
+    keys: &mut Keys,
+) -> Result<u64, Problem> {
+    let (embedding, head_count) = (shape.embedding, shape.head_count);
     let given_head_dim = count(
         hp,
         &["head_dim"],
@@ -463,8 +559,8 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
         "at least 1, and all query heads together no wider than this converter's widest layer",
     )?;
     if let Some(n) = given_head_dim {
-        out.push((key("attention.key_length"), u32_value(n)));
-        out.push((key("attention.value_length"), u32_value(n)));
+        keys.push("attention.key_length", u32_value(n));
+        keys.push("attention.value_length", u32_value(n));
     }
     let head_dim = match given_head_dim {
         Some(n) => n,
@@ -499,45 +595,30 @@ fn parse(hp: &Map<String, Json>) -> Result<ModelConfig, Problem> {
             "an even number: RoPE rotates pairs of dimensions",
         ));
     }
-    let vocab_size = count(
-        hp,
-        &["vocab_size"],
-        1..=MAX_VOCAB,
-        "this converter's largest vocabulary",
-    )?;
-    if architecture == Architecture::Llama {
-        let n = vocab_size.ok_or_else(|| Problem::Bad("no `vocab_size`".into()))?;
-        out.push((key("vocab_size"), u32_value(n)));
-        out.push((key("rope.dimension_count"), u32_value(head_dim)));
-    }
-    let special_ids = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"]
+    Ok(head_dim)
+}
+
+/// The special token ids the configuration gives (`bos_token_id`, ...), by their type.
+fn special_ids(hp: &Map<String, Json>) -> Vec<(String, u64)> {
+    ["bos", "eos", "unk", "sep", "pad", "cls", "mask"]
         .iter()
         .filter_map(|typ| {
             hp.get(&format!("{typ}_token_id"))
                 .and_then(Json::as_u64)
                 .map(|id| (typ.to_string(), id))
         })
-        .collect();
-    Ok(ModelConfig {
-        architecture,
-        hf_class: hf_class.to_string(),
-        block_count,
-        embedding,
-        feed_forward,
-        head_count,
-        head_count_kv,
-        head_dim,
-        vocab_size: vocab_size.and_then(|n| usize::try_from(n).ok()),
-        special_ids,
-        source_dtype_bytes: find(hp, &["torch_dtype", "dtype"])
-            .and_then(|(_, v)| v.as_str())
-            .and_then(|dtype| match dtype {
-                "float32" => Some(4),
-                "bfloat16" | "float16" => Some(2),
-                _ => None,
-            }),
-        hyper_parameters: out,
-    })
+        .collect()
+}
+
+/// Bytes per weight in the checkpoint, from `torch_dtype`, when it names a type converted.
+fn source_dtype_bytes(hp: &Map<String, Json>) -> Option<u64> {
+    find(hp, &["torch_dtype", "dtype"])
+        .and_then(|(_, v)| v.as_str())
+        .and_then(|dtype| match dtype {
+            "float32" => Some(4),
+            "bfloat16" | "float16" => Some(2),
+            _ => None,
+        })
 }
 
 #[cfg(test)]

@@ -99,67 +99,94 @@ pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
     let weights = Weights::open(dir)?;
     let mut plan = Vec::with_capacity(weights.tensors.len());
     for source in &weights.tensors {
-        let name = match names::gguf_name(config.architecture, &source.name) {
-            Some(Mapped::Tensor(name)) => name,
-            Some(Mapped::Skip) => continue,
-            None => {
-                return Err(ConvertError::Unsupported(format!(
-                    "the tensor `{}` is not part of a {} model as llama.cpp runs it",
-                    source.name, config.hf_class
-                )));
-            }
-        };
-        if let Some(block) = block_of(&name)
-            && block >= config.block_count
-        {
-            return Err(ConvertError::bad(
-                dir,
-                format!(
-                    "`{}` belongs to layer {block}, but config.json says {} layers",
-                    source.name, config.block_count
-                ),
-            ));
+        if let Some(planned) = plan_tensor(dir, &config, vocabulary.tokens, source)? {
+            plan.push(planned);
         }
-        let Some(expected) = names::expected_shape(&config, &name, vocabulary.tokens) else {
-            return Err(ConvertError::Unsupported(format!(
-                "the tensor `{}` is not part of a {} model as llama.cpp runs it",
-                source.name, config.hf_class
-            )));
-        };
-        if source.shape != expected {
-            return Err(ConvertError::bad(
-                dir,
-                format!(
-                    "`{}` has the shape {:?}, but config.json and the vocabulary of {} tokens \
-                     make it {expected:?}",
-                    source.name, source.shape, vocabulary.tokens
-                ),
-            ));
-        }
-        let ggml_type = if source.shape.len() <= 1
-            || name.ends_with("_norm.weight")
-            || !name.ends_with(".weight")
-        {
-            GgmlType::F32
-        } else {
-            GgmlType::F16
-        };
-        let rope_heads = names::rope_heads(
-            config.architecture,
-            &source.name,
-            config.head_count,
-            Some(config.head_count_kv),
-        );
-        plan.push(Planned {
-            target: TensorPlan {
-                name,
-                dims: source.shape.iter().rev().copied().collect(),
-                ggml_type,
-            },
-            source: source.clone(),
-            rope_heads,
-        });
     }
+    check_complete(dir, &config, &plan)?;
+    let mut metadata_rest = config.hyper_parameters.clone();
+    metadata_rest.push(("general.file_type".into(), Value::U32(FILE_TYPE_F16)));
+    metadata_rest.extend(vocabulary.metadata);
+    Ok(Checkpoint {
+        dir: dir.to_path_buf(),
+        architecture: config.architecture,
+        weights,
+        plan,
+        metadata_rest,
+    })
+}
+
+/// The GGUF tensor that `source` becomes, its shape checked against what llama.cpp expects of
+/// a model of `config` with `tokens` tokens; `None` for a tensor llama.cpp does not read.
+fn plan_tensor(
+    dir: &Path,
+    config: &ModelConfig,
+    tokens: u64,
+    source: &Weight,
+) -> Result<Option<Planned>, ConvertError> {
+    let not_part = || {
+        ConvertError::Unsupported(format!(
+            "the tensor `{}` is not part of a {} model as llama.cpp runs it",
+            source.name, config.hf_class
+        ))
+    };
+    let name = match names::gguf_name(config.architecture, &source.name) {
+        Some(Mapped::Tensor(name)) => name,
+        Some(Mapped::Skip) => return Ok(None),
+        None => return Err(not_part()),
+    };
+    if let Some(block) = block_of(&name)
+        && block >= config.block_count
+    {
+        return Err(ConvertError::bad(
+            dir,
+            format!(
+                "`{}` belongs to layer {block}, but config.json says {} layers",
+                source.name, config.block_count
+            ),
+        ));
+    }
+    let Some(expected) = names::expected_shape(config, &name, tokens) else {
+        return Err(not_part());
+    };
+    if source.shape != expected {
+        return Err(ConvertError::bad(
+            dir,
+            format!(
+                "`{}` has the shape {:?}, but config.json and the vocabulary of {} tokens \
+                 make it {expected:?}",
+                source.name, source.shape, tokens
+            ),
+        ));
+    }
+    let ggml_type = if source.shape.len() <= 1
+        || name.ends_with("_norm.weight")
+        || !name.ends_with(".weight")
+    {
+        GgmlType::F32
+    } else {
+        GgmlType::F16
+    };
+    let rope_heads = names::rope_heads(
+        config.architecture,
+        &source.name,
+        config.head_count,
+        Some(config.head_count_kv),
+    );
+    Ok(Some(Planned {
+        target: TensorPlan {
+            name,
+            dims: source.shape.iter().rev().copied().collect(),
+            ggml_type,
+        },
+        source: source.clone(),
+        rope_heads,
+    }))
+}
+
+/// Checks that the plan has the embedding, the output norm and every tensor of every layer:
+/// llama.cpp refuses a model with a layer missing any of its tensors.
+fn check_complete(dir: &Path, config: &ModelConfig, plan: &[Planned]) -> Result<(), ConvertError> {
     let present: HashSet<&str> = plan.iter().map(|p| p.target.name.as_str()).collect();
     for required in ["token_embd.weight", "output_norm.weight"] {
         if !present.contains(required) {
@@ -169,7 +196,6 @@ pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
             ));
         }
     }
-    // llama.cpp refuses a model with a layer missing any of its tensors.
     let required = names::required_in_block(config.architecture);
     for block in 0..config.block_count {
         for part in &required {
@@ -185,16 +211,7 @@ pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
             }
         }
     }
-    let mut metadata_rest = config.hyper_parameters.clone();
-    metadata_rest.push(("general.file_type".into(), Value::U32(FILE_TYPE_F16)));
-    metadata_rest.extend(vocabulary.metadata);
-    Ok(Checkpoint {
-        dir: dir.to_path_buf(),
-        architecture: config.architecture,
-        weights,
-        plan,
-        metadata_rest,
-    })
+    Ok(())
 }
 
 fn block_of(gguf_name: &str) -> Option<u64> {

@@ -127,6 +127,45 @@ fn vocab(
     template_alt: Option<String>,
     config: &ModelConfig,
 ) -> Result<Vocabulary, Problem> {
+    let model = bpe_model(tokenizer)?;
+    let mut by_id = model_tokens(model)?;
+    let added = added_tokens(tokenizer, &mut by_id)?;
+    let vocab_size = vocab_size(&by_id, config)?;
+    let (tokens, types) = tokens_and_types(vocab_size, &by_id, &added);
+    let merges = merges(model)?;
+    let pre = pre_tokenizer(tokenizer)?;
+
+    let mut out: Vec<(String, Value)> = vec![
+        ("tokenizer.ggml.model".into(), Value::Str("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::Str(pre.into())),
+        ("tokenizer.ggml.tokens".into(), Value::StrArray(tokens)),
+        ("tokenizer.ggml.token_type".into(), Value::I32Array(types)),
+        ("tokenizer.ggml.merges".into(), Value::StrArray(merges)),
+    ];
+    let (special, add) = special_tokens(tokenizer, tokenizer_config, &added, config, vocab_size)?;
+    for (typ, id) in special {
+        out.push((format!("tokenizer.ggml.{}", id_key(typ)), Value::U32(id)));
+    }
+    // llama.cpp reads whether to add BOS, EOS and SEP; the others have no key.
+    for (typ, value) in add {
+        if matches!(typ, "bos" | "eos" | "sep") {
+            out.push((
+                format!("tokenizer.ggml.add_{typ}_token"),
+                Value::Bool(value),
+            ));
+        }
+    }
+    if let Some(template) = chat_template(tokenizer_config, template_alt) {
+        out.push(("tokenizer.chat_template".into(), Value::Str(template)));
+    }
+    Ok(Vocabulary {
+        tokens: vocab_size as u64,
+        metadata: out,
+    })
+}
+
+/// The tokenizer's `model`, which must be byte-level BPE.
+fn bpe_model(tokenizer: &Map<String, Json>) -> Result<&Map<String, Json>, Problem> {
     let model = tokenizer
         .get("model")
         .and_then(Json::as_object)
@@ -137,6 +176,11 @@ fn vocab(
             "the tokenizer model is `{kind}`; Catena converts byte-level BPE tokenizers"
         )));
     }
+    Ok(model)
+}
+
+/// `model.vocab`'s tokens by id.
+fn model_tokens(model: &Map<String, Json>) -> Result<HashMap<u64, String>, Problem> {
     let mut by_id: HashMap<u64, String> = HashMap::new();
     for (token, id) in model
         .get("vocab")
@@ -148,6 +192,14 @@ fn vocab(
             .ok_or_else(|| format!("the id of `{token}` is not a number"))?;
         by_id.insert(id, token.clone());
     }
+    Ok(by_id)
+}
+
+/// The added tokens by id; each also takes its id's place in `by_id`.
+fn added_tokens(
+    tokenizer: &Map<String, Json>,
+    by_id: &mut HashMap<u64, String>,
+) -> Result<HashMap<u64, Added>, Problem> {
     let mut added: HashMap<u64, Added> = HashMap::new();
     for entry in tokenizer
         .get("added_tokens")
@@ -174,6 +226,12 @@ fn vocab(
             },
         );
     }
+    Ok(added)
+}
+
+/// The vocabulary's size: the configuration's `vocab_size`, or the tokenizer's own count, which
+/// every token id must fit.
+fn vocab_size(by_id: &HashMap<u64, String>, config: &ModelConfig) -> Result<usize, Problem> {
     let largest = by_id.keys().max().copied().unwrap_or(0);
     let vocab_size = match config.vocab_size {
         Some(n) => n,
@@ -194,6 +252,15 @@ fn vocab(
             "token id {largest} does not fit the model's vocabulary of {vocab_size}"
         )));
     }
+    Ok(vocab_size)
+}
+
+/// Every id's token and llama.cpp token type; ids the tokenizer leaves out become unused pads.
+fn tokens_and_types(
+    vocab_size: usize,
+    by_id: &HashMap<u64, String>,
+    added: &HashMap<u64, Added>,
+) -> (Vec<String>, Vec<i32>) {
     let mut tokens = Vec::with_capacity(vocab_size);
     let mut types = Vec::with_capacity(vocab_size);
     for id in 0..vocab_size as u64 {
@@ -216,30 +283,16 @@ fn vocab(
             }
         }
     }
-    let merges = merges(model)?;
-    let pre = pre_tokenizer(tokenizer)?;
+    (tokens, types)
+}
 
-    let mut out: Vec<(String, Value)> = vec![
-        ("tokenizer.ggml.model".into(), Value::Str("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), Value::Str(pre.into())),
-        ("tokenizer.ggml.tokens".into(), Value::StrArray(tokens)),
-        ("tokenizer.ggml.token_type".into(), Value::I32Array(types)),
-        ("tokenizer.ggml.merges".into(), Value::StrArray(merges)),
-    ];
-    let (special, add) = special_tokens(tokenizer, tokenizer_config, &added, config, vocab_size)?;
-    for (typ, id) in special {
-        out.push((format!("tokenizer.ggml.{}", id_key(typ)), Value::U32(id)));
-    }
-    // llama.cpp reads whether to add BOS, EOS and SEP; the others have no key.
-    for (typ, value) in add {
-        if matches!(typ, "bos" | "eos" | "sep") {
-            out.push((
-                format!("tokenizer.ggml.add_{typ}_token"),
-                Value::Bool(value),
-            ));
-        }
-    }
-    let template = match tokenizer_config.get("chat_template") {
+/// `tokenizer_config.json`'s chat template (the one named `default` of a list), else the
+/// template found beside it.
+fn chat_template(
+    tokenizer_config: &Map<String, Json>,
+    template_alt: Option<String>,
+) -> Option<String> {
+    match tokenizer_config.get("chat_template") {
         Some(Json::String(t)) => Some(t.clone()),
         Some(Json::Array(list)) => list
             .iter()
@@ -248,14 +301,7 @@ fn vocab(
             .and_then(Json::as_str)
             .map(str::to_string),
         _ => template_alt,
-    };
-    if let Some(template) = template {
-        out.push(("tokenizer.chat_template".into(), Value::Str(template)));
     }
-    Ok(Vocabulary {
-        tokens: vocab_size as u64,
-        metadata: out,
-    })
 }
 
 /// The key of a special token's id (llama.cpp's names, its spelling of "separator" included).
@@ -339,6 +385,24 @@ fn collect_regexes(node: &Json, out: &mut Vec<String>) {
 
 type Specials = (Vec<(&'static str, u32)>, Vec<(&'static str, bool)>);
 
+/// The special token types llama.cpp has keys for, in the order their keys are written.
+const SPECIAL_TYPES: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"];
+
+/// Whether each special token is added to a prompt, in the order first decided. A later source
+/// overwrites an earlier decision only where llama.cpp's converter lets it.
+#[derive(Default)]
+struct AddFlags(Vec<(&'static str, bool)>);
+
+impl AddFlags {
+    fn set(&mut self, typ: &'static str, value: bool, overwrite: bool) {
+        match self.0.iter_mut().find(|(t, _)| *t == typ) {
+            Some(entry) if overwrite => entry.1 = value,
+            Some(_) => {}
+            None => self.0.push((typ, value)),
+        }
+    }
+}
+
 /// The special token ids (from `tokenizer_config.json`'s `*_token` by content, then
 /// `config.json`'s `*_token_id`) and whether BOS/EOS are added (from the post-processor, then
 /// `tokenizer_config.json`'s `add_*_token`).
@@ -349,69 +413,88 @@ fn special_tokens(
     config: &ModelConfig,
     vocab_size: usize,
 ) -> Result<Specials, String> {
-    const TYPES: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"];
-    let mut add: Vec<(&'static str, bool)> = Vec::new();
-    let mut set_add = |typ: &'static str, value: bool, overwrite: bool| match add
-        .iter_mut()
-        .find(|(t, _)| *t == typ)
-    {
-        Some(entry) if overwrite => entry.1 = value,
-        Some(_) => {}
-        None => add.push((typ, value)),
-    };
-    let mut first_special = None;
-    if let Some(post) = tokenizer.get("post_processor").filter(|p| !p.is_null()) {
-        let processors = post
-            .get("processors")
-            .and_then(Json::as_array)
-            .cloned()
-            .unwrap_or_else(|| vec![post.clone()]);
-        for processor in &processors {
-            match processor.get("type").and_then(Json::as_str) {
-                Some("ByteLevel") => {
-                    set_add("bos", false, false);
-                    set_add("eos", false, false);
-                }
-                Some("TemplateProcessing") => {
-                    let single = processor
-                        .get("single")
-                        .and_then(Json::as_array)
-                        .map(Vec::as_slice)
-                        .unwrap_or_default();
-                    if single.len() > 1 {
-                        first_special = single[0]
-                            .get("SpecialToken")
-                            .and_then(|t| t.get("id"))
-                            .and_then(Json::as_str)
-                            .map(str::to_string);
-                    }
-                }
-                Some(other) => {
-                    return Err(format!(
-                        "the post-processor `{other}` is not supported by this converter"
-                    ));
-                }
-                None => {}
-            }
-        }
-    }
-    let content_of = |typ: &str| match tokenizer_config.get(&format!("{typ}_token")) {
-        Some(Json::String(s)) => Some(s.clone()),
-        Some(Json::Object(o)) => o.get("content").and_then(Json::as_str).map(str::to_string),
-        _ => None,
-    };
-    let mut bos_content = content_of("bos");
+    let mut add = AddFlags::default();
+    let first_special = post_processor(tokenizer, &mut add)?;
+    let mut bos_content = token_content(tokenizer_config, "bos");
     if let Some(first) = &first_special {
         if bos_content.is_none() {
             bos_content = Some(first.clone());
         }
-        set_add("bos", bos_content.as_ref() == Some(first), true);
+        add.set("bos", bos_content.as_ref() == Some(first), true);
     }
-    for typ in TYPES {
+    for typ in SPECIAL_TYPES {
         if let Some(Json::Bool(value)) = tokenizer_config.get(&format!("add_{typ}_token")) {
-            set_add(typ, *value, false);
+            add.set(typ, *value, false);
         }
     }
+    let ids = special_ids(tokenizer_config, bos_content, added, config, vocab_size);
+    Ok((ids, add.0))
+}
+
+/// What the post-processor says: BOS and EOS not added by a byte-level one, and the special
+/// token a template puts first (then the BOS, when the template adds one).
+fn post_processor(
+    tokenizer: &Map<String, Json>,
+    add: &mut AddFlags,
+) -> Result<Option<String>, String> {
+    let mut first_special = None;
+    let Some(post) = tokenizer.get("post_processor").filter(|p| !p.is_null()) else {
+        return Ok(first_special);
+    };
+    let processors = post
+        .get("processors")
+        .and_then(Json::as_array)
+        .cloned()
+        .unwrap_or_else(|| vec![post.clone()]);
+    for processor in &processors {
+        match processor.get("type").and_then(Json::as_str) {
+            Some("ByteLevel") => {
+                add.set("bos", false, false);
+                add.set("eos", false, false);
+            }
+            Some("TemplateProcessing") => {
+                let single = processor
+                    .get("single")
+                    .and_then(Json::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                if single.len() > 1 {
+                    first_special = single[0]
+                        .get("SpecialToken")
+                        .and_then(|t| t.get("id"))
+                        .and_then(Json::as_str)
+                        .map(str::to_string);
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "the post-processor `{other}` is not supported by this converter"
+                ));
+            }
+            None => {}
+        }
+    }
+    Ok(first_special)
+}
+
+/// The content `tokenizer_config.json` gives the `typ` special token (`bos_token`, ...).
+fn token_content(tokenizer_config: &Map<String, Json>, typ: &str) -> Option<String> {
+    match tokenizer_config.get(&format!("{typ}_token")) {
+        Some(Json::String(s)) => Some(s.clone()),
+        Some(Json::Object(o)) => o.get("content").and_then(Json::as_str).map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Each special token's id: the smallest added token with its content, else the configuration's
+/// `*_token_id` when it fits the vocabulary; in [`SPECIAL_TYPES`] order.
+fn special_ids(
+    tokenizer_config: &Map<String, Json>,
+    bos_content: Option<String>,
+    added: &HashMap<u64, Added>,
+    config: &ModelConfig,
+    vocab_size: usize,
+) -> Vec<(&'static str, u32)> {
     let mut ids: Vec<(&'static str, u32)> = Vec::new();
     let id_of = |content: &str| {
         added
@@ -420,11 +503,11 @@ fn special_tokens(
             .map(|(id, _)| *id)
             .min()
     };
-    for typ in TYPES {
+    for typ in SPECIAL_TYPES {
         let content = if typ == "bos" {
             bos_content.clone()
         } else {
-            content_of(typ)
+            token_content(tokenizer_config, typ)
         };
         if let Some(id) = content.as_deref().and_then(id_of)
             && let Ok(id) = u32::try_from(id)
@@ -433,7 +516,7 @@ fn special_tokens(
         }
     }
     for (typ, id) in &config.special_ids {
-        if let Some(typ) = TYPES.iter().find(|t| *t == typ)
+        if let Some(typ) = SPECIAL_TYPES.iter().find(|t| *t == typ)
             && !ids.iter().any(|(t, _)| t == typ)
             && (*id as usize) < vocab_size
             && let Ok(id) = u32::try_from(*id)
@@ -441,8 +524,8 @@ fn special_tokens(
             ids.push((typ, id));
         }
     }
-    ids.sort_by_key(|(t, _)| TYPES.iter().position(|x| x == t));
-    Ok((ids, add))
+    ids.sort_by_key(|(t, _)| SPECIAL_TYPES.iter().position(|x| x == t));
+    ids
 }
 
 #[cfg(test)]

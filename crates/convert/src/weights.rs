@@ -72,7 +72,7 @@ impl Weights {
             };
             let mut expected = BTreeMap::new();
             for (name, file) in map {
-                let Some(file) = file.as_str().filter(|f| is_plain_file_name(f)) else {
+                let Some(file) = file.as_str().filter(|f| is_shard_file_name(f)) else {
                     return Err(ConvertError::bad(
                         &index,
                         format!(
@@ -154,11 +154,10 @@ impl Weights {
     }
 }
 
-fn is_plain_file_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && !name.contains(['/', '\\'])
-        && name.ends_with(".safetensors")
+/// Whether a shard named in the index is a safetensors file in this folder: a foreign file name
+/// (one path component) ending in `.safetensors`.
+fn is_shard_file_name(name: &str) -> bool {
+    catena_protocol::names::is_file_name(name) && name.ends_with(".safetensors")
 }
 
 fn read_header(path: &Path, file: &mut File, shard: usize) -> Result<Vec<Weight>, ConvertError> {

@@ -139,11 +139,38 @@ const GPU_RESERVE: u64 = 256 << 20;
 pub fn plan(model: &ModelSize, capacity: Capacity, overrides: Overrides) -> Plan {
     let mut reasons = Vec::new();
     let mut problems = Vec::new();
-    let ram = usable(capacity.ram_available, RAM_RESERVE);
-    let gpu = capacity.gpu_free.map(|free| usable(free, GPU_RESERVE));
-    let all = model.layers + 1;
+    let limits = Limits {
+        model,
+        overrides,
+        ram: usable(capacity.ram_available, RAM_RESERVE),
+        gpu: capacity.gpu_free.map(|free| usable(free, GPU_RESERVE)),
+        all: model.layers + 1,
+    };
+    let wanted = wanted_context(model, overrides, &mut reasons, &mut problems);
+    let (context, gpu_layers, kv_cache) = limits.search(wanted, &mut reasons);
+    let placement = place(model, gpu_layers, context, kv_cache, overrides.kv_caches);
+    limits.explain(capacity, gpu_layers, kv_cache, placement, &mut reasons);
+    limits.check_memory(capacity, gpu_layers, placement, &mut problems);
+    Plan {
+        gpu_layers,
+        context,
+        kv_cache,
+        gpu_bytes: placement.gpu,
+        ram_bytes: placement.ram,
+        reasons,
+        problems,
+    }
+}
 
-    let mut context = match overrides.context {
+/// The context asked for, or the smaller of the trained one and the protocol's; a problem when
+/// it is longer than the model was trained on.
+fn wanted_context(
+    model: &ModelSize,
+    overrides: Overrides,
+    reasons: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> u32 {
+    let context = match overrides.context {
         Some(c) => {
             reasons.push(format!("context {c} tokens, as asked"));
             c
@@ -163,105 +190,150 @@ pub fn plan(model: &ModelSize, capacity: Capacity, overrides: Overrides) -> Plan
             model.context_train
         ));
     }
-    let kv_choices: Vec<KvCacheType> = match overrides.kv_cache {
-        Some(kv) => vec![kv],
-        None => vec![KvCacheType::F16, KvCacheType::Q8_0],
-    };
+    context
+}
 
-    // Layers first (speed), then a smaller cache type, then a shorter context.
-    let layer_choice = |context: u32, kv: KvCacheType| -> Option<u32> {
-        if let Some(n) = overrides.gpu_layers {
-            return Some(n.min(all));
+/// What a plan must fit in: the usable RAM and GPU memory, with the user's overrides.
+struct Limits<'a> {
+    model: &'a ModelSize,
+    overrides: Overrides,
+    ram: u64,
+    gpu: Option<u64>,
+    /// The layers and the output head: every "layer" that can go on the GPU.
+    all: u32,
+}
+
+impl Limits<'_> {
+    /// The cache types to try, best first.
+    fn kv_choices(&self) -> Vec<KvCacheType> {
+        match self.overrides.kv_cache {
+            Some(kv) => vec![kv],
+            None => vec![KvCacheType::F16, KvCacheType::Q8_0],
         }
-        let Some(gpu) = gpu else {
+    }
+
+    /// The GPU layers asked for, or the most that fit in GPU memory (none without a GPU).
+    fn layer_choice(&self, context: u32, kv: KvCacheType) -> Option<u32> {
+        if let Some(n) = self.overrides.gpu_layers {
+            return Some(n.min(self.all));
+        }
+        let Some(gpu) = self.gpu else {
             return Some(0);
         };
-        (0..=all)
+        (0..=self.all)
             .rev()
-            .find(|&n| place(model, n, context, kv, overrides.kv_caches).gpu <= gpu)
-    };
-    let fits = |n: u32, context: u32, kv: KvCacheType| {
-        let p = place(model, n, context, kv, overrides.kv_caches);
-        p.ram <= ram && gpu.is_none_or(|g| p.gpu <= g || overrides.gpu_layers.is_some())
-    };
-    // With a GPU, the exact cache is kept only if it still lets every layer onto the GPU.
-    let last_kv = *kv_choices.last().unwrap_or(&KvCacheType::F16);
-    let acceptable = |n: u32, kv: KvCacheType| {
-        gpu.is_none() || overrides.gpu_layers.is_some() || n == all || kv == last_kv
-    };
-    let mut chosen = None;
-    'search: loop {
-        for &kv in &kv_choices {
-            if let Some(n) = layer_choice(context, kv)
-                && fits(n, context, kv)
-                && acceptable(n, kv)
-            {
-                chosen = Some((n, kv));
-                break 'search;
-            }
-        }
-        if overrides.context.is_some() || context <= MIN_CONTEXT {
-            break;
-        }
-        let shorter = (context / 2).max(MIN_CONTEXT);
-        reasons.push(format!(
-            "context shortened from {context} to {shorter} tokens so the KV cache fits"
-        ));
-        context = shorter;
+            .find(|&n| place(self.model, n, context, kv, self.overrides.kv_caches).gpu <= gpu)
     }
-    let (gpu_layers, kv_cache) =
-        chosen.unwrap_or_else(|| (layer_choice(context, last_kv).unwrap_or(0), last_kv));
-    let placement = place(model, gpu_layers, context, kv_cache, overrides.kv_caches);
 
-    if overrides.kv_cache.is_some() {
-        reasons.push(format!("KV cache {}, as asked", kv_cache.name()));
-    } else if kv_cache == KvCacheType::Q8_0 {
-        reasons.push(
-            "KV cache q8_0: with f16, less would fit (q8_0 halves the cache for a small loss)"
-                .into(),
-        );
-    } else {
-        reasons.push("KV cache f16 (exact)".into());
+    fn fits(&self, n: u32, context: u32, kv: KvCacheType) -> bool {
+        let p = place(self.model, n, context, kv, self.overrides.kv_caches);
+        p.ram <= self.ram
+            && self
+                .gpu
+                .is_none_or(|g| p.gpu <= g || self.overrides.gpu_layers.is_some())
     }
-    match (capacity.gpu_free, overrides.gpu_layers) {
-        (_, Some(n)) => reasons.push(format!("{n} GPU layers, as asked")),
-        (None, None) => reasons.push("no GPU this build can use: everything runs on the CPU".into()),
-        (Some(free), None) if gpu_layers == all => reasons.push(format!(
-            "all {} layers and the output head on the GPU: they need {}, {} is free",
-            model.layers,
-            human_bytes(placement.gpu),
-            human_bytes(free)
-        )),
-        (Some(free), None) => reasons.push(format!(
-            "{gpu_layers} of {} layers on the GPU: that is what fits in {} free with a margin; the rest run on the CPU",
-            model.layers,
-            human_bytes(free)
-        )),
+
+    /// Layers first (speed), then a smaller cache type, then a shorter context: the context,
+    /// the GPU layers and the cache type chosen, each shortening of the context in `reasons`.
+    fn search(&self, wanted: u32, reasons: &mut Vec<String>) -> (u32, u32, KvCacheType) {
+        let kv_choices = self.kv_choices();
+        // With a GPU, the exact cache is kept only if it still lets every layer onto the GPU.
+        let last_kv = *kv_choices.last().unwrap_or(&KvCacheType::F16);
+        let acceptable = |n: u32, kv: KvCacheType| {
+            self.gpu.is_none()
+                || self.overrides.gpu_layers.is_some()
+                || n == self.all
+                || kv == last_kv
+        };
+        let mut context = wanted;
+        loop {
+            for &kv in &kv_choices {
+                if let Some(n) = self.layer_choice(context, kv)
+                    && self.fits(n, context, kv)
+                    && acceptable(n, kv)
+                {
+                    return (context, n, kv);
+                }
+            }
+            if self.overrides.context.is_some() || context <= MIN_CONTEXT {
+                break;
+            }
+            let shorter = (context / 2).max(MIN_CONTEXT);
+            reasons.push(format!(
+                "context shortened from {context} to {shorter} tokens so the KV cache fits"
+            ));
+            context = shorter;
+        }
+        (
+            context,
+            self.layer_choice(context, last_kv).unwrap_or(0),
+            last_kv,
+        )
     }
-    if placement.ram > ram {
-        problems.push(format!(
-            "not enough memory: this needs about {} of RAM, {} is available (with a margin); choose a smaller model or quantisation",
-            human_bytes(placement.ram),
-            human_bytes(capacity.ram_available)
-        ));
+
+    /// Why this cache type and this many GPU layers.
+    fn explain(
+        &self,
+        capacity: Capacity,
+        gpu_layers: u32,
+        kv_cache: KvCacheType,
+        placement: Placement,
+        reasons: &mut Vec<String>,
+    ) {
+        let model = self.model;
+        if self.overrides.kv_cache.is_some() {
+            reasons.push(format!("KV cache {}, as asked", kv_cache.name()));
+        } else if kv_cache == KvCacheType::Q8_0 {
+            reasons.push(
+                "KV cache q8_0: with f16, less would fit (q8_0 halves the cache for a small loss)"
+                    .into(),
+            );
+        } else {
+            reasons.push("KV cache f16 (exact)".into());
+        }
+        match (capacity.gpu_free, self.overrides.gpu_layers) {
+            (_, Some(n)) => reasons.push(format!("{n} GPU layers, as asked")),
+            (None, None) => {
+                reasons.push("no GPU this build can use: everything runs on the CPU".into())
+            }
+            (Some(free), None) if gpu_layers == self.all => reasons.push(format!(
+                "all {} layers and the output head on the GPU: they need {}, {} is free",
+                model.layers,
+                human_bytes(placement.gpu),
+                human_bytes(free)
+            )),
+            (Some(free), None) => reasons.push(format!(
+                "{gpu_layers} of {} layers on the GPU: that is what fits in {} free with a margin; the rest run on the CPU",
+                model.layers,
+                human_bytes(free)
+            )),
+        }
     }
-    if let Some(g) = gpu
-        && placement.gpu > g
-    {
-        problems.push(format!(
-            "{gpu_layers} GPU layers need about {} of GPU memory, {} is free: expect an out-of-memory error",
-            human_bytes(placement.gpu),
-            human_bytes(capacity.gpu_free.unwrap_or(0))
-        ));
-    }
-    Plan {
-        gpu_layers,
-        context,
-        kv_cache,
-        gpu_bytes: placement.gpu,
-        ram_bytes: placement.ram,
-        reasons,
-        problems,
+
+    /// What will not fit: RAM, or GPU memory for the layers asked for.
+    fn check_memory(
+        &self,
+        capacity: Capacity,
+        gpu_layers: u32,
+        placement: Placement,
+        problems: &mut Vec<String>,
+    ) {
+        if placement.ram > self.ram {
+            problems.push(format!(
+                "not enough memory: this needs about {} of RAM, {} is available (with a margin); choose a smaller model or quantisation",
+                human_bytes(placement.ram),
+                human_bytes(capacity.ram_available)
+            ));
+        }
+        if let Some(g) = self.gpu
+            && placement.gpu > g
+        {
+            problems.push(format!(
+                "{gpu_layers} GPU layers need about {} of GPU memory, {} is free: expect an out-of-memory error",
+                human_bytes(placement.gpu),
+                human_bytes(capacity.gpu_free.unwrap_or(0))
+            ));
+        }
     }
 }
 

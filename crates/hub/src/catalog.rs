@@ -10,19 +10,19 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The catalog shipped with Catena.
-pub const SHIPPED: &str = include_str!("../../../models/catalog.toml");
+pub(crate) const SHIPPED: &str = include_str!("../../../models/catalog.toml");
 
 /// Overrides the hub base URL of every `hub` source (a mirror serving the same paths).
-pub const BASE_URL_ENV: &str = "CATENA_MODEL_BASE_URL";
+pub(crate) const BASE_URL_ENV: &str = "CATENA_MODEL_BASE_URL";
 
 /// The user's own catalog file, merged after the shipped one.
-pub fn user_catalog_path(paths: &Paths) -> PathBuf {
+pub(crate) fn user_catalog_path(paths: &Paths) -> PathBuf {
     paths.data_dir.join("catalog.toml")
 }
 
 /// GGUF quantisations the catalog may name, with llama.cpp's bits per weight for Qwen2.5-sized
 /// models (used to compute approximate sizes).
-pub const QUANTS: &[(&str, f64)] = &[
+pub(crate) const QUANTS: &[(&str, f64)] = &[
     ("Q4_K_M", 4.85),
     ("Q5_K_M", 5.69),
     ("Q8_0", 8.5),
@@ -276,13 +276,6 @@ impl Catalog {
             })
             .max_by_key(|(e, _)| e.parameters)
     }
-
-    /// The entry and file a catalog file name belongs to.
-    pub fn by_file_name(&self, name: &str) -> Option<(&CatalogEntry, &CatalogFile)> {
-        self.entries
-            .iter()
-            .find_map(|e| e.files.iter().find(|f| f.file == name).map(|f| (e, f)))
-    }
 }
 
 /// The hub base URL to use: the explicit one (a `--base-url` flag), else `CATENA_MODEL_BASE_URL`,
@@ -326,21 +319,13 @@ fn invalid(origin: &str, id: &str, problem: impl Into<String>) -> CatalogError {
 }
 
 /// Whether `s` is 64 lower- or upper-case hex digits (a sha256).
-pub fn is_sha256_hex(s: &str) -> bool {
+pub(crate) fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// Whether `name` can be a file name in the models folder: no separators, no leading dot.
-pub fn is_safe_file_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && !name.contains(['/', '\\', '\0'])
-        && name.len() <= 200
 }
 
 fn validate(entry: &CatalogEntry, origin: &str) -> Result<(), CatalogError> {
     let id = &entry.id;
-    let ok_id = catena_protocol::units::is_plain_name(id);
+    let ok_id = catena_protocol::names::is_plain_name(id);
     if !ok_id {
         return Err(invalid(
             origin,
@@ -364,7 +349,7 @@ fn validate(entry: &CatalogEntry, origin: &str) -> Result<(), CatalogError> {
                 ),
             ));
         }
-        if !is_safe_file_name(&file.file) {
+        if !catena_protocol::names::is_file_name(&file.file) {
             return Err(invalid(
                 origin,
                 id,

@@ -9,7 +9,7 @@ pub const DATA_DIR_ENV: &str = "CATENA_DATA_DIR";
 /// Overrides the cache directory.
 pub const CACHE_DIR_ENV: &str = "CATENA_CACHE_DIR";
 /// Overrides where the session store lives (default: the data directory).
-pub const STORE_DIR_ENV: &str = "CATENA_STORE_DIR";
+pub(crate) const STORE_DIR_ENV: &str = "CATENA_STORE_DIR";
 
 /// The directories of one Catena installation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +71,7 @@ impl Paths {
     }
 
     /// Verified WebAssembly runtimes.
-    pub fn runtimes_dir(&self) -> PathBuf {
+    pub(crate) fn runtimes_dir(&self) -> PathBuf {
         self.data_dir.join("runtimes")
     }
 

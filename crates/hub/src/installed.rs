@@ -9,13 +9,14 @@
 use super::catalog::{Catalog, CatalogEntry, CatalogFile, Source};
 use crate::assets::{self, Asset};
 use crate::config::Paths;
+use crate::settings::settings;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Suffix of the record written beside each verified download.
-pub const RECORD_SUFFIX: &str = ".catena.json";
+pub(crate) const RECORD_SUFFIX: &str = ".catena.json";
 /// The folder (inside the models folder) of downloads in progress.
-pub const PARTIAL_DIR: &str = ".partial";
+pub(crate) const PARTIAL_DIR: &str = ".partial";
 
 /// Where the digest a file was verified against came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,7 +110,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelsError + '_ {
 }
 
 /// The record path of a model file.
-pub fn record_path(model: &Path) -> PathBuf {
+pub(crate) fn record_path(model: &Path) -> PathBuf {
     let mut name = model.file_name().unwrap_or_default().to_os_string();
     name.push(RECORD_SUFFIX);
     model.with_file_name(name)
@@ -128,7 +129,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Records `record` as verified and installed (the model file must already be in place).
-pub fn write_record(paths: &Paths, record: &ModelRecord) -> Result<PathBuf, ModelsError> {
+pub(crate) fn write_record(paths: &Paths, record: &ModelRecord) -> Result<PathBuf, ModelsError> {
     let model = paths.models_dir().join(&record.file);
     let path = record_path(&model);
     let json = serde_json::to_vec_pretty(record).unwrap_or_default();
@@ -218,7 +219,7 @@ pub fn list(paths: &Paths) -> Vec<Installed> {
 }
 
 /// The registry asset a catalog entry names, if it is one Catena pins.
-pub fn registry_asset(entry: &CatalogEntry) -> Option<&'static Asset> {
+pub(crate) fn registry_asset(entry: &CatalogEntry) -> Option<&'static Asset> {
     let Source::Registry { asset } = &entry.source else {
         return None;
     };
@@ -228,7 +229,7 @@ pub fn registry_asset(entry: &CatalogEntry) -> Option<&'static Asset> {
 }
 
 /// Where a catalog file is (or would be) installed, and whether it is installed and verified.
-pub fn catalog_file_state(
+pub(crate) fn catalog_file_state(
     entry: &CatalogEntry,
     file: &CatalogFile,
     paths: &Paths,
@@ -292,92 +293,6 @@ pub fn resolve_installed(reference: &str, paths: &Paths) -> Result<PathBuf, Mode
     }
 }
 
-/// The user's settings about models, in the `[models]` table of `<data>/settings.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModelSettings {
-    /// `id[:QUANT]`, a downloaded file's name, or a path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default: Option<String>,
-    /// A hub mirror's base URL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mirror: Option<String>,
-}
-
-/// The settings file (shared with other settings; only `[models]` is ours).
-pub fn settings_path(paths: &Paths) -> PathBuf {
-    paths.data_dir.join("settings.toml")
-}
-
-fn read_settings_table(path: &Path) -> Result<toml::Table, ModelsError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => text
-            .parse::<toml::Table>()
-            .map_err(|e| ModelsError::Settings {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(toml::Table::new()),
-        Err(source) => Err(ModelsError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-/// Reads the model settings (defaults when there is no file).
-pub fn settings(paths: &Paths) -> Result<ModelSettings, ModelsError> {
-    settings_section(paths, "models")
-}
-
-/// Saves the model settings, keeping every other table of the file as it was.
-pub fn save_settings(paths: &Paths, settings: &ModelSettings) -> Result<(), ModelsError> {
-    save_settings_section(paths, "models", settings)
-}
-
-/// Reads the `[name]` table of the settings file (defaults when there is no file or no such
-/// table).
-pub fn settings_section<T: serde::de::DeserializeOwned + Default>(
-    paths: &Paths,
-    name: &str,
-) -> Result<T, ModelsError> {
-    let path = settings_path(paths);
-    let table = read_settings_table(&path)?;
-    match table.get(name) {
-        None => Ok(T::default()),
-        Some(value) => {
-            value
-                .clone()
-                .try_into()
-                .map_err(|e: toml::de::Error| ModelsError::Settings {
-                    path,
-                    message: format!("[{name}]: {e}"),
-                })
-        }
-    }
-}
-
-/// Saves the `[name]` table, keeping every other table of the file as it was. The file is
-/// readable by its owner only (it may hold API keys): the temporary file it is renamed from is
-/// created that way.
-pub fn save_settings_section<T: Serialize>(
-    paths: &Paths,
-    name: &str,
-    section: &T,
-) -> Result<(), ModelsError> {
-    let path = settings_path(paths);
-    let mut table = read_settings_table(&path)?;
-    let value = toml::Value::try_from(section).map_err(|e| ModelsError::Settings {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    table.insert(name.into(), value);
-    let text = toml::to_string(&table).map_err(|e| ModelsError::Settings {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    write_atomic(&path, text.as_bytes()).map_err(io(&path))
-}
-
 /// The model `catena models default` chose, resolved to a usable file; `None` when the user chose
 /// none (callers then use the built-in default model). A choice that no longer resolves is an
 /// error rather than a silent fallback, so the user learns their model went away.
@@ -426,7 +341,7 @@ pub fn remove_file(paths: &Paths, file: &str) -> Result<Vec<PathBuf>, ModelsErro
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
-pub fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -435,6 +350,7 @@ pub fn now_secs() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{ModelSettings, save_settings, settings_path};
 
     fn record(file: &str, size: u64) -> ModelRecord {
         ModelRecord {

@@ -50,7 +50,7 @@ pub fn plan(
     base_url: Option<&str>,
 ) -> Result<(PullPlan, Option<String>), ModelsError> {
     let catalog = Catalog::load(paths)?;
-    let settings = installed::settings(paths)?;
+    let settings = crate::settings::settings(paths)?;
     let (id, quant_in_id) = installed::split_reference(reference);
     let entry = catalog.entry(id)?;
     let file = entry.file(quant.or(quant_in_id))?;

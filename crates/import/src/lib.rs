@@ -15,7 +15,6 @@ mod listing;
 mod pull;
 mod stages;
 
-pub use catena_protocol::units::is_plain_name;
 pub use listing::{FileDigest, Needed, RepoFile, git_blob_id, needed, parse_tree};
 pub use pull::{CheckpointPull, PullOptions, pull_checkpoint, staging_dir};
 pub use stages::{FolderImport, import_folder};

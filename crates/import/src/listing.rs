@@ -89,7 +89,7 @@ pub fn needed(repo: &str, files: &[RepoFile]) -> Result<Needed, ImportError> {
     let mut weights: Vec<RepoFile> = files
         .iter()
         .filter(|f| {
-            f.path.ends_with(".safetensors") && catena_hub::catalog::is_safe_file_name(&f.path)
+            f.path.ends_with(".safetensors") && catena_protocol::names::is_file_name(&f.path)
         })
         .cloned()
         .collect();

@@ -119,44 +119,8 @@ pub fn pull_checkpoint(
     let _lock = lock(&staging, &request.id)?;
     let f16 = staging.join(F16_FILE);
 
-    download::install_tls_provider();
-    let client = reqwest::Client::builder()
-        .connect_timeout(options.download.connect_timeout)
-        .timeout(Duration::from_secs(120))
-        .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| ImportError::Fetch {
-            file: request.repo.clone(),
-            reason: format!("the HTTP client could not start: {e}"),
-        })?;
-    let files = runtime.block_on(listing::list(
-        &client,
-        &request.base_url,
-        &request.repo,
-        &request.revision,
-    ))?;
-    let mut needed = listing::needed(&request.repo, &files)?;
-    forget_changed_files(&staging, &needed, &f16)?;
-
-    // Config and tokenizer first: an architecture the converter refuses stops the pull before
-    // the weights are fetched.
-    for file in std::iter::once(&needed.config).chain(&needed.small) {
-        if !is_fetched(&staging, file) {
-            runtime.block_on(fetch_small(&client, request, file, &staging))?;
-        }
-    }
-    let config = catena_convert::read_config(&staging)?;
-    // Only the shards the index names (a repository may hold other safetensors files too).
-    let wanted = shards_named(&staging)?;
-    for shard in &wanted {
-        if !needed.weights.iter().any(|f| &f.path == shard) {
-            return Err(ImportError::MissingFile {
-                repo: request.repo.clone(),
-                file: shard.clone(),
-            });
-        }
-    }
-    needed.weights.retain(|f| wanted.contains(&f.path));
+    let client = http_client(request, options)?;
+    let (needed, config) = plan_files(&runtime, &client, request, &staging, &f16)?;
 
     // The whole plan's disk needs, before the first weight byte.
     let remaining: u64 = needed
@@ -206,6 +170,62 @@ pub fn pull_checkpoint(
         });
     }
     Ok(installed)
+}
+
+/// The HTTP client of the listing and the small files (the weights go through the hub's
+/// downloader, with its own clients).
+fn http_client(
+    request: &CheckpointPull,
+    options: &PullOptions,
+) -> Result<reqwest::Client, ImportError> {
+    download::install_tls_provider();
+    reqwest::Client::builder()
+        .connect_timeout(options.download.connect_timeout)
+        .timeout(Duration::from_secs(120))
+        .user_agent(concat!("catena/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ImportError::Fetch {
+            file: request.repo.clone(),
+            reason: format!("the HTTP client could not start: {e}"),
+        })
+}
+
+/// The files the pull needs and the checkpoint's configuration. The config and the tokenizer
+/// are fetched first, so an architecture the converter refuses stops the pull before the
+/// weights are fetched; the weights are narrowed to the shards the index names (a repository
+/// may hold other safetensors files too).
+fn plan_files(
+    runtime: &tokio::runtime::Runtime,
+    client: &reqwest::Client,
+    request: &CheckpointPull,
+    staging: &Path,
+    f16: &Path,
+) -> Result<(Needed, catena_convert::ModelConfig), ImportError> {
+    let files = runtime.block_on(listing::list(
+        client,
+        &request.base_url,
+        &request.repo,
+        &request.revision,
+    ))?;
+    let mut needed = listing::needed(&request.repo, &files)?;
+    forget_changed_files(staging, &needed, f16)?;
+    for file in std::iter::once(&needed.config).chain(&needed.small) {
+        if !is_fetched(staging, file) {
+            runtime.block_on(fetch_small(client, request, file, staging))?;
+        }
+    }
+    let config = catena_convert::read_config(staging)?;
+    let wanted = shards_named(staging)?;
+    for shard in &wanted {
+        if !needed.weights.iter().any(|f| &f.path == shard) {
+            return Err(ImportError::MissingFile {
+                repo: request.repo.clone(),
+                file: shard.clone(),
+            });
+        }
+    }
+    needed.weights.retain(|f| wanted.contains(&f.path));
+    Ok((needed, config))
 }
 
 /// The work folder's lock, held for the whole pull.

@@ -259,7 +259,7 @@ pub fn import_folder(
     quantizer: &WorkerCommand,
     events: &ImportSink,
 ) -> Result<PathBuf, ImportError> {
-    if !crate::is_plain_name(&request.name) {
+    if !catena_protocol::names::is_plain_name(&request.name) {
         return Err(ImportError::BadName(request.name.clone()));
     }
     let mut checkpoint = catena_convert::open(&request.dir)?;

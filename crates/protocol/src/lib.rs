@@ -4,6 +4,7 @@
 
 pub mod answer;
 pub mod fence;
+pub mod names;
 pub mod parser;
 pub mod profile;
 pub mod render;

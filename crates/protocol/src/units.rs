@@ -1,17 +1,7 @@
-//! Units in Catena's settings and JSON: seconds given by a user, durations written as milliseconds,
-//! and the plain names users give things that become folder and file names.
+//! Units in Catena's settings and JSON: seconds given by a user and durations written as
+//! milliseconds.
 
 use std::time::Duration;
-
-/// Whether `name` is a plain name (letters, digits, `-`, `_`, `.`, not starting with a dot): safe
-/// as a file or folder name on every platform, never a path. Model, index and catalog names.
-pub fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
 
 /// A positive number of seconds as a `Duration`; `None` for zero, negatives, NaN, infinities
 /// and values too large for a `Duration` (on which `Duration::from_secs_f64` panics).

@@ -212,7 +212,7 @@ pub fn archive_base(path: &Path) -> Result<url::Url, String> {
     let name: String = stem
         .chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+            if catena_protocol::names::is_plain_char(c) {
                 c
             } else {
                 '-'

@@ -14,7 +14,7 @@ mod passage_line;
 mod passages;
 mod pdf;
 
-pub use catena_protocol::units::is_plain_name;
+use catena_protocol::names::is_plain_name;
 /// The ZIM reader, a crate of its own so it can be fuzzed without the index engine.
 pub use catena_zim as zim;
 pub use documents::{DocumentHit, DocumentIndex, StoredDocument, build_documents};

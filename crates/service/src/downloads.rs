@@ -106,7 +106,7 @@ impl Downloads {
         paths: &Paths,
         request: catena_import::FolderImport,
     ) -> Result<DownloadStatus, ServiceError> {
-        if !catena_import::is_plain_name(&request.name) {
+        if !catena_protocol::names::is_plain_name(&request.name) {
             return Err(ServiceError::invalid(format!(
                 "The name `{}` must be letters, digits, `-`, `_` and `.`.",
                 request.name

@@ -5,7 +5,7 @@
 use crate::ServiceError;
 use crate::web::web_settings;
 use catena_hub::config::Paths;
-use catena_hub::installed::{save_settings_section, settings_path};
+use catena_hub::settings::{save_settings_section, settings_path};
 use catena_protocol::Tag;
 use catena_search::{IndexInfo, IndexKind};
 use catena_web::{

@@ -98,13 +98,7 @@ pub struct Training {
 /// Checks that `name` is one plain file or folder name: no separator, no `..`, not hidden,
 /// nothing a shell or a file system treats specially.
 fn plain_name(name: &str, field: &'static str) -> Result<(), ServiceError> {
-    let plain = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-    if plain {
+    if catena_protocol::names::is_plain_name(name) {
         Ok(())
     } else {
         Err(ServiceError::invalid(format!(

@@ -2,7 +2,8 @@
 
 use catena_agent::tools::ToolBox;
 use catena_hub::config::Paths;
-use catena_hub::installed::{ModelsError, settings_path, settings_section};
+use catena_hub::installed::ModelsError;
+use catena_hub::settings::{settings_path, settings_section};
 use catena_protocol::{Profile, Tag};
 use catena_web::{FetchError, WebSettings, WebSetupError};
 

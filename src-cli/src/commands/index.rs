@@ -201,12 +201,7 @@ fn add(
             .canonicalize()
             .unwrap_or_else(|_| first.clone())
             .file_stem()
-            .map(|s| {
-                s.to_string_lossy().replace(
-                    |c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_',
-                    "-",
-                )
-            })
+            .and_then(|s| catena_protocol::names::plain_name_from(&s.to_string_lossy()))
             .unwrap_or_else(|| kind.entries_noun().into()),
     };
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

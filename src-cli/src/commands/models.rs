@@ -10,9 +10,10 @@ use catena_hub::assets;
 use catena_hub::catalog::{self, Catalog};
 use catena_hub::config::Paths;
 use catena_hub::download::{self, DownloadEvent, DownloadOptions, DownloadRequest, EventSink};
-use catena_hub::installed::{self, DigestSource, ModelSettings};
+use catena_hub::installed::{self, DigestSource};
 use catena_hub::listing;
 use catena_hub::pull::{self, CheckpointPlan, PullPlan};
+use catena_hub::settings::{self, ModelSettings};
 use catena_import::{
     CheckpointPull, FolderImport, ImportError, ImportEvent, ImportSink, PullOptions, Stage,
 };
@@ -203,23 +204,19 @@ fn list(paths: &Paths, json: bool) -> Result<ExitCode> {
 
 /// The name an import installs under: `--name`, or the folder's name made a plain file name.
 fn import_name(given: Option<&str>, dir: &Path, fallback: &str) -> Result<String> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    let is_plain = catena_protocol::units::is_plain_name;
+    use catena_protocol::names::{is_plain_name, plain_name_from};
     let name = match given {
         Some(name) => name.to_string(),
         None => dir
             .canonicalize()
             .ok()
-            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .map(|n| {
-                n.replace(|c| !plain(c), "-")
-                    .trim_start_matches('.')
-                    .to_string()
+            .and_then(|d| {
+                d.file_name()
+                    .and_then(|n| plain_name_from(&n.to_string_lossy()))
             })
-            .filter(|n| !n.is_empty())
             .unwrap_or_else(|| fallback.into()),
     };
-    if !is_plain(&name) {
+    if !is_plain_name(&name) {
         bail!("the name `{name}` must be letters, digits, `-`, `_` and `.`");
     }
     Ok(name)
@@ -664,7 +661,7 @@ fn remove(reference: &str, paths: &Paths) -> Result<ExitCode> {
             Some(q) => vec![entry.file(Some(q))?.file.clone()],
             None => entry.files.iter().map(|f| f.file.clone()).collect(),
         },
-        None if catalog::is_safe_file_name(reference) => vec![reference.to_string()],
+        None if catena_protocol::names::is_file_name(reference) => vec![reference.to_string()],
         None => bail!("`{reference}` is neither a catalog id nor a model file name"),
     };
     let mut removed = 0;
@@ -705,10 +702,10 @@ fn remove(reference: &str, paths: &Paths) -> Result<ExitCode> {
 }
 
 fn default(model: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
-    let mut settings = installed::settings(paths)?;
+    let mut settings = settings::settings(paths)?;
     if clear {
         settings.default = None;
-        installed::save_settings(paths, &settings)?;
+        settings::save_settings(paths, &settings)?;
         eprintln!("The default model is the built-in one again.");
         return Ok(ExitCode::SUCCESS);
     }
@@ -740,13 +737,13 @@ fn default(model: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode
             reference
         };
     settings.default = Some(stored);
-    installed::save_settings(paths, &settings)?;
+    settings::save_settings(paths, &settings)?;
     eprintln!("Default model: {}", path.display());
     Ok(ExitCode::SUCCESS)
 }
 
 fn mirror(url: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
-    let mut settings: ModelSettings = installed::settings(paths)?;
+    let mut settings: ModelSettings = settings::settings(paths)?;
     if clear {
         settings.mirror = None;
     } else if let Some(url) = url {
@@ -762,7 +759,7 @@ fn mirror(url: Option<String>, clear: bool, paths: &Paths) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    installed::save_settings(paths, &settings)?;
+    settings::save_settings(paths, &settings)?;
     Ok(ExitCode::SUCCESS)
 }
 

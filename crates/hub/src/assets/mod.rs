@@ -13,7 +13,7 @@ pub use catalog::{
     Asset, AssetFile, DEFAULT_MODEL, GEMMA_TEST_MODEL, Kind, MICROPYTHON, PYTHON, WheelMember,
 };
 pub use fetch::{AssetError, installed_path, is_installed};
-pub use shipped::{DEFAULT_MODEL_ADAPTER, ShippedAdapter, adapter_for_model};
+pub use shipped::{ShippedAdapter, adapter_for_model};
 
 use crate::config::Paths;
 use std::path::PathBuf;

@@ -19,7 +19,7 @@
 
 mod http;
 mod plan;
-pub mod state;
+mod state;
 mod transfer;
 
 pub(crate) use http::describe;
@@ -202,7 +202,7 @@ fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> DownloadError + '_ {
 pub fn file_name_from_url(url: &str) -> Option<String> {
     let parsed = reqwest::Url::parse(url).ok()?;
     let last = parsed.path_segments()?.rev().find(|s| !s.is_empty())?;
-    super::catalog::is_safe_file_name(last).then(|| last.to_string())
+    catena_protocol::names::is_file_name(last).then(|| last.to_string())
 }
 
 /// Paths of the partial download of `file_name`: (`.part`, `.part.json`, `.lock`).
@@ -356,21 +356,9 @@ pub async fn fetch_verified(
     options: &DownloadOptions,
     events: &EventSink,
 ) -> Result<Verified, DownloadError> {
+    let given = check_request(request)?;
     let url = request.url.as_str();
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(DownloadError::BadUrl(url.into()));
-    }
     let name = request.file_name.as_str();
-    if !super::catalog::is_safe_file_name(name) {
-        return Err(DownloadError::BadName(name.into()));
-    }
-    let given = match &request.sha256 {
-        Some(sha) if !super::catalog::is_sha256_hex(sha) => {
-            return Err(DownloadError::BadDigest(sha.clone()));
-        }
-        Some(sha) => Some(sha.to_ascii_lowercase()),
-        None => None,
-    };
     let (part_path, state_path, lock_path) = partial_paths(dir, name);
     let partial_dir = dir.join(PARTIAL_DIR);
     std::fs::create_dir_all(&partial_dir).map_err(io_at(&partial_dir))?;
@@ -385,65 +373,16 @@ pub async fn fetch_verified(
     };
 
     // Resume what can be resumed; otherwise start clean.
-    let saved = PartState::load(&state_path);
-    let resumable = match (&saved, probe.ranges, probe.total) {
-        (Some(state), true, Some(total)) => match state.conflict(url, total, &probe.validator) {
-            None if part_path.exists() => Some(state.clone()),
-            None => None,
-            Some(reason) => {
-                events(DownloadEvent::Restarting {
-                    reason: format!("the partial download cannot be resumed: {reason}"),
-                });
-                None
-            }
-        },
-        (Some(state), false, _) if state.done() > 0 => {
-            events(DownloadEvent::Restarting {
-                reason: "the server no longer supports resuming; starting again".into(),
-            });
-            None
-        }
-        _ => None,
-    };
+    let resumable = resumable_state(url, &probe, &part_path, &state_path, events);
     if resumable.is_none() {
         remove_if_exists(&part_path)?;
         remove_if_exists(&state_path)?;
     }
     let already = resumable.as_ref().map_or(0, PartState::done);
+    check_room(&partial_dir, probe.total, already, options)?;
 
-    // Room for the rest, before the first byte is written.
-    if let Some(total) = probe.total {
-        let available = fs4::available_space(&partial_dir).map_err(io_at(&partial_dir))?;
-        let remaining = total.saturating_sub(already);
-        if !plan::enough_space(remaining, available, options.free_space_margin) {
-            return Err(DownloadError::DiskFull {
-                dir: partial_dir,
-                needed: remaining.saturating_add(options.free_space_margin),
-                available,
-            });
-        }
-    }
-
-    let state = match (resumable, probe.ranges, probe.total) {
-        (Some(state), _, _) => Some(state),
-        (None, true, Some(total)) => Some(PartState::new(
-            url,
-            total,
-            probe.validator.clone(),
-            plan::split(total, options.connections, options.min_segment),
-        )),
-        _ => None,
-    };
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&part_path)
-        .map_err(io_at(&part_path))?;
-    if let Some(state) = &state {
-        state.save(&state_path).map_err(io_at(&state_path))?;
-    }
+    let state = resumable.or_else(|| segmented_state(url, &probe, options));
+    let file = open_part(&part_path, state.as_ref(), &state_path)?;
     events(DownloadEvent::Started {
         url: url.into(),
         file: name.into(),
@@ -469,31 +408,7 @@ pub async fn fetch_verified(
     let total = if segments.is_empty() {
         transfer.run_stream().await?
     } else {
-        let mut tasks = tokio::task::JoinSet::new();
-        for (index, (start, end)) in segments.into_iter().enumerate() {
-            tasks.spawn(transfer.clone().run_segment(index, start, end));
-        }
-        let mut failure = None;
-        while let Some(joined) = tasks.join_next().await {
-            let result = match joined {
-                Ok(result) => result,
-                // Tasks aborted after the first failure.
-                Err(e) if e.is_cancelled() => continue,
-                Err(e) => Err(DownloadError::Client(format!(
-                    "a download task failed: {e}"
-                ))),
-            };
-            if let Err(e) = result
-                && failure.is_none()
-            {
-                failure = Some(e);
-                tasks.abort_all();
-            }
-        }
-        transfer.persist(true);
-        if let Some(e) = failure {
-            return Err(e);
-        }
+        run_segments(&transfer, segments).await?;
         probe.total.unwrap_or(0)
     };
     transfer.finish_progress();
@@ -521,6 +436,149 @@ pub async fn fetch_verified(
         sha256: expected,
         digest_source,
     })
+}
+
+/// Checks a request before anything is touched: an HTTP(S) URL, a file name that is one path
+/// component, a digest (if given) of 64 hex digits. Returns that digest in lower case.
+fn check_request(request: &DownloadRequest) -> Result<Option<String>, DownloadError> {
+    let url = request.url.as_str();
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(DownloadError::BadUrl(url.into()));
+    }
+    let name = request.file_name.as_str();
+    if !catena_protocol::names::is_file_name(name) {
+        return Err(DownloadError::BadName(name.into()));
+    }
+    match &request.sha256 {
+        Some(sha) if !super::catalog::is_sha256_hex(sha) => {
+            Err(DownloadError::BadDigest(sha.clone()))
+        }
+        Some(sha) => Ok(Some(sha.to_ascii_lowercase())),
+        None => Ok(None),
+    }
+}
+
+/// The state of an earlier partial download of `url` that this one can continue: the same URL,
+/// size and validator, a server that still answers ranges, and the bytes still there. Says why
+/// when an earlier download exists but cannot be continued.
+fn resumable_state(
+    url: &str,
+    probe: &Probe,
+    part_path: &Path,
+    state_path: &Path,
+    events: &EventSink,
+) -> Option<PartState> {
+    let saved = PartState::load(state_path);
+    match (&saved, probe.ranges, probe.total) {
+        (Some(state), true, Some(total)) => match state.conflict(url, total, &probe.validator) {
+            None if part_path.exists() => Some(state.clone()),
+            None => None,
+            Some(reason) => {
+                events(DownloadEvent::Restarting {
+                    reason: format!("the partial download cannot be resumed: {reason}"),
+                });
+                None
+            }
+        },
+        (Some(state), false, _) if state.done() > 0 => {
+            events(DownloadEvent::Restarting {
+                reason: "the server no longer supports resuming; starting again".into(),
+            });
+            None
+        }
+        _ => None,
+    }
+}
+
+/// A fresh state split into segments for parallel connections, when the server answers ranges
+/// and says the size; `None` means one stream, which cannot resume.
+fn segmented_state(url: &str, probe: &Probe, options: &DownloadOptions) -> Option<PartState> {
+    match (probe.ranges, probe.total) {
+        (true, Some(total)) => Some(PartState::new(
+            url,
+            total,
+            probe.validator.clone(),
+            plan::split(total, options.connections, options.min_segment),
+        )),
+        _ => None,
+    }
+}
+
+/// Opens (or creates) the partial file without truncating what an earlier run fetched, and
+/// saves the state that says which of its bytes are there.
+fn open_part(
+    part_path: &Path,
+    state: Option<&PartState>,
+    state_path: &Path,
+) -> Result<std::fs::File, DownloadError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(part_path)
+        .map_err(io_at(part_path))?;
+    if let Some(state) = state {
+        state.save(state_path).map_err(io_at(state_path))?;
+    }
+    Ok(file)
+}
+
+/// Room for the rest of a download of `total` bytes with `already` of them on disk, checked
+/// before the first byte is written.
+fn check_room(
+    partial_dir: &Path,
+    total: Option<u64>,
+    already: u64,
+    options: &DownloadOptions,
+) -> Result<(), DownloadError> {
+    let Some(total) = total else {
+        return Ok(());
+    };
+    let available = fs4::available_space(partial_dir).map_err(io_at(partial_dir))?;
+    let remaining = total.saturating_sub(already);
+    if !plan::enough_space(remaining, available, options.free_space_margin) {
+        return Err(DownloadError::DiskFull {
+            dir: partial_dir.to_path_buf(),
+            needed: remaining.saturating_add(options.free_space_margin),
+            available,
+        });
+    }
+    Ok(())
+}
+
+/// Downloads the `(start, end)` segments over parallel connections; the first failure stops
+/// the others. The state is saved either way, so a later run resumes what was fetched.
+async fn run_segments(
+    transfer: &Arc<Transfer>,
+    segments: Vec<(u64, u64)>,
+) -> Result<(), DownloadError> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, (start, end)) in segments.into_iter().enumerate() {
+        tasks.spawn(transfer.clone().run_segment(index, start, end));
+    }
+    let mut failure = None;
+    while let Some(joined) = tasks.join_next().await {
+        let result = match joined {
+            Ok(result) => result,
+            // Tasks aborted after the first failure.
+            Err(e) if e.is_cancelled() => continue,
+            Err(e) => Err(DownloadError::Client(format!(
+                "a download task failed: {e}"
+            ))),
+        };
+        if let Err(e) = result
+            && failure.is_none()
+        {
+            failure = Some(e);
+            tasks.abort_all();
+        }
+    }
+    transfer.persist(true);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// [`download`] on a runtime of its own, for callers that are not async.

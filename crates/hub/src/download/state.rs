@@ -41,12 +41,6 @@ pub struct Segment {
     pub done: u64,
 }
 
-impl Segment {
-    pub fn remaining(&self) -> u64 {
-        self.end - self.start - self.done.min(self.end - self.start)
-    }
-}
-
 /// The saved progress of a download that the server lets us resume (range requests).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartState {
