@@ -5,8 +5,9 @@
 
 use crate::extract::{Document, archive_documents, document_files, is_archive, read_document};
 use crate::{
-    BuildProgress, IndexInfo, IndexKind, SearchError, WRITER_MEMORY, analysed_text, build_in_place,
-    field, now_seconds, open_index, register_tokenizer, words_query,
+    BuildProgress, IndexFields, IndexInfo, IndexKind, Opened, SearchError, WRITER_MEMORY,
+    analysed_text, build_in_place, choose_index, field, now_seconds, open_index,
+    register_tokenizer, words_query,
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,19 @@ struct Fields {
     title: Field,
     body: Field,
     date: Field,
+}
+
+impl IndexFields for Fields {
+    const KIND: IndexKind = IndexKind::Documents;
+
+    fn read(schema: &tantivy::schema::Schema, dir: &Path) -> Result<Fields, SearchError> {
+        Ok(Fields {
+            url: field(schema, dir, "url")?,
+            title: field(schema, dir, "title")?,
+            body: field(schema, dir, "body")?,
+            date: field(schema, dir, "date")?,
+        })
+    }
 }
 
 fn schema() -> (Schema, Fields) {
@@ -185,18 +199,12 @@ pub struct DocumentIndex {
 impl DocumentIndex {
     /// Opens index `name` in `indexes_dir`.
     pub fn open(indexes_dir: &Path, name: &str) -> Result<DocumentIndex, SearchError> {
-        let (dir, info, index) = open_index(indexes_dir, name, IndexKind::Documents)?;
-        let schema = index.schema();
-        let fields = Fields {
-            url: field(&schema, &dir, "url")?,
-            title: field(&schema, &dir, "title")?,
-            body: field(&schema, &dir, "body")?,
-            date: field(&schema, &dir, "date")?,
-        };
-        let reader = index
-            .reader_builder()
-            .reload_policy(tantivy::ReloadPolicy::Manual)
-            .try_into()?;
+        let Opened {
+            index,
+            reader,
+            fields,
+            info,
+        } = open_index::<Fields>(indexes_dir, name)?;
         Ok(DocumentIndex {
             index,
             reader,
@@ -205,15 +213,13 @@ impl DocumentIndex {
         })
     }
 
-    /// Opens the document index runs use: `chosen`, else the only one there is (`None` when
-    /// none is chosen and there are none or several).
+    /// Opens the document index runs use: `chosen`, else the only one there is (`None` when none
+    /// is chosen and there are none or several).
     pub fn choose(
         indexes_dir: &Path,
         chosen: Option<&str>,
     ) -> Result<Option<DocumentIndex>, SearchError> {
-        crate::choose_name(indexes_dir, IndexKind::Documents, chosen)
-            .map(|name| DocumentIndex::open(indexes_dir, &name))
-            .transpose()
+        choose_index::<Fields, _>(indexes_dir, chosen, DocumentIndex::open)
     }
 
     /// The `k` best documents for `query` (plain words) by BM25 over title and text, each with

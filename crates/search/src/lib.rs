@@ -316,12 +316,23 @@ pub fn choose_name(indexes_dir: &Path, kind: IndexKind, chosen: Option<&str>) ->
     }
 }
 
-/// Opens index `name` of `kind`: its folder, description and tantivy index.
-fn open_index(
-    indexes_dir: &Path,
-    name: &str,
-    kind: IndexKind,
-) -> Result<(PathBuf, IndexInfo, Index), SearchError> {
+/// The fields one kind of index keeps, read back from an opened index's schema.
+trait IndexFields: Sized {
+    const KIND: IndexKind;
+    fn read(schema: &tantivy::schema::Schema, dir: &Path) -> Result<Self, SearchError>;
+}
+
+/// What an index of either kind holds once open.
+struct Opened<F> {
+    index: Index,
+    reader: tantivy::IndexReader,
+    fields: F,
+    info: IndexInfo,
+}
+
+/// Opens index `name` of `F`'s kind: its description, its tantivy index with Catena's tokenizer,
+/// its fields and a reader that reloads only when asked.
+fn open_index<F: IndexFields>(indexes_dir: &Path, name: &str) -> Result<Opened<F>, SearchError> {
     if !is_plain_name(name) {
         return Err(SearchError::BadName(name.to_string()));
     }
@@ -334,16 +345,37 @@ fn open_index(
         })?,
         Err(_) => return Err(SearchError::NotFound(name.to_string())),
     };
-    if info.kind != kind {
+    if info.kind != F::KIND {
         return Err(SearchError::WrongKind {
             name: name.to_string(),
             found: info.kind.entries_noun(),
-            wanted: kind.entries_noun(),
+            wanted: F::KIND.entries_noun(),
         });
     }
     let index = Index::open_in_dir(&dir)?;
     register_tokenizer(&index);
-    Ok((dir, info, index))
+    let fields = F::read(&index.schema(), &dir)?;
+    let reader = index
+        .reader_builder()
+        .reload_policy(tantivy::ReloadPolicy::Manual)
+        .try_into()?;
+    Ok(Opened {
+        index,
+        reader,
+        fields,
+        info,
+    })
+}
+
+/// Opens the index of `F`'s kind that runs use ([`choose_name`]) with `open`.
+fn choose_index<F: IndexFields, T>(
+    indexes_dir: &Path,
+    chosen: Option<&str>,
+    open: impl FnOnce(&Path, &str) -> Result<T, SearchError>,
+) -> Result<Option<T>, SearchError> {
+    choose_name(indexes_dir, F::KIND, chosen)
+        .map(|name| open(indexes_dir, &name))
+        .transpose()
 }
 
 /// Field `name` of an opened index's schema.

@@ -2,9 +2,9 @@
 
 use crate::extract::{archive_documents, is_archive};
 use crate::{
-    BuildProgress, IndexInfo, IndexKind, PassageRecord, SearchError, WRITER_MEMORY, analysed_text,
-    build_in_place, field, io_at, now_seconds, open_index, parse_passage_line, register_tokenizer,
-    words_query,
+    BuildProgress, IndexFields, IndexInfo, IndexKind, Opened, PassageRecord, SearchError,
+    WRITER_MEMORY, analysed_text, build_in_place, choose_index, field, io_at, now_seconds,
+    open_index, parse_passage_line, register_tokenizer, words_query,
 };
 use serde::Serialize;
 use std::io::{BufRead, Read};
@@ -29,6 +29,19 @@ struct Fields {
     text: Field,
     /// Title and text together, indexed, not stored: what a query is matched against.
     contents: Field,
+}
+
+impl IndexFields for Fields {
+    const KIND: IndexKind = IndexKind::Passages;
+
+    fn read(schema: &tantivy::schema::Schema, dir: &Path) -> Result<Fields, SearchError> {
+        Ok(Fields {
+            id: field(schema, dir, "id")?,
+            title: field(schema, dir, "title")?,
+            text: field(schema, dir, "text")?,
+            contents: field(schema, dir, "contents")?,
+        })
+    }
 }
 
 fn schema() -> (Schema, Fields) {
@@ -253,18 +266,12 @@ pub struct PassageIndex {
 impl PassageIndex {
     /// Opens index `name` in `indexes_dir`.
     pub fn open(indexes_dir: &Path, name: &str) -> Result<PassageIndex, SearchError> {
-        let (dir, info, index) = open_index(indexes_dir, name, IndexKind::Passages)?;
-        let schema = index.schema();
-        let fields = Fields {
-            id: field(&schema, &dir, "id")?,
-            title: field(&schema, &dir, "title")?,
-            text: field(&schema, &dir, "text")?,
-            contents: field(&schema, &dir, "contents")?,
-        };
-        let reader = index
-            .reader_builder()
-            .reload_policy(tantivy::ReloadPolicy::Manual)
-            .try_into()?;
+        let Opened {
+            index,
+            reader,
+            fields,
+            info,
+        } = open_index::<Fields>(indexes_dir, name)?;
         Ok(PassageIndex {
             index,
             reader,
@@ -279,9 +286,7 @@ impl PassageIndex {
         indexes_dir: &Path,
         chosen: Option<&str>,
     ) -> Result<Option<PassageIndex>, SearchError> {
-        crate::choose_name(indexes_dir, IndexKind::Passages, chosen)
-            .map(|name| PassageIndex::open(indexes_dir, &name))
-            .transpose()
+        choose_index::<Fields, _>(indexes_dir, chosen, PassageIndex::open)
     }
 
     /// The `k` best passages for `query` (plain words) by BM25 over title and text.
