@@ -9,8 +9,8 @@ use catena_hub::settings::{save_settings_section, settings_path};
 use catena_protocol::Tag;
 use catena_search::{IndexInfo, IndexKind};
 use catena_web::{
-    ApiKey, SUMMARIZER_KEY_ENV, Service as SearchService, UrlRefused, WebSettings,
-    check_settable_url, without_credentials,
+    ApiKey, SUMMARIZER_KEY_ENV, SearchService, UrlRefused, WebSettings, check_settable_url,
+    without_credentials,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -20,7 +20,7 @@ pub use completion::{
 };
 pub use fetch::{FetchError, FetchOptions, FetchedPage, Fetcher};
 pub use search::{
-    ApiKey, LocalSearch, OnlineSearch, SearchBackend, SearchFailure, Service, WebHit,
+    ApiKey, LocalSearch, OnlineSearch, SearchBackend, SearchFailure, SearchService, WebHit,
 };
 pub use settings::{
     SUMMARIZER_KEY_ENV, UrlRefused, WebSettings, WebSetup, WebSetupError, check_settable_url,

@@ -135,42 +135,42 @@ impl std::fmt::Debug for ApiKey {
 
 /// The online services, each with its documented endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Service {
+pub enum SearchService {
     Searxng,
     Serper,
     Brave,
     Tavily,
 }
 
-impl Service {
-    pub const ALL: [Service; 4] = [
-        Service::Searxng,
-        Service::Serper,
-        Service::Brave,
-        Service::Tavily,
+impl SearchService {
+    pub const ALL: [SearchService; 4] = [
+        SearchService::Searxng,
+        SearchService::Serper,
+        SearchService::Brave,
+        SearchService::Tavily,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
-            Service::Searxng => "searxng",
-            Service::Serper => "serper",
-            Service::Brave => "brave",
-            Service::Tavily => "tavily",
+            SearchService::Searxng => "searxng",
+            SearchService::Serper => "serper",
+            SearchService::Brave => "brave",
+            SearchService::Tavily => "tavily",
         }
     }
 
     /// How the service is named to people.
     pub fn display_name(self) -> &'static str {
         match self {
-            Service::Searxng => "SearXNG",
-            Service::Serper => "Serper",
-            Service::Brave => "Brave Search",
-            Service::Tavily => "Tavily",
+            SearchService::Searxng => "SearXNG",
+            SearchService::Serper => "Serper",
+            SearchService::Brave => "Brave Search",
+            SearchService::Tavily => "Tavily",
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Service> {
-        Service::ALL.into_iter().find(|s| s.name() == name)
+    pub fn from_name(name: &str) -> Option<SearchService> {
+        SearchService::ALL.into_iter().find(|s| s.name() == name)
     }
 
     /// The endpoint the service documents. These clients were tested against loopback servers
@@ -178,27 +178,27 @@ impl Service {
     /// reaches them); SearXNG has no public default: it is the user's own instance.
     pub fn documented_base_url(self) -> Option<&'static str> {
         match self {
-            Service::Searxng => None,
-            Service::Serper => Some("https://google.serper.dev"),
-            Service::Brave => Some("https://api.search.brave.com"),
-            Service::Tavily => Some("https://api.tavily.com"),
+            SearchService::Searxng => None,
+            SearchService::Serper => Some("https://google.serper.dev"),
+            SearchService::Brave => Some("https://api.search.brave.com"),
+            SearchService::Tavily => Some("https://api.tavily.com"),
         }
     }
 
     /// The environment variable its key (or, for SearXNG, its instance's URL) is read from.
     pub fn env_var(self) -> &'static str {
         match self {
-            Service::Searxng => "CATENA_SEARXNG_URL",
-            Service::Serper => "SERPER_API_KEY",
-            Service::Brave => "BRAVE_API_KEY",
-            Service::Tavily => "TAVILY_API_KEY",
+            SearchService::Searxng => "CATENA_SEARXNG_URL",
+            SearchService::Serper => "SERPER_API_KEY",
+            SearchService::Brave => "BRAVE_API_KEY",
+            SearchService::Tavily => "TAVILY_API_KEY",
         }
     }
 }
 
 /// A client of one online service.
 pub struct OnlineSearch {
-    service: Service,
+    service: SearchService,
     base_url: String,
     key: Option<ApiKey>,
     client: reqwest::blocking::Client,
@@ -218,7 +218,7 @@ impl OnlineSearch {
     /// A client of `service` at `base_url` with `key` (SearXNG needs none; the others do, which
     /// the caller checks before offering the backend).
     pub fn new(
-        service: Service,
+        service: SearchService,
         base_url: &str,
         key: Option<ApiKey>,
     ) -> Result<OnlineSearch, SearchFailure> {
@@ -230,7 +230,7 @@ impl OnlineSearch {
     /// programs on the machine can reach. A private address written literally in the URL is
     /// the user's own choice (the API refuses to write one) and is not checked.
     pub fn with_address_rule(
-        service: Service,
+        service: SearchService,
         base_url: &str,
         key: Option<ApiKey>,
         allow_private: bool,
@@ -241,7 +241,7 @@ impl OnlineSearch {
     }
 
     fn build(
-        service: Service,
+        service: SearchService,
         base_url: &str,
         key: Option<ApiKey>,
         guard: Option<Guard>,
@@ -278,22 +278,22 @@ impl OnlineSearch {
         let key = self.key.as_ref().map_or("", ApiKey::expose);
         let base = &self.base_url;
         match self.service {
-            Service::Searxng => self
+            SearchService::Searxng => self
                 .client
                 .get(format!("{base}/search"))
                 .query(&[("q", query), ("format", "json")]),
-            Service::Serper => self
+            SearchService::Serper => self
                 .client
                 .post(format!("{base}/search"))
                 .header("X-API-KEY", key)
                 .json(&serde_json::json!({ "q": query, "num": count })),
-            Service::Brave => self
+            SearchService::Brave => self
                 .client
                 .get(format!("{base}/res/v1/web/search"))
                 .header("X-Subscription-Token", key)
                 .header(reqwest::header::ACCEPT, "application/json")
                 .query(&[("q", query), ("count", &count.min(20).to_string())]),
-            Service::Tavily => self
+            SearchService::Tavily => self
                 .client
                 .post(format!("{base}/search"))
                 .bearer_auth(key)
@@ -305,22 +305,24 @@ impl OnlineSearch {
     fn hits(&self, body: &Value) -> Result<Vec<WebHit>, String> {
         let (list, title, url, snippet, dates): (Option<&Value>, &str, &str, &str, &[&str]) =
             match self.service {
-                Service::Searxng => (
+                SearchService::Searxng => (
                     body.get("results"),
                     "title",
                     "url",
                     "content",
                     &["publishedDate"],
                 ),
-                Service::Serper => (body.get("organic"), "title", "link", "snippet", &["date"]),
-                Service::Brave => (
+                SearchService::Serper => {
+                    (body.get("organic"), "title", "link", "snippet", &["date"])
+                }
+                SearchService::Brave => (
                     body.get("web").and_then(|w| w.get("results")),
                     "title",
                     "url",
                     "description",
                     &["page_age", "age"],
                 ),
-                Service::Tavily => (
+                SearchService::Tavily => (
                     body.get("results"),
                     "title",
                     "url",
@@ -331,7 +333,7 @@ impl OnlineSearch {
         let Some(list) = list else {
             // Serper and Brave leave the list out when nothing was found.
             return match self.service {
-                Service::Serper | Service::Brave => Ok(Vec::new()),
+                SearchService::Serper | SearchService::Brave => Ok(Vec::new()),
                 _ => Err("no `results` list".into()),
             };
         };
@@ -352,7 +354,7 @@ impl OnlineSearch {
                     snippet: plain(&text(item, snippet).unwrap_or_default()),
                     date: dates.iter().find_map(|d| text(item, d)),
                     source: match self.service {
-                        Service::Searxng => text(item, "engine"),
+                        SearchService::Searxng => text(item, "engine"),
                         _ => None,
                     },
                     url,
@@ -393,7 +395,7 @@ impl SearchBackend for OnlineSearch {
             .and_then(|v| v.trim().parse().ok());
         match status {
             200..=299 => {}
-            401 | 403 if self.service == Service::Searxng => {
+            401 | 403 if self.service == SearchService::Searxng => {
                 return Err(SearchFailure::Status {
                     service,
                     status,
@@ -533,14 +535,14 @@ mod tests {
     fn a_search_answer_is_read_within_its_deadline_and_cap() {
         use crate::body::testing::{dribbling, flood};
         let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json";
-        let huge = OnlineSearch::new(Service::Searxng, &flood(head), None).unwrap();
+        let huge = OnlineSearch::new(SearchService::Searxng, &flood(head), None).unwrap();
         let failure = huge.search("tides", 5).unwrap_err();
         assert!(
             failure.to_string().contains("larger than 4 MiB"),
             "{failure}"
         );
         let base = dribbling(head, Duration::from_millis(100));
-        let mut slow = OnlineSearch::new(Service::Serper, &base, ApiKey::new("k")).unwrap();
+        let mut slow = OnlineSearch::new(SearchService::Serper, &base, ApiKey::new("k")).unwrap();
         slow.limits.timeout = Duration::from_secs(1);
         let started = std::time::Instant::now();
         assert_eq!(

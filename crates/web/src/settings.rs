@@ -4,7 +4,7 @@
 
 use crate::FetchOptions;
 use crate::chat::ChatEndpoint;
-use crate::search::{ApiKey, LocalSearch, OnlineSearch, SearchBackend, Service};
+use crate::search::{ApiKey, LocalSearch, OnlineSearch, SearchBackend, SearchService};
 use catena_search::{DocumentIndex, SearchError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -138,8 +138,8 @@ impl WebSettings {
                 summarizer,
             });
         }
-        let service =
-            Service::from_name(name).ok_or_else(|| WebSetupError::UnknownBackend(name.into()))?;
+        let service = SearchService::from_name(name)
+            .ok_or_else(|| WebSetupError::UnknownBackend(name.into()))?;
         let missing = |what, setting| WebSetupError::Missing {
             service: service.display_name(),
             what,
@@ -149,7 +149,7 @@ impl WebSettings {
         };
         let from_env = env(service.env_var()).filter(|v| !v.trim().is_empty());
         let client = match service {
-            Service::Searxng => match from_env {
+            SearchService::Searxng => match from_env {
                 // The user's own environment: whatever address it names.
                 Some(url) => OnlineSearch::new(service, &url, None),
                 // The settings file, which the settings API writes too: names are checked
@@ -170,8 +170,8 @@ impl WebSettings {
             },
             _ => {
                 let stored = match service {
-                    Service::Serper => &self.serper_key,
-                    Service::Brave => &self.brave_key,
+                    SearchService::Serper => &self.serper_key,
+                    SearchService::Brave => &self.brave_key,
                     _ => &self.tavily_key,
                 };
                 let key = from_env
@@ -181,8 +181,8 @@ impl WebSettings {
                         missing(
                             "an API key",
                             match service {
-                                Service::Serper => "serper_key",
-                                Service::Brave => "brave_key",
+                                SearchService::Serper => "serper_key",
+                                SearchService::Brave => "brave_key",
                                 _ => "tavily_key",
                             },
                         )

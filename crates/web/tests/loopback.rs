@@ -11,7 +11,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use catena_web::{
-    ApiKey, FetchError, FetchOptions, Fetcher, OnlineSearch, SearchBackend, SearchFailure, Service,
+    ApiKey, FetchError, FetchOptions, Fetcher, OnlineSearch, SearchBackend, SearchFailure,
+    SearchService,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -278,11 +279,11 @@ fn online_clients_speak_each_services_shape_and_surface_failures() {
     let seen: Shared = Arc::default();
     let address = serve(services(seen.clone()));
     let base = |service: &str| format!("http://{address}/{service}");
-    let client = |service: Service, key: &str| {
+    let client = |service: SearchService, key: &str| {
         OnlineSearch::new(service, &base(service.name()), ApiKey::new(key)).unwrap()
     };
 
-    let searxng = client(Service::Searxng, "");
+    let searxng = client(SearchService::Searxng, "");
     let hits = searxng.search("tides", 10).unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].title, "Tide tables");
@@ -291,7 +292,7 @@ fn online_clients_speak_each_services_shape_and_surface_failures() {
     assert_eq!(hits[0].source.as_deref(), Some("wikipedia"));
     assert!(searxng.search("empty", 10).unwrap().is_empty());
 
-    let serper = client(Service::Serper, "serper-key");
+    let serper = client(SearchService::Serper, "serper-key");
     let hits = serper.search("tides", 10).unwrap();
     assert_eq!(hits.len(), 10, "ten hits of the twelve");
     assert_eq!(
@@ -300,13 +301,13 @@ fn online_clients_speak_each_services_shape_and_surface_failures() {
     );
     assert!(serper.search("empty", 10).unwrap().is_empty());
 
-    let brave = client(Service::Brave, "brave-key");
+    let brave = client(SearchService::Brave, "brave-key");
     let hits = brave.search("tides", 10).unwrap();
     assert_eq!(hits[0].title, "Brave tides");
     assert_eq!(hits[0].snippet, "Tides & moon");
     assert_eq!(hits[0].date.as_deref(), Some("2023-11-05T00:00:00"));
 
-    let tavily = client(Service::Tavily, "tvly-key");
+    let tavily = client(SearchService::Tavily, "tvly-key");
     let hits = tavily.search("tides", 10).unwrap();
     assert_eq!(
         (hits[0].url.as_str(), hits[0].date.as_deref()),
@@ -335,7 +336,11 @@ fn online_clients_speak_each_services_shape_and_surface_failures() {
     }
 
     // Failures come back typed, with words for the model.
-    for service in [Service::Serper, Service::Brave, Service::Tavily] {
+    for service in [
+        SearchService::Serper,
+        SearchService::Brave,
+        SearchService::Tavily,
+    ] {
         let wrong = client(service, "wrong");
         let failure = wrong.search("tides", 10).unwrap_err();
         assert!(
@@ -370,7 +375,7 @@ fn online_clients_speak_each_services_shape_and_surface_failures() {
     );
     let page = tavily.search("page", 10).unwrap_err().to_string();
     assert_eq!(page, "Tavily answered HTTP 503: no message");
-    let nowhere = OnlineSearch::new(Service::Searxng, "http://127.0.0.1:9", None).unwrap();
+    let nowhere = OnlineSearch::new(SearchService::Searxng, "http://127.0.0.1:9", None).unwrap();
     assert!(matches!(
         nowhere.search("tides", 10).unwrap_err(),
         SearchFailure::Network { .. }
@@ -543,8 +548,8 @@ fn keys_never_follow_a_redirect_to_another_host() {
         let redirector = serve(redirecting(format!("http://{elsewhere}")));
         let base = |service: &str| format!("http://{redirector}/{service}");
         for (service, key) in [
-            (Service::Serper, "serper-key"),
-            (Service::Brave, "brave-key"),
+            (SearchService::Serper, "serper-key"),
+            (SearchService::Brave, "brave-key"),
         ] {
             let client =
                 OnlineSearch::new(service, &base(service.name()), ApiKey::new(key)).unwrap();
@@ -561,7 +566,11 @@ fn keys_never_follow_a_redirect_to_another_host() {
         "the keys went to the other host"
     );
     // A redirect on the service's own host is followed.
-    let moved = OnlineSearch::new(Service::Searxng, &format!("http://{services}/moved"), None);
+    let moved = OnlineSearch::new(
+        SearchService::Searxng,
+        &format!("http://{services}/moved"),
+        None,
+    );
     let hits = moved.unwrap().search("tides", 5).unwrap();
     assert_eq!(hits[0].title, "Tide tables");
 }
