@@ -131,6 +131,22 @@ impl AdamW {
     }
 }
 
+/// Adds one sequence's gradients to the sum of a step's (SFT's samples, RL's rollouts of a
+/// mini-batch), keyed by factor name.
+pub(crate) fn accumulate(
+    sum: &mut HashMap<String, Tensor>,
+    grads: HashMap<String, Tensor>,
+) -> candle_core::Result<()> {
+    for (name, g) in grads {
+        let total = match sum.remove(&name) {
+            Some(acc) => (acc + g)?,
+            None => g,
+        };
+        sum.insert(name, total);
+    }
+    Ok(())
+}
+
 /// The global L2 norm of `grads`; when it exceeds `max_norm`, every gradient is scaled down to
 /// reach it. Returns the norm before clipping.
 pub fn clip_grad_norm(
