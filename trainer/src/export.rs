@@ -23,7 +23,7 @@ pub struct Exported {
 }
 
 /// The alpha llama.cpp must read so that its `alpha / r` equals the trained scale.
-pub fn llama_alpha(params: &LoraParams) -> f32 {
+pub(crate) fn llama_alpha(params: &LoraParams) -> f32 {
     params.config.scale() * params.config.rank as f32
 }
 
@@ -135,7 +135,7 @@ pub fn peft_to_gguf(
 /// file must hold every one of them at that rank before anything is allocated, and a hostile
 /// `r` is refused instead. Every reader that goes on to build a [`crate::model::Qwen2Lora`]
 /// from a PEFT folder (the GGUF export, RL's `--init-adapter`) reads it through here.
-pub fn read_peft_for(
+pub(crate) fn read_peft_for(
     base: &crate::base::BaseModel,
     dir: &Path,
     device: &candle_core::Device,
@@ -150,13 +150,13 @@ pub fn read_peft_for(
 
 /// The largest LoRA rank read from `adapter_config.json`: far above any published adapter's
 /// (8 to 256, rarely 1,024), and the factors must hold that many rows besides.
-pub const MAX_LORA_RANK: u64 = 1 << 14;
+pub(crate) const MAX_LORA_RANK: u64 = 1 << 14;
 
 /// Whether `tensors` hold every factor `config` names for `base`, each `(r, in)` or `(out, r)`
 /// for its layer: what [`LoraParams::load`] checks, but before `LoraParams::init` allocates
 /// `r × (in + out)` numbers for every adapted layer. An adapter that passes takes no more
 /// memory than its own factors.
-pub fn check_factors(
+pub(crate) fn check_factors(
     base: &crate::base::BaseModel,
     config: &LoraConfig,
     tensors: &HashMap<String, Tensor>,
@@ -194,7 +194,7 @@ pub fn check_factors(
 }
 
 /// PEFT's module path of a factor.
-pub fn peft_key(block: usize, target: Target, factor: &str) -> String {
+pub(crate) fn peft_key(block: usize, target: Target, factor: &str) -> String {
     format!(
         "base_model.model.model.layers.{block}.{}.{factor}.weight",
         target.peft()
@@ -202,7 +202,7 @@ pub fn peft_key(block: usize, target: Target, factor: &str) -> String {
 }
 
 /// `adapter_model.safetensors` and `adapter_config.json`.
-pub fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> Result<()> {
+pub(crate) fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
     let mut map: HashMap<String, Tensor> = HashMap::new();
     for ((block, target), pair) in params.pairs() {
@@ -239,7 +239,7 @@ pub fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> R
 /// Reads a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`, as
 /// [`write_peft`] writes it) back: its shape, and its factors under the trainer's names, ready
 /// for [`LoraParams::load`]. This is how RL starts from an SFT adapter.
-pub fn read_peft(
+pub(crate) fn read_peft(
     dir: &Path,
     device: &candle_core::Device,
 ) -> Result<(LoraConfig, HashMap<String, Tensor>)> {

@@ -80,14 +80,14 @@ impl SftOptions {
 pub use catena_train_events::SftEvent as Event;
 
 /// The samples of a run, tokenised and split.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub train: Vec<Encoded>,
     pub eval: Vec<Encoded>,
     pub rejected: Vec<Rejected>,
 }
 
 /// Reads, checks, tokenises and splits the data.
-pub fn prepare(engine: &LlamaEngine, options: &SftOptions) -> Result<Prepared> {
+pub(crate) fn prepare(engine: &LlamaEngine, options: &SftOptions) -> Result<Prepared> {
     let dataset = data::read_dataset(&options.data)?;
     let mut rejected = dataset.rejected;
     let mut encoded = Vec::with_capacity(dataset.samples.len());
@@ -136,7 +136,7 @@ pub fn prepare(engine: &LlamaEngine, options: &SftOptions) -> Result<Prepared> {
 }
 
 /// The samples of each optimizer step, epoch by epoch, from the seed.
-pub fn plan_steps(
+pub(crate) fn plan_steps(
     lengths: &[usize],
     epochs: usize,
     batch_tokens: usize,
@@ -184,7 +184,7 @@ fn fingerprint(options: &SftOptions, prepared: &Prepared) -> String {
 }
 
 /// Loads the tokenizer (llama.cpp, CPU only) for `base`.
-pub fn tokenizer(base: &Path) -> Result<LlamaEngine> {
+pub(crate) fn tokenizer(base: &Path) -> Result<LlamaEngine> {
     Ok(LlamaEngine::load(
         base,
         &LoadOptions {
@@ -195,7 +195,7 @@ pub fn tokenizer(base: &Path) -> Result<LlamaEngine> {
 }
 
 /// Mean loss per trained token over `samples`.
-pub fn eval_loss(model: &Qwen2Lora, samples: &[Encoded]) -> Result<Option<f64>> {
+pub(crate) fn eval_loss(model: &Qwen2Lora, samples: &[Encoded]) -> Result<Option<f64>> {
     let (mut nll, mut n) = (0.0, 0usize);
     for s in samples {
         let r = model.sequence_loss(&s.tokens, &s.trained, None, false)?;

@@ -37,8 +37,11 @@ const WORDS: &[&str] = &[
     "island", "thunder", "harbor", "lantern", "valley", "marble",
 ];
 
+/// How a family draws one problem.
+type Draw = fn(&mut ChaCha8Rng) -> Problem;
+
 /// The task families by name, each drawing its numbers or words from the task's generator.
-const FAMILIES: &[(&str, fn(&mut ChaCha8Rng) -> Problem)] = &[
+const FAMILIES: &[(&str, Draw)] = &[
     ("arithmetic", arithmetic),
     ("sum_of_squares", sum_of_squares),
     ("modular_power", modular_power),

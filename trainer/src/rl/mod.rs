@@ -14,10 +14,9 @@
 //! Checkpoints and resume work as in SFT: the factors, the optimizer's moments and the record
 //! of every step, written atomically; a resumed run continues with the same task order.
 
-pub mod cli;
 mod curves;
-pub mod loss;
-pub mod rollout;
+mod loss;
+mod rollout;
 
 use crate::base::BaseModel;
 use crate::checkpoint::{self, StepClock, StepCount};
@@ -33,11 +32,12 @@ use catena_eval::EvalTask;
 use catena_protocol::Profile;
 use catena_sandbox::Sandbox;
 pub use catena_train_events::{RlEvent, RlStepRecord};
-use loss::{BatchObjective, DapoConfig, group_advantages};
+pub use loss::DapoConfig;
+use loss::{BatchObjective, group_advantages};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
-use rollout::{Rollout, RolloutSetup, sample_group};
+pub use rollout::{Rollout, RolloutSetup, sample_group};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use std::collections::HashMap;
