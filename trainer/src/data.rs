@@ -229,7 +229,7 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    pub fn trained_tokens(&self) -> usize {
+    pub(crate) fn trained_tokens(&self) -> usize {
         self.trained.iter().filter(|&&t| t).count()
     }
 }

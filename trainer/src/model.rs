@@ -302,7 +302,7 @@ impl Qwen2Lora {
     /// are constants of the gradient: SFT passes `-1` everywhere (the summed NLL); the RL
     /// update passes the derivative of its clipped, importance-weighted loss with respect to
     /// each token's log-probability, which needs the log-probability first.
-    pub fn token_objective(
+    pub(crate) fn token_objective(
         &self,
         tokens: &[u32],
         trained: &[bool],

@@ -105,7 +105,7 @@ impl AdamW {
     }
 
     /// The moments as named tensors, for a checkpoint.
-    pub fn state(&self) -> Vec<(String, Tensor)> {
+    pub(crate) fn state(&self) -> Vec<(String, Tensor)> {
         let mut out = Vec::with_capacity(self.first.len() * 2);
         for (name, m) in &self.first {
             out.push((format!("adam.m.{name}"), m.clone()));
@@ -117,7 +117,7 @@ impl AdamW {
     }
 
     /// Restores moments saved by [`AdamW::state`].
-    pub fn restore(&mut self, steps: usize, tensors: &HashMap<String, Tensor>) {
+    pub(crate) fn restore(&mut self, steps: usize, tensors: &HashMap<String, Tensor>) {
         self.steps = steps;
         self.first.clear();
         self.second.clear();
