@@ -77,7 +77,9 @@ impl Target {
         })
     }
 
-    pub(crate) fn short(self) -> &'static str {
+    /// The name `parse` reads (the round trip is checked in the tests).
+    #[cfg(test)]
+    fn short(self) -> &'static str {
         match self {
             Target::Q => "q",
             Target::K => "k",
