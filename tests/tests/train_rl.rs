@@ -11,13 +11,10 @@ use catena_engine_api::SessionOptions;
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
 use catena_sandbox::Limits;
-use catena_trainer::base::BaseModel;
-use catena_trainer::lora::{LoraConfig, Target};
-use catena_trainer::model::Qwen2Lora;
-use catena_trainer::optim::{AdamW, AdamWConfig};
-use catena_trainer::rl::rollout::{RolloutSetup, sample_group};
-use catena_trainer::rl::{RlOptions, Scored, update};
-use catena_trainer::{Device, export};
+use catena_trainer::rl::{RlOptions, RolloutSetup, Scored, sample_group, update};
+use catena_trainer::{
+    AdamW, AdamWConfig, BaseModel, Device, LoraConfig, Qwen2Lora, Target, export,
+};
 use serde_json::Value;
 use std::process::Command;
 use std::sync::Arc;

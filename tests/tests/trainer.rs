@@ -7,11 +7,8 @@ mod common;
 
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
 use catena_engine_api::SessionOptions;
-use catena_trainer::base::BaseModel;
 use catena_trainer::data::{self, Conversation};
-use catena_trainer::lora::{LoraConfig, Target};
-use catena_trainer::model::Qwen2Lora;
-use catena_trainer::{Device, export};
+use catena_trainer::{BaseModel, Device, LoraConfig, Qwen2Lora, Target, export};
 use std::sync::OnceLock;
 
 fn engine() -> &'static LlamaEngine {
@@ -200,7 +197,7 @@ fn every_lora_factor_receives_a_gradient() {
         assert_eq!(grads[&name].dims(), var.dims());
     }
     // ...and after one optimizer step, every factor gets one.
-    let mut adam = catena_trainer::optim::AdamW::new(Default::default());
+    let mut adam = catena_trainer::AdamW::new(Default::default());
     adam.step(&model.lora.named(), &grads, 1e-3)
         .expect("a step");
     let second = model

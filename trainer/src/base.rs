@@ -116,12 +116,12 @@ impl BaseModel {
         })
     }
 
-    pub fn device(&self) -> &Device {
+    pub(crate) fn device(&self) -> &Device {
         &self.device
     }
 
     /// A weight as stored (quantised or not).
-    pub fn qtensor(&self, name: &str) -> Result<Arc<QTensor>> {
+    pub(crate) fn qtensor(&self, name: &str) -> Result<Arc<QTensor>> {
         self.quantised
             .get(name)
             .cloned()
@@ -132,18 +132,18 @@ impl BaseModel {
     }
 
     /// Whether the file has a tensor called `name`.
-    pub fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.quantised.contains_key(name)
     }
 
     /// A small tensor (a norm, a bias) as dense f32.
-    pub fn dense(&self, name: &str) -> Result<Tensor> {
+    pub(crate) fn dense(&self, name: &str) -> Result<Tensor> {
         let q = self.qtensor(name)?;
         Ok(q.dequantize(&self.device)?)
     }
 
     /// How the weights of the linear layers are stored, for the logs (`Q4_K`, `Q6_K`, ...).
-    pub fn weight_types(&self) -> Vec<(GgmlDType, usize)> {
+    pub(crate) fn weight_types(&self) -> Vec<(GgmlDType, usize)> {
         let mut counts: HashMap<GgmlDType, usize> = HashMap::new();
         for q in self.quantised.values() {
             *counts.entry(q.dtype()).or_default() += 1;

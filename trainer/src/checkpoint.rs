@@ -6,13 +6,18 @@
 //! newest one) is replaced by a rename as well, so a SIGKILL at any moment leaves either the
 //! previous checkpoint or the new one, never half of one.
 
+use crate::lora::LoraParams;
+use crate::optim::AdamW;
 use crate::{Result, TrainError};
 use candle_core::{Device, Tensor};
+use catena_train_events::CheckpointEvent;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// One optimizer step, as the loss curve and the resumed run see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,8 +72,8 @@ impl StepCount for Progress {
 pub fn save_state<P: Serialize + StepCount>(
     out: &Path,
     progress: &P,
-    lora: &crate::lora::LoraParams,
-    adam: &crate::optim::AdamW,
+    lora: &LoraParams,
+    adam: &AdamW,
     keep: usize,
 ) -> Result<PathBuf> {
     let mut tensors: Vec<(String, Tensor)> = lora
@@ -81,78 +86,122 @@ pub fn save_state<P: Serialize + StepCount>(
 }
 
 /// When a loop saves its state: every `every` steps (0: never on a schedule), after the last
-/// step, and after the step during which a stop was requested.
-pub struct Policy<'a> {
-    pub out: &'a Path,
-    pub every: usize,
-    pub keep: usize,
-    pub stop: &'a AtomicBool,
-}
-
-/// A checkpoint written after a step.
-pub struct Saved {
-    pub path: PathBuf,
-    /// A stop was requested and this was not the last step: the loop ends here, resumable.
-    pub stopping: bool,
+/// step, and after the step during which a stop was requested. SFT and RL both resume, save and
+/// stop through it, with the same events and the same message.
+pub(crate) struct Policy<'a> {
+    pub(crate) out: &'a Path,
+    pub(crate) every: usize,
+    pub(crate) keep: usize,
+    pub(crate) stop: &'a AtomicBool,
 }
 
 impl Policy<'_> {
-    /// Saves the state after the step `progress` just finished when one is due.
-    pub fn after_step<P: Serialize + StepCount>(
+    /// The progress to start from: the latest checkpoint under `out` when there is one (its
+    /// factors and optimizer moments loaded, a `resumed` event sent), `fresh` otherwise. A
+    /// checkpoint of another run (its fingerprint is not `fresh`'s; `what` names what may
+    /// differ) is refused.
+    pub(crate) fn resume<P, E>(
+        &self,
+        fresh: P,
+        what: &str,
+        device: &Device,
+        training: (&LoraParams, &mut AdamW),
+        on_event: &mut dyn FnMut(&E),
+    ) -> Result<P>
+    where
+        P: DeserializeOwned + StepCount,
+        E: CheckpointEvent,
+    {
+        let (lora, adam) = training;
+        let Some(Restored {
+            progress,
+            tensors,
+            path,
+        }) = load_latest::<P>(self.out, device)?
+        else {
+            return Ok(fresh);
+        };
+        if progress.fingerprint() != fresh.fingerprint() {
+            return Err(TrainError::BadCheckpoint {
+                path,
+                reason: format!(
+                    "it belongs to a run with other {what}; use another --out, or delete {} to start over",
+                    self.out.display()
+                ),
+            });
+        }
+        lora.load(&tensors)
+            .map_err(|reason| TrainError::BadCheckpoint {
+                path: path.clone(),
+                reason,
+            })?;
+        adam.restore(progress.step(), &tensors);
+        on_event(&E::resumed(progress.step(), path));
+        Ok(progress)
+    }
+
+    /// Saves the state after the step `progress` just finished when one is due, and sends a
+    /// `checkpoint` event. When a stop was requested before the last of `total_steps`, sends
+    /// `stopped` and returns [`TrainError::Stopped`]: the loop ends there, resumable.
+    pub(crate) fn after_step<P, E>(
         &self,
         progress: &P,
-        last: bool,
-        lora: &crate::lora::LoraParams,
-        adam: &crate::optim::AdamW,
-    ) -> Result<Option<Saved>> {
+        total_steps: usize,
+        training: (&LoraParams, &AdamW),
+        on_event: &mut dyn FnMut(&E),
+    ) -> Result<()>
+    where
+        P: Serialize + StepCount,
+        E: CheckpointEvent,
+    {
+        let step = progress.step();
+        let last = step == total_steps;
         let stopping = self.stop.load(Ordering::SeqCst);
-        let scheduled = self.every > 0 && progress.step().is_multiple_of(self.every);
+        let scheduled = self.every > 0 && step.is_multiple_of(self.every);
         if !(scheduled || last || stopping) {
-            return Ok(None);
+            return Ok(());
         }
+        let (lora, adam) = training;
         let path = save_state(self.out, progress, lora, adam, self.keep)?;
-        Ok(Some(Saved {
-            path,
-            stopping: stopping && !last,
-        }))
+        on_event(&E::checkpoint(step, path.clone()));
+        if stopping && !last {
+            on_event(&E::stopped(step, path));
+            return Err(TrainError::Stopped(format!(
+                "stopped at step {step} of {total_steps}; run the same command again to resume"
+            )));
+        }
+        Ok(())
     }
 }
 
-/// Resumes from the latest checkpoint under `out`, if any: refuses one whose fingerprint is
-/// not `fingerprint` (another run's: `what` names what may differ), loads the factors and the
-/// optimizer's moments, and returns the saved progress and where it came from.
-pub fn resume<P: DeserializeOwned + StepCount>(
-    out: &Path,
-    device: &Device,
-    fingerprint: &str,
-    what: &str,
-    lora: &crate::lora::LoraParams,
-    adam: &mut crate::optim::AdamW,
-) -> Result<Option<(P, PathBuf)>> {
-    let Some(Restored {
-        progress,
-        tensors,
-        path,
-    }) = load_latest::<P>(out, device)?
-    else {
-        return Ok(None);
-    };
-    if progress.fingerprint() != fingerprint {
-        return Err(TrainError::BadCheckpoint {
-            path,
-            reason: format!(
-                "it belongs to a run with other {what}; use another --out, or delete {} to start over",
-                out.display()
-            ),
-        });
+/// The fingerprint a run's checkpoints carry: the first 12 bytes of a SHA-256 over what
+/// `feed` writes (the settings that change the numbers, and the data).
+pub(crate) fn fingerprint(feed: impl FnOnce(&mut Sha256)) -> String {
+    let mut hasher = Sha256::new();
+    feed(&mut hasher);
+    hex::encode(&hasher.finalize()[..12])
+}
+
+/// The seconds a run has taken and has left, from the steps it has done since it (re)started.
+pub(crate) struct StepClock {
+    started: Instant,
+    done_at_start: usize,
+}
+
+impl StepClock {
+    pub(crate) fn start(done_at_start: usize) -> StepClock {
+        StepClock {
+            started: Instant::now(),
+            done_at_start,
+        }
     }
-    lora.load(&tensors)
-        .map_err(|reason| TrainError::BadCheckpoint {
-            path: path.clone(),
-            reason,
-        })?;
-    adam.restore(progress.step(), &tensors);
-    Ok(Some((progress, path)))
+
+    /// Seconds since the start, and the estimate for the steps after `done` of `total`.
+    pub(crate) fn elapsed_and_eta(&self, done: usize, total: usize) -> (f64, f64) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let per_step = elapsed / done.saturating_sub(self.done_at_start).max(1) as f64;
+        (elapsed, per_step * total.saturating_sub(done) as f64)
+    }
 }
 
 pub fn checkpoints_dir(out: &Path) -> PathBuf {

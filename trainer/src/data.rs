@@ -164,7 +164,7 @@ fn conversation_of(origin: String, messages: Vec<RecordMessage>) -> Result<Conve
 
 /// The protocol checks of PROTOCOL.md §5: observations balanced, tags properly nested and
 /// closed, something to learn.
-pub fn check_trajectory(assistant: &str) -> Result<(), String> {
+pub(crate) fn check_trajectory(assistant: &str) -> Result<(), String> {
     if assistant.trim().is_empty() {
         return Err("the assistant turn is empty".into());
     }
@@ -229,7 +229,7 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    pub fn trained_tokens(&self) -> usize {
+    pub(crate) fn trained_tokens(&self) -> usize {
         self.trained.iter().filter(|&&t| t).count()
     }
 }
@@ -237,7 +237,7 @@ impl Encoded {
 /// The pieces of a conversation as the runtime's context holds them, each with whether it
 /// is trained: prompt (chat template, not trained), then the trajectory cut at its
 /// observations, then the end-of-turn marker (trained).
-pub fn pieces(
+pub(crate) fn pieces(
     engine: &LlamaEngine,
     conversation: &Conversation,
 ) -> Result<Vec<(PromptPart, bool)>> {

@@ -23,7 +23,7 @@ pub struct Exported {
 }
 
 /// The alpha llama.cpp must read so that its `alpha / r` equals the trained scale.
-pub fn llama_alpha(params: &LoraParams) -> f32 {
+pub(crate) fn llama_alpha(params: &LoraParams) -> f32 {
     params.config.scale() * params.config.rank as f32
 }
 
@@ -135,7 +135,7 @@ pub fn peft_to_gguf(
 /// file must hold every one of them at that rank before anything is allocated, and a hostile
 /// `r` is refused instead. Every reader that goes on to build a [`crate::model::Qwen2Lora`]
 /// from a PEFT folder (the GGUF export, RL's `--init-adapter`) reads it through here.
-pub fn read_peft_for(
+pub(crate) fn read_peft_for(
     base: &crate::base::BaseModel,
     dir: &Path,
     device: &candle_core::Device,
@@ -150,13 +150,13 @@ pub fn read_peft_for(
 
 /// The largest LoRA rank read from `adapter_config.json`: far above any published adapter's
 /// (8 to 256, rarely 1,024), and the factors must hold that many rows besides.
-pub const MAX_LORA_RANK: u64 = 1 << 14;
+pub(crate) const MAX_LORA_RANK: u64 = 1 << 14;
 
 /// Whether `tensors` hold every factor `config` names for `base`, each `(r, in)` or `(out, r)`
 /// for its layer: what [`LoraParams::load`] checks, but before `LoraParams::init` allocates
 /// `r × (in + out)` numbers for every adapted layer. An adapter that passes takes no more
 /// memory than its own factors.
-pub fn check_factors(
+pub(crate) fn check_factors(
     base: &crate::base::BaseModel,
     config: &LoraConfig,
     tensors: &HashMap<String, Tensor>,
@@ -194,7 +194,7 @@ pub fn check_factors(
 }
 
 /// PEFT's module path of a factor.
-pub fn peft_key(block: usize, target: Target, factor: &str) -> String {
+pub(crate) fn peft_key(block: usize, target: Target, factor: &str) -> String {
     format!(
         "base_model.model.model.layers.{block}.{}.{factor}.weight",
         target.peft()
@@ -202,7 +202,7 @@ pub fn peft_key(block: usize, target: Target, factor: &str) -> String {
 }
 
 /// `adapter_model.safetensors` and `adapter_config.json`.
-pub fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> Result<()> {
+pub(crate) fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
     let mut map: HashMap<String, Tensor> = HashMap::new();
     for ((block, target), pair) in params.pairs() {
@@ -239,14 +239,27 @@ pub fn write_peft(params: &LoraParams, base_name: Option<&str>, dir: &Path) -> R
 /// Reads a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`, as
 /// [`write_peft`] writes it) back: its shape, and its factors under the trainer's names, ready
 /// for [`LoraParams::load`]. This is how RL starts from an SFT adapter.
-pub fn read_peft(
+pub(crate) fn read_peft(
     dir: &Path,
     device: &candle_core::Device,
 ) -> Result<(LoraConfig, HashMap<String, Tensor>)> {
-    let bad = |reason: String| TrainError::BadCheckpoint {
+    let config = read_peft_config(dir)?;
+    let tensors = read_peft_factors(dir, config.rank, device)?;
+    Ok((config, tensors))
+}
+
+/// The error for something wrong in the adapter folder `dir`.
+fn bad_adapter(dir: &Path, reason: String) -> TrainError {
+    TrainError::BadCheckpoint {
         path: dir.to_path_buf(),
         reason,
-    };
+    }
+}
+
+/// `adapter_config.json`'s shape, every number range-checked before anything is allocated
+/// from it.
+fn read_peft_config(dir: &Path) -> Result<LoraConfig> {
+    let bad = |reason: String| bad_adapter(dir, reason);
     let config_path = dir.join("adapter_config.json");
     let text = std::fs::read(&config_path).map_err(|e| {
         bad(format!(
@@ -255,94 +268,98 @@ pub fn read_peft(
     })?;
     let json: serde_json::Value =
         serde_json::from_slice(&text).map_err(|e| bad(format!("adapter_config.json: {e}")))?;
-    let out_of_range = |field: &str, value: &serde_json::Value, accepted: String| {
-        bad(format!(
-            "adapter_config.json: `{field}` is {value}, out of range: it must be {accepted}"
-        ))
-    };
-    let rank = match &json["r"] {
-        serde_json::Value::Null => return Err(bad("adapter_config.json: no rank `r`".into())),
-        r => match r.as_u64() {
-            Some(n) if (1..=MAX_LORA_RANK).contains(&n) => n as usize,
-            _ => {
-                return Err(out_of_range(
-                    "r",
-                    r,
-                    format!("a whole number from 1 to {MAX_LORA_RANK}"),
-                ));
-            }
-        },
-    };
+    let rank = peft_rank(&json).map_err(bad)?;
     let use_rslora = json["use_rslora"].as_bool().unwrap_or(false);
-    let alpha = match &json["lora_alpha"] {
-        serde_json::Value::Null => {
-            return Err(bad("adapter_config.json: no `lora_alpha`".into()));
-        }
-        value => {
-            let alpha = value.as_f64().unwrap_or(f64::NAN) as f32;
-            // llama.cpp reads the scale back as an f32 alpha (`llama_alpha`): it must be finite.
-            let for_llama = if use_rslora {
-                alpha * (rank as f32).sqrt()
-            } else {
-                alpha
-            };
-            let fits = alpha > 0.0 && alpha.is_finite() && for_llama.is_finite();
-            if !fits {
-                return Err(out_of_range(
-                    "lora_alpha",
-                    value,
-                    "a positive number whose scale an f32 holds".into(),
-                ));
-            }
-            alpha
-        }
-    };
-    let mut targets = Vec::new();
-    for name in json["target_modules"].as_array().into_iter().flatten() {
-        let name = name.as_str().unwrap_or_default();
-        let target = Target::parse(name).ok_or_else(|| {
-            bad(format!(
-                "adapter_config.json: unknown target module `{name}`"
-            ))
-        })?;
-        targets.push(target);
-    }
-    if targets.is_empty() {
-        return Err(bad("adapter_config.json: no `target_modules`".into()));
-    }
-    let config = LoraConfig {
+    let alpha = peft_alpha(&json, rank, use_rslora).map_err(bad)?;
+    let targets = peft_targets(&json).map_err(bad)?;
+    Ok(LoraConfig {
         rank,
         alpha,
         dropout: 0.0,
         rslora: use_rslora,
         targets,
+    })
+}
+
+/// Why `field` of `adapter_config.json` is refused.
+fn out_of_range(field: &str, value: &serde_json::Value, accepted: &str) -> String {
+    format!("adapter_config.json: `{field}` is {value}, out of range: it must be {accepted}")
+}
+
+/// The rank `r`: a whole number from 1 to [`MAX_LORA_RANK`].
+fn peft_rank(json: &serde_json::Value) -> Result<usize, String> {
+    let r = &json["r"];
+    if r.is_null() {
+        return Err("adapter_config.json: no rank `r`".into());
+    }
+    match r.as_u64() {
+        Some(n) if (1..=MAX_LORA_RANK).contains(&n) => Ok(n as usize),
+        _ => Err(out_of_range(
+            "r",
+            r,
+            &format!("a whole number from 1 to {MAX_LORA_RANK}"),
+        )),
+    }
+}
+
+/// `lora_alpha`: positive, and with a scale llama.cpp's f32 `llama_alpha` holds.
+fn peft_alpha(json: &serde_json::Value, rank: usize, use_rslora: bool) -> Result<f32, String> {
+    let value = &json["lora_alpha"];
+    if value.is_null() {
+        return Err("adapter_config.json: no `lora_alpha`".into());
+    }
+    let alpha = value.as_f64().unwrap_or(f64::NAN) as f32;
+    // llama.cpp reads the scale back as an f32 alpha (`llama_alpha`): it must be finite.
+    let for_llama = if use_rslora {
+        alpha * (rank as f32).sqrt()
+    } else {
+        alpha
     };
+    let fits = alpha > 0.0 && alpha.is_finite() && for_llama.is_finite();
+    if !fits {
+        return Err(out_of_range(
+            "lora_alpha",
+            value,
+            "a positive number whose scale an f32 holds",
+        ));
+    }
+    Ok(alpha)
+}
+
+/// `target_modules`: at least one, each a layer the trainer knows.
+fn peft_targets(json: &serde_json::Value) -> Result<Vec<Target>, String> {
+    let mut targets = Vec::new();
+    for name in json["target_modules"].as_array().into_iter().flatten() {
+        let name = name.as_str().unwrap_or_default();
+        let target = Target::parse(name)
+            .ok_or_else(|| format!("adapter_config.json: unknown target module `{name}`"))?;
+        targets.push(target);
+    }
+    if targets.is_empty() {
+        return Err("adapter_config.json: no `target_modules`".into());
+    }
+    Ok(targets)
+}
+
+/// `adapter_model.safetensors`' factors under the trainer's names, each of `rank` (what the
+/// factors are allocated from); any other tensor is refused.
+fn read_peft_factors(
+    dir: &Path,
+    rank: usize,
+    device: &candle_core::Device,
+) -> Result<HashMap<String, Tensor>> {
+    let bad = |reason: String| bad_adapter(dir, reason);
     let weights = candle_core::safetensors::load(dir.join("adapter_model.safetensors"), device)
         .map_err(|e| bad(format!("adapter_model.safetensors: {e}")))?;
     let mut tensors = HashMap::new();
     for (key, value) in weights {
-        // base_model.model.model.layers.{block}.{module}.{lora_A|lora_B}.weight
-        let parsed = key
-            .strip_prefix("base_model.model.model.layers.")
-            .and_then(|rest| rest.strip_suffix(".weight"))
-            .and_then(|rest| {
-                let (block, rest) = rest.split_once('.')?;
-                let (module, factor) = rest.rsplit_once('.')?;
-                let target = Target::ALL.into_iter().find(|t| t.peft() == module)?;
-                let factor = match factor {
-                    "lora_A" => "lora_a",
-                    "lora_B" => "lora_b",
-                    _ => return None,
-                };
-                Some(tensor_name(block.parse().ok()?, target, factor))
-            });
         // Every factor has the configuration's rank: `r` is what the factors are allocated from.
         let rank_dim = |name: &str| match value.dims() {
             [rows, _] if name.ends_with("lora_a") => Some(*rows),
             [_, cols] => Some(*cols),
             _ => None,
         };
-        match parsed {
+        match trainer_name(&key) {
             Some(name) if rank_dim(&name) != Some(rank) => {
                 return Err(bad(format!(
                     "`{key}` has shape {:?}, this adapter needs rank {rank} (`r` in \
@@ -356,7 +373,24 @@ pub fn read_peft(
             None => return Err(bad(format!("unexpected tensor `{key}`"))),
         }
     }
-    Ok((config, tensors))
+    Ok(tensors)
+}
+
+/// The trainer's name for PEFT's
+/// `base_model.model.model.layers.{block}.{module}.{lora_A|lora_B}.weight`.
+fn trainer_name(key: &str) -> Option<String> {
+    let rest = key
+        .strip_prefix("base_model.model.model.layers.")?
+        .strip_suffix(".weight")?;
+    let (block, rest) = rest.split_once('.')?;
+    let (module, factor) = rest.rsplit_once('.')?;
+    let target = Target::ALL.into_iter().find(|t| t.peft() == module)?;
+    let factor = match factor {
+        "lora_A" => "lora_a",
+        "lora_B" => "lora_b",
+        _ => return None,
+    };
+    Some(tensor_name(block.parse().ok()?, target, factor))
 }
 
 #[cfg(test)]

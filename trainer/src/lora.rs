@@ -37,7 +37,7 @@ impl Target {
     ];
 
     /// The tensor's name in a GGUF block (`blk.N.<name>.weight`).
-    pub fn gguf(self) -> &'static str {
+    pub(crate) fn gguf(self) -> &'static str {
         match self {
             Target::Q => "attn_q",
             Target::K => "attn_k",
@@ -50,7 +50,7 @@ impl Target {
     }
 
     /// The module's name in a Hugging Face Qwen2 model (`model.layers.N.<name>`).
-    pub fn peft(self) -> &'static str {
+    pub(crate) fn peft(self) -> &'static str {
         match self {
             Target::Q => "self_attn.q_proj",
             Target::K => "self_attn.k_proj",
@@ -77,7 +77,9 @@ impl Target {
         })
     }
 
-    pub fn short(self) -> &'static str {
+    /// The name `parse` reads (the round trip is checked in the tests).
+    #[cfg(test)]
+    fn short(self) -> &'static str {
         match self {
             Target::Q => "q",
             Target::K => "k",
@@ -115,7 +117,7 @@ impl Default for LoraConfig {
 }
 
 impl LoraConfig {
-    pub fn scale(&self) -> f32 {
+    pub(crate) fn scale(&self) -> f32 {
         if self.rslora {
             self.alpha / (self.rank as f32).sqrt()
         } else {
@@ -123,7 +125,7 @@ impl LoraConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.rank == 0 {
             return Err(TrainError::Config(
                 "the LoRA rank must be at least 1".into(),

@@ -302,30 +302,14 @@ impl Qwen2Lora {
     /// are constants of the gradient: SFT passes `-1` everywhere (the summed NLL); the RL
     /// update passes the derivative of its clipped, importance-weighted loss with respect to
     /// each token's log-probability, which needs the log-probability first.
-    pub fn token_objective(
+    pub(crate) fn token_objective(
         &self,
         tokens: &[u32],
         trained: &[bool],
         pass: ObjectivePass,
         weights: &mut dyn FnMut(&[f32]) -> Vec<f32>,
     ) -> Result<TokenObjective> {
-        if tokens.len() != trained.len() || tokens.len() < 2 {
-            return Err(TrainError::Config(format!(
-                "a sequence needs at least 2 tokens and one mask entry each ({} tokens, {} mask)",
-                tokens.len(),
-                trained.len()
-            )));
-        }
-        let with_grads = pass.with_grads;
-        let inputs = &tokens[..tokens.len() - 1];
-        let positions: Vec<u32> = (1..tokens.len())
-            .filter(|&i| trained[i])
-            .map(|i| (i - 1) as u32)
-            .collect();
-        let labels: Vec<u32> = (1..tokens.len())
-            .filter(|&i| trained[i])
-            .map(|i| tokens[i])
-            .collect();
+        let (positions, labels) = trained_positions(tokens, trained)?;
         let mut result = TokenObjective {
             value: 0.0,
             logprobs: Vec::with_capacity(positions.len()),
@@ -333,23 +317,16 @@ impl Qwen2Lora {
             grads: None,
         };
         if positions.is_empty() {
-            result.grads = with_grads.then(HashMap::new);
+            result.grads = pass.with_grads.then(HashMap::new);
             return Ok(result);
         }
-        let want_entropy = pass.entropy;
-        let pass = Pass {
+        let forward = Pass {
             track: false,
             dropout_key: pass.dropout_key,
         };
+        let inputs = &tokens[..tokens.len() - 1];
         let rope = self.rope(inputs.len())?;
-        // Forward, keeping each block's input only.
-        let mut inputs_of = Vec::with_capacity(self.config.layers);
-        let mut x = self.embed(inputs)?;
-        for l in 0..self.config.layers {
-            let next = self.block(l, &x, &rope, pass)?.detach();
-            inputs_of.push(x);
-            x = next;
-        }
+        let (inputs_of, x) = self.forward_keeping_block_inputs(inputs, &rope, forward)?;
         // The objective, a chunk of trained positions at a time; its gradient w.r.t. the last
         // block's output is gathered chunk by chunk.
         let last = Var::from_tensor(&x)?;
@@ -357,62 +334,112 @@ impl Qwen2Lora {
         let mut grad_out: Option<Tensor> = None;
         for (chunk_pos, chunk_labels) in positions.chunks(HEAD_CHUNK).zip(labels.chunks(HEAD_CHUNK))
         {
-            let idx = Tensor::new(chunk_pos, &self.device)?;
-            let rows = if with_grads {
-                normed.index_select(&idx, 0)?
-            } else {
-                normed.detach().index_select(&idx, 0)?
+            let chunk = HeadChunk {
+                normed: &normed,
+                last: &last,
+                positions: chunk_pos,
+                labels: chunk_labels,
             };
-            let logp = ops::log_softmax_last(&self.head.forward(&rows)?)?;
-            let label_idx = Tensor::new(chunk_labels, &self.device)?.unsqueeze(1)?;
-            let picked = logp.gather(&label_idx, D::Minus1)?.squeeze(1)?;
-            let values = picked.detach().to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            if want_entropy {
-                let p_logp = (logp.detach().exp()? * logp.detach())?;
-                let h = p_logp.sum(D::Minus1)?.neg()?.to_dtype(DType::F32)?;
-                result.entropies.extend(h.to_vec1::<f32>()?);
-            }
-            let w = weights(&values);
-            if w.len() != values.len() {
-                return Err(TrainError::Config(format!(
-                    "{} weights for {} tokens (internal error)",
-                    w.len(),
-                    values.len()
-                )));
-            }
-            result.value += w
-                .iter()
-                .zip(&values)
-                .map(|(w, v)| f64::from(*w) * f64::from(*v))
-                .sum::<f64>();
-            result.logprobs.extend_from_slice(&values);
-            if with_grads {
-                let w = Tensor::new(w.as_slice(), &self.device)?.to_dtype(picked.dtype())?;
-                let objective = (picked * w)?.sum_all()?;
-                let grads = objective.backward()?;
-                if let Some(g) = grads.get(last.as_tensor()) {
-                    grad_out = Some(match grad_out {
-                        Some(acc) => (acc + g)?,
-                        None => g.clone(),
-                    });
-                }
+            if let Some(g) = self.head_chunk(chunk, pass, weights, &mut result)? {
+                grad_out = Some(match grad_out {
+                    Some(acc) => (acc + g)?,
+                    None => g,
+                });
             }
         }
-        if !with_grads {
+        if !pass.with_grads {
             return Ok(result);
         }
-        // Backward, one recomputed block at a time.
-        let track = Pass {
-            track: true,
-            ..pass
-        };
-        let mut grads = HashMap::new();
-        let mut grad_out = grad_out.ok_or_else(|| {
+        let grad_out = grad_out.ok_or_else(|| {
             TrainError::Stopped("the loss did not reach the last block (internal error)".into())
         })?;
+        let track = Pass {
+            track: true,
+            ..forward
+        };
+        result.grads = Some(self.backward_through_blocks(&inputs_of, &rope, track, grad_out)?);
+        Ok(result)
+    }
+
+    /// The forward pass through every block, keeping each block's input only (what the
+    /// backward pass recomputes a block from), and the last block's output.
+    fn forward_keeping_block_inputs(
+        &self,
+        inputs: &[u32],
+        rope: &Rope,
+        pass: Pass,
+    ) -> Result<(Vec<Tensor>, Tensor)> {
+        let mut inputs_of = Vec::with_capacity(self.config.layers);
+        let mut x = self.embed(inputs)?;
+        for l in 0..self.config.layers {
+            let next = self.block(l, &x, rope, pass)?.detach();
+            inputs_of.push(x);
+            x = next;
+        }
+        Ok((inputs_of, x))
+    }
+
+    /// One chunk of trained positions through the head: their log-probabilities (and
+    /// entropies) into `result`, the weighted sum into its value, and, for a pass with
+    /// gradients, this chunk's gradient w.r.t. the last block's output.
+    fn head_chunk(
+        &self,
+        chunk: HeadChunk<'_>,
+        pass: ObjectivePass,
+        weights: &mut dyn FnMut(&[f32]) -> Vec<f32>,
+        result: &mut TokenObjective,
+    ) -> Result<Option<Tensor>> {
+        let idx = Tensor::new(chunk.positions, &self.device)?;
+        let rows = if pass.with_grads {
+            chunk.normed.index_select(&idx, 0)?
+        } else {
+            chunk.normed.detach().index_select(&idx, 0)?
+        };
+        let logp = ops::log_softmax_last(&self.head.forward(&rows)?)?;
+        let label_idx = Tensor::new(chunk.labels, &self.device)?.unsqueeze(1)?;
+        let picked = logp.gather(&label_idx, D::Minus1)?.squeeze(1)?;
+        let values = picked.detach().to_dtype(DType::F32)?.to_vec1::<f32>()?;
+        if pass.entropy {
+            let p_logp = (logp.detach().exp()? * logp.detach())?;
+            let h = p_logp.sum(D::Minus1)?.neg()?.to_dtype(DType::F32)?;
+            result.entropies.extend(h.to_vec1::<f32>()?);
+        }
+        let w = weights(&values);
+        if w.len() != values.len() {
+            return Err(TrainError::Config(format!(
+                "{} weights for {} tokens (internal error)",
+                w.len(),
+                values.len()
+            )));
+        }
+        result.value += w
+            .iter()
+            .zip(&values)
+            .map(|(w, v)| f64::from(*w) * f64::from(*v))
+            .sum::<f64>();
+        result.logprobs.extend_from_slice(&values);
+        if !pass.with_grads {
+            return Ok(None);
+        }
+        let w = Tensor::new(w.as_slice(), &self.device)?.to_dtype(picked.dtype())?;
+        let objective = (picked * w)?.sum_all()?;
+        let grads = objective.backward()?;
+        Ok(grads.get(chunk.last.as_tensor()).cloned())
+    }
+
+    /// The backward pass, one recomputed block at a time from its kept input: every factor's
+    /// gradient (zeros for a factor the loss did not reach), by name.
+    fn backward_through_blocks(
+        &self,
+        inputs_of: &[Tensor],
+        rope: &Rope,
+        track: Pass,
+        mut grad_out: Tensor,
+    ) -> Result<HashMap<String, Tensor>> {
+        let mut grads = HashMap::new();
         for l in (0..self.config.layers).rev() {
             let input = Var::from_tensor(&inputs_of[l])?;
-            let out = self.block(l, input.as_tensor(), &rope, track)?;
+            let out = self.block(l, input.as_tensor(), rope, track)?;
             let surrogate = (out * &grad_out)?.sum_all()?;
             let store = surrogate.backward()?;
             for &target in &self.lora.config.targets {
@@ -433,9 +460,40 @@ impl Qwen2Lora {
                 })?;
             }
         }
-        result.grads = Some(grads);
-        Ok(result)
+        Ok(grads)
     }
+}
+
+/// One chunk of the head's work in [`Qwen2Lora::token_objective`].
+struct HeadChunk<'a> {
+    /// The final norm of the last block's output, every position.
+    normed: &'a Tensor,
+    /// The last block's output, as the variable its gradient is taken w.r.t.
+    last: &'a Var,
+    /// Positions whose next token is trained, and those tokens.
+    positions: &'a [u32],
+    labels: &'a [u32],
+}
+
+/// The positions whose next token is trained (the input positions that predict it) and those
+/// tokens; a sequence shorter than 2 tokens or with a mask of another length is refused.
+fn trained_positions(tokens: &[u32], trained: &[bool]) -> Result<(Vec<u32>, Vec<u32>)> {
+    if tokens.len() != trained.len() || tokens.len() < 2 {
+        return Err(TrainError::Config(format!(
+            "a sequence needs at least 2 tokens and one mask entry each ({} tokens, {} mask)",
+            tokens.len(),
+            trained.len()
+        )));
+    }
+    let positions: Vec<u32> = (1..tokens.len())
+        .filter(|&i| trained[i])
+        .map(|i| (i - 1) as u32)
+        .collect();
+    let labels: Vec<u32> = (1..tokens.len())
+        .filter(|&i| trained[i])
+        .map(|i| tokens[i])
+        .collect();
+    Ok((positions, labels))
 }
 
 struct Rope {

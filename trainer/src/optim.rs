@@ -105,7 +105,7 @@ impl AdamW {
     }
 
     /// The moments as named tensors, for a checkpoint.
-    pub fn state(&self) -> Vec<(String, Tensor)> {
+    pub(crate) fn state(&self) -> Vec<(String, Tensor)> {
         let mut out = Vec::with_capacity(self.first.len() * 2);
         for (name, m) in &self.first {
             out.push((format!("adam.m.{name}"), m.clone()));
@@ -117,7 +117,7 @@ impl AdamW {
     }
 
     /// Restores moments saved by [`AdamW::state`].
-    pub fn restore(&mut self, steps: usize, tensors: &HashMap<String, Tensor>) {
+    pub(crate) fn restore(&mut self, steps: usize, tensors: &HashMap<String, Tensor>) {
         self.steps = steps;
         self.first.clear();
         self.second.clear();
@@ -129,6 +129,22 @@ impl AdamW {
             }
         }
     }
+}
+
+/// Adds one sequence's gradients to the sum of a step's (SFT's samples, RL's rollouts of a
+/// mini-batch), keyed by factor name.
+pub(crate) fn accumulate(
+    sum: &mut HashMap<String, Tensor>,
+    grads: HashMap<String, Tensor>,
+) -> candle_core::Result<()> {
+    for (name, g) in grads {
+        let total = match sum.remove(&name) {
+            Some(acc) => (acc + g)?,
+            None => g,
+        };
+        sum.insert(name, total);
+    }
+    Ok(())
 }
 
 /// The global L2 norm of `grads`; when it exceeds `max_norm`, every gradient is scaled down to

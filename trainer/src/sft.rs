@@ -5,11 +5,11 @@
 //! whether the run got there in one go or was killed and resumed from a checkpoint.
 
 use crate::base::BaseModel;
-use crate::checkpoint::{self, EvalRecord, Progress, StepRecord};
+use crate::checkpoint::{self, EvalRecord, Progress, StepClock, StepRecord};
 use crate::data::{self, Encoded, Rejected};
 use crate::lora::LoraConfig;
 use crate::model::Qwen2Lora;
-use crate::optim::{AdamW, AdamWConfig, Schedule, clip_grad_norm};
+use crate::optim::{AdamW, AdamWConfig, Schedule, accumulate, clip_grad_norm};
 use crate::{Result, TrainError, export, plot};
 use candle_core::{Device, Tensor};
 use catena_engine::llama::{LlamaEngine, LoadOptions};
@@ -17,7 +17,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -80,14 +80,14 @@ impl SftOptions {
 pub use catena_train_events::SftEvent as Event;
 
 /// The samples of a run, tokenised and split.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub train: Vec<Encoded>,
     pub eval: Vec<Encoded>,
     pub rejected: Vec<Rejected>,
 }
 
 /// Reads, checks, tokenises and splits the data.
-pub fn prepare(engine: &LlamaEngine, options: &SftOptions) -> Result<Prepared> {
+pub(crate) fn prepare(engine: &LlamaEngine, options: &SftOptions) -> Result<Prepared> {
     let dataset = data::read_dataset(&options.data)?;
     let mut rejected = dataset.rejected;
     let mut encoded = Vec::with_capacity(dataset.samples.len());
@@ -136,7 +136,7 @@ pub fn prepare(engine: &LlamaEngine, options: &SftOptions) -> Result<Prepared> {
 }
 
 /// The samples of each optimizer step, epoch by epoch, from the seed.
-pub fn plan_steps(
+pub(crate) fn plan_steps(
     lengths: &[usize],
     epochs: usize,
     batch_tokens: usize,
@@ -166,25 +166,25 @@ pub fn plan_steps(
 }
 
 fn fingerprint(options: &SftOptions, prepared: &Prepared) -> String {
-    let mut h = Sha256::new();
     let mut settings = options.clone();
     settings.out = PathBuf::new();
     settings.max_steps = None;
     settings.eval_every = 0;
     settings.checkpoint_every = 0;
     settings.keep_checkpoints = 0;
-    h.update(serde_json::to_vec(&settings).unwrap_or_default());
-    for e in prepared.train.iter().chain(&prepared.eval) {
-        for t in &e.tokens {
-            h.update(t.to_le_bytes());
+    checkpoint::fingerprint(|h| {
+        h.update(serde_json::to_vec(&settings).unwrap_or_default());
+        for e in prepared.train.iter().chain(&prepared.eval) {
+            for t in &e.tokens {
+                h.update(t.to_le_bytes());
+            }
+            h.update(e.trained.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
         }
-        h.update(e.trained.iter().map(|&b| u8::from(b)).collect::<Vec<_>>());
-    }
-    hex::encode(&h.finalize()[..12])
+    })
 }
 
 /// Loads the tokenizer (llama.cpp, CPU only) for `base`.
-pub fn tokenizer(base: &Path) -> Result<LlamaEngine> {
+pub(crate) fn tokenizer(base: &Path) -> Result<LlamaEngine> {
     Ok(LlamaEngine::load(
         base,
         &LoadOptions {
@@ -195,7 +195,7 @@ pub fn tokenizer(base: &Path) -> Result<LlamaEngine> {
 }
 
 /// Mean loss per trained token over `samples`.
-pub fn eval_loss(model: &Qwen2Lora, samples: &[Encoded]) -> Result<Option<f64>> {
+pub(crate) fn eval_loss(model: &Qwen2Lora, samples: &[Encoded]) -> Result<Option<f64>> {
     let (mut nll, mut n) = (0.0, 0usize);
     for s in samples {
         let r = model.sequence_loss(&s.tokens, &s.trained, None, false)?;
@@ -212,159 +212,199 @@ pub fn train(
     on_event: &mut dyn FnMut(&Event),
     stop: &AtomicBool,
 ) -> Result<Progress> {
-    let engine = tokenizer(&options.base)?;
-    let prepared = prepare(&engine, options)?;
-    drop(engine);
+    let prepared = prepare(&tokenizer(&options.base)?, options)?;
     let base = BaseModel::load(&options.base, device)?;
     let model = Qwen2Lora::new(&base, &options.lora, options.seed)?;
-    let lengths: Vec<usize> = prepared.train.iter().map(|e| e.tokens.len()).collect();
-    let plan = plan_steps(
-        &lengths,
-        options.epochs.max(1),
-        options.batch_tokens,
-        options.seed,
-    );
-    let total_steps = options.max_steps.map_or(plan.len(), |m| m.min(plan.len()));
-    let schedule = Schedule {
-        peak: options.adam.lr,
-        warmup_steps: (plan.len() as f64 * options.warmup_ratio).round() as usize,
-        total_steps: plan.len(),
-        min_ratio: options.min_lr_ratio,
-    };
-    on_event(&Event::Prepared {
-        train_samples: prepared.train.len(),
-        eval_samples: prepared.eval.len(),
-        rejected: prepared.rejected.clone(),
-        total_steps,
-        trainable_parameters: model.lora.parameter_count(),
-        weight_types: base
-            .weight_types()
-            .iter()
-            .map(|(t, n)| format!("{t:?}×{n}"))
-            .collect(),
-    });
-    let fingerprint = fingerprint(options, &prepared);
+    let plan = Plan::new(options, &prepared.train);
+    on_event(&prepared_event(&prepared, &plan, &model, &base));
     let mut adam = AdamW::new(options.adam);
-    let mut progress = Progress {
-        step: 0,
-        fingerprint: fingerprint.clone(),
-        history: Vec::new(),
-        evals: Vec::new(),
-    };
-    if let Some((saved, path)) = checkpoint::resume::<Progress>(
-        &options.out,
-        device,
-        &fingerprint,
-        "settings or data",
-        &model.lora,
-        &mut adam,
-    )? {
-        progress = saved;
-        on_event(&Event::Resumed {
-            step: progress.step,
-            checkpoint: path,
-        });
-    }
-    let started = Instant::now();
-    let done_at_start = progress.step;
     let policy = checkpoint::Policy {
         out: &options.out,
         every: options.checkpoint_every,
         keep: options.keep_checkpoints,
         stop,
     };
+    let fresh = Progress {
+        step: 0,
+        fingerprint: fingerprint(options, &prepared),
+        history: Vec::new(),
+        evals: Vec::new(),
+    };
+    let mut progress = policy.resume(
+        fresh,
+        "settings or data",
+        device,
+        (&model.lora, &mut adam),
+        on_event,
+    )?;
+    let clock = StepClock::start(progress.step);
+    let total_steps = plan.total_steps;
     while progress.step < total_steps {
-        let step = progress.step;
-        let (epoch, members) = &plan[step];
         let step_start = Instant::now();
-        let mut grads: HashMap<String, Tensor> = HashMap::new();
-        let (mut nll, mut trained, mut tokens) = (0.0, 0usize, 0usize);
-        for (j, &i) in members.iter().enumerate() {
-            let sample = &prepared.train[i];
-            let key = options.seed ^ ((step as u64) << 20) ^ j as u64;
-            let r = model.sequence_loss(&sample.tokens, &sample.trained, Some(key), true)?;
-            nll += r.nll_sum;
-            trained += r.tokens;
-            tokens += sample.tokens.len();
-            for (name, g) in r.grads.unwrap_or_default() {
-                let sum = match grads.remove(&name) {
-                    Some(acc) => (acc + g)?,
-                    None => g,
-                };
-                grads.insert(name, sum);
-            }
-        }
-        let denominator = trained.max(1) as f64;
-        for g in grads.values_mut() {
-            *g = (&*g / denominator)?;
-        }
-        let grad_norm = clip_grad_norm(&mut grads, options.grad_clip)?;
-        let lr = schedule.lr(step);
-        let named: Vec<(String, &candle_core::Var)> = model.lora.named();
-        adam.step(&named, &grads, lr)?;
-        let loss = nll / denominator;
-        if !loss.is_finite() {
-            return Err(TrainError::Stopped(format!(
-                "the loss became {loss} at step {}; lower --lr",
-                step + 1
-            )));
-        }
+        let record = optimizer_step(
+            options,
+            &plan,
+            &prepared.train,
+            &model,
+            &mut adam,
+            &progress,
+        )?;
         progress.step += 1;
-        progress.history.push(StepRecord {
-            step: progress.step,
-            epoch: *epoch,
-            loss,
-            lr,
-            grad_norm,
-            tokens,
-            trained_tokens: trained,
-        });
-        let elapsed = started.elapsed().as_secs_f64();
-        let per_step = elapsed / (progress.step - done_at_start) as f64;
+        progress.history.push(record.clone());
+        let (elapsed_seconds, eta_seconds) = clock.elapsed_and_eta(progress.step, total_steps);
         on_event(&Event::Step {
-            step: progress.step,
+            step: record.step,
             total_steps,
-            epoch: *epoch,
-            loss,
-            lr,
-            grad_norm,
-            tokens,
-            tokens_per_second: tokens as f64 / step_start.elapsed().as_secs_f64().max(1e-9),
-            elapsed_seconds: elapsed,
-            eta_seconds: per_step * (total_steps - progress.step) as f64,
+            epoch: record.epoch,
+            loss: record.loss,
+            lr: record.lr,
+            grad_norm: record.grad_norm,
+            tokens: record.tokens,
+            tokens_per_second: record.tokens as f64 / step_start.elapsed().as_secs_f64().max(1e-9),
+            elapsed_seconds,
+            eta_seconds,
         });
-        let last = progress.step == total_steps;
-        if ((options.eval_every > 0 && progress.step.is_multiple_of(options.eval_every)) || last)
-            && let Some(loss) = eval_loss(&model, &prepared.eval)?
-        {
-            progress.evals.push(EvalRecord {
-                step: progress.step,
-                loss,
-            });
-            on_event(&Event::Eval {
-                step: progress.step,
-                loss,
-            });
-        }
-        if let Some(saved) = policy.after_step(&progress, last, &model.lora, &adam)? {
-            on_event(&Event::Checkpoint {
-                step: progress.step,
-                path: saved.path.clone(),
-            });
-            if saved.stopping {
-                on_event(&Event::Stopped {
-                    step: progress.step,
-                    checkpoint: saved.path,
-                });
-                return Err(TrainError::Stopped(format!(
-                    "stopped at step {} of {total_steps}; run the same command again to resume",
-                    progress.step
-                )));
-            }
+        evaluate_when_due(
+            options,
+            &model,
+            &prepared.eval,
+            total_steps,
+            &mut progress,
+            on_event,
+        )?;
+        policy.after_step(&progress, total_steps, (&model.lora, &adam), on_event)?;
+    }
+    finish(&model, &base, &options.out, progress, on_event)
+}
+
+/// Which samples make which optimizer step, how many steps this invocation runs to, and the
+/// learning rate at each (over the whole plan, so `--max-steps` does not change the schedule).
+struct Plan {
+    steps: Vec<(usize, Vec<usize>)>,
+    total_steps: usize,
+    schedule: Schedule,
+}
+
+impl Plan {
+    fn new(options: &SftOptions, train: &[Encoded]) -> Plan {
+        let lengths: Vec<usize> = train.iter().map(|e| e.tokens.len()).collect();
+        let steps = plan_steps(
+            &lengths,
+            options.epochs.max(1),
+            options.batch_tokens,
+            options.seed,
+        );
+        let total_steps = options
+            .max_steps
+            .map_or(steps.len(), |m| m.min(steps.len()));
+        let schedule = Schedule {
+            peak: options.adam.lr,
+            warmup_steps: (steps.len() as f64 * options.warmup_ratio).round() as usize,
+            total_steps: steps.len(),
+            min_ratio: options.min_lr_ratio,
+        };
+        Plan {
+            steps,
+            total_steps,
+            schedule,
         }
     }
-    let exported = export::export(&model.lora, "qwen2", base.name.as_deref(), &options.out)?;
-    let curve = options.out.join("loss.svg");
+}
+
+/// The first event of a run: what it trains on and with.
+fn prepared_event(prepared: &Prepared, plan: &Plan, model: &Qwen2Lora, base: &BaseModel) -> Event {
+    Event::Prepared {
+        train_samples: prepared.train.len(),
+        eval_samples: prepared.eval.len(),
+        rejected: prepared.rejected.clone(),
+        total_steps: plan.total_steps,
+        trainable_parameters: model.lora.parameter_count(),
+        weight_types: base
+            .weight_types()
+            .iter()
+            .map(|(t, n)| format!("{t:?}×{n}"))
+            .collect(),
+    }
+}
+
+/// The optimizer step after `progress`: the gradients of the step's samples summed and
+/// divided by its trained tokens, clipped, and applied. A loss that is no longer a number ends
+/// the run (a learning rate too high), before anything is saved.
+fn optimizer_step(
+    options: &SftOptions,
+    plan: &Plan,
+    train: &[Encoded],
+    model: &Qwen2Lora,
+    adam: &mut AdamW,
+    progress: &Progress,
+) -> Result<StepRecord> {
+    let step = progress.step;
+    let (epoch, members) = &plan.steps[step];
+    let mut grads: HashMap<String, Tensor> = HashMap::new();
+    let (mut nll, mut trained, mut tokens) = (0.0, 0usize, 0usize);
+    for (j, &i) in members.iter().enumerate() {
+        let sample = &train[i];
+        let key = options.seed ^ ((step as u64) << 20) ^ j as u64;
+        let r = model.sequence_loss(&sample.tokens, &sample.trained, Some(key), true)?;
+        nll += r.nll_sum;
+        trained += r.tokens;
+        tokens += sample.tokens.len();
+        accumulate(&mut grads, r.grads.unwrap_or_default())?;
+    }
+    let denominator = trained.max(1) as f64;
+    for g in grads.values_mut() {
+        *g = (&*g / denominator)?;
+    }
+    let grad_norm = clip_grad_norm(&mut grads, options.grad_clip)?;
+    let lr = plan.schedule.lr(step);
+    adam.step(&model.lora.named(), &grads, lr)?;
+    let loss = nll / denominator;
+    if !loss.is_finite() {
+        return Err(TrainError::Stopped(format!(
+            "the loss became {loss} at step {}; lower --lr",
+            step + 1
+        )));
+    }
+    Ok(StepRecord {
+        step: step + 1,
+        epoch: *epoch,
+        loss,
+        lr,
+        grad_norm,
+        tokens,
+        trained_tokens: trained,
+    })
+}
+
+/// The held-out loss every `eval_every` steps and after the last, recorded and reported.
+fn evaluate_when_due(
+    options: &SftOptions,
+    model: &Qwen2Lora,
+    eval: &[Encoded],
+    total_steps: usize,
+    progress: &mut Progress,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<()> {
+    let step = progress.step;
+    let due =
+        (options.eval_every > 0 && step.is_multiple_of(options.eval_every)) || step == total_steps;
+    if due && let Some(loss) = eval_loss(model, eval)? {
+        progress.evals.push(EvalRecord { step, loss });
+        on_event(&Event::Eval { step, loss });
+    }
+    Ok(())
+}
+
+/// The adapter in both formats and the loss curve, after the last step.
+fn finish(
+    model: &Qwen2Lora,
+    base: &BaseModel,
+    out: &Path,
+    progress: Progress,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<Progress> {
+    let exported = export::export(&model.lora, "qwen2", base.name.as_deref(), out)?;
+    let curve = out.join("loss.svg");
     plot::loss_curve(&progress.history, &progress.evals, &curve)?;
     on_event(&Event::Finished {
         steps: progress.step,

@@ -1,8 +1,9 @@
-//! The contract between `catena train sft --json` (a child process) and whoever started it (the
-//! service behind the server and the desktop app): the progress events, one JSON object per line
-//! on stdout, and the exit code that means "stopped on request, resumable". Both sides use these
-//! types, so a change to one is a change to both; the UI's `SftEvent` is generated from this one
-//! (feature `ts`, written to `ui/src/lib/generated` by catena-service's drift test).
+//! The contract between `catena train sft --json` or `catena train rl --json` (a child process)
+//! and whoever started it (the service behind the server and the desktop app, or a script): the
+//! progress events, one JSON object per line on stdout, and the exit code that means "stopped on
+//! request, resumable". Both sides use these types, so a change to one is a change to both; the
+//! UI's `SftEvent` is generated from this one (feature `ts`, written to `ui/src/lib/generated` by
+//! catena-service's drift test).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -59,6 +60,130 @@ pub enum SftEvent {
         step: usize,
         checkpoint: PathBuf,
     },
+}
+
+/// What the RL loop reports as it goes (`catena train rl --json`): the same lines around
+/// checkpoints and stops as [`SftEvent`], a `group` line per sampled group and a `step` line
+/// carrying the step's whole record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RlEvent {
+    Prepared {
+        tasks: usize,
+        steps: usize,
+        group: usize,
+        batch_prompts: usize,
+        trainable_parameters: usize,
+        init_adapter: Option<PathBuf>,
+    },
+    Resumed {
+        step: usize,
+        checkpoint: PathBuf,
+    },
+    /// A group was sampled and scored.
+    Group {
+        step: usize,
+        task: String,
+        rewards: Vec<f64>,
+        kept: bool,
+    },
+    Step {
+        #[serde(flatten)]
+        record: RlStepRecord,
+        total_steps: usize,
+        elapsed_seconds: f64,
+        eta_seconds: f64,
+    },
+    Checkpoint {
+        step: usize,
+        path: PathBuf,
+    },
+    Finished {
+        steps: usize,
+        adapter: PathBuf,
+        peft: PathBuf,
+        curves: PathBuf,
+    },
+    Stopped {
+        step: usize,
+        checkpoint: PathBuf,
+    },
+}
+
+/// One RL step, as the curves, a resumed run and a reader of `--json` lines see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RlStepRecord {
+    pub step: usize,
+    /// Mean reward of every rollout sampled in the step (kept and dropped groups).
+    pub reward_mean: f64,
+    /// Share of the rollouts sampled that solved their task.
+    pub solved_share: f64,
+    /// Mean generated tokens per rollout.
+    pub response_length: f64,
+    /// Share of trained tokens whose clipped term stopped the gradient.
+    pub clip_fraction: f64,
+    /// Share of trained tokens whose importance weight hit its cap.
+    pub capped_fraction: f64,
+    /// Mean entropy (nats) of the policy at the trained tokens.
+    pub entropy: f64,
+    /// Mean |log p_trainer - log p_rollout| at the trained tokens before the update.
+    pub logprob_gap: f64,
+    pub groups_sampled: usize,
+    pub groups_dropped: usize,
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub rollouts: usize,
+    pub trained_tokens: usize,
+    pub generated_tokens: usize,
+    pub reload_seconds: f64,
+    pub rollout_seconds: f64,
+    pub scoring_seconds: f64,
+    pub update_seconds: f64,
+}
+
+impl RlStepRecord {
+    pub fn dropped_share(&self) -> f64 {
+        self.groups_dropped as f64 / self.groups_sampled.max(1) as f64
+    }
+
+    /// Whether the step updated the adapter: not when every group drawn had equal rewards,
+    /// and then its clip fraction, entropy, log-probability gap and loss measure nothing.
+    pub fn updated(&self) -> bool {
+        self.trained_tokens > 0
+    }
+}
+
+/// The lines both loops write around checkpoints and stops, so the trainer has one
+/// implementation of resuming, checkpointing and stopping for SFT and RL.
+pub trait CheckpointEvent {
+    fn resumed(step: usize, checkpoint: PathBuf) -> Self;
+    fn checkpoint(step: usize, path: PathBuf) -> Self;
+    fn stopped(step: usize, checkpoint: PathBuf) -> Self;
+}
+
+impl CheckpointEvent for SftEvent {
+    fn resumed(step: usize, checkpoint: PathBuf) -> Self {
+        SftEvent::Resumed { step, checkpoint }
+    }
+    fn checkpoint(step: usize, path: PathBuf) -> Self {
+        SftEvent::Checkpoint { step, path }
+    }
+    fn stopped(step: usize, checkpoint: PathBuf) -> Self {
+        SftEvent::Stopped { step, checkpoint }
+    }
+}
+
+impl CheckpointEvent for RlEvent {
+    fn resumed(step: usize, checkpoint: PathBuf) -> Self {
+        RlEvent::Resumed { step, checkpoint }
+    }
+    fn checkpoint(step: usize, path: PathBuf) -> Self {
+        RlEvent::Checkpoint { step, path }
+    }
+    fn stopped(step: usize, checkpoint: PathBuf) -> Self {
+        RlEvent::Stopped { step, checkpoint }
+    }
 }
 
 /// A sample left out of training, and why.
@@ -136,6 +261,55 @@ mod tests {
         }
         let line = serde_json::to_string(&SftEvent::Eval { step: 2, loss: 0.5 }).unwrap();
         assert_eq!(line, r#"{"event":"eval","step":2,"loss":0.5}"#);
+    }
+
+    #[test]
+    fn rl_steps_keep_their_record_flat_in_the_line() {
+        let record = RlStepRecord {
+            step: 3,
+            reward_mean: 0.5,
+            solved_share: 0.25,
+            response_length: 120.0,
+            clip_fraction: 0.1,
+            capped_fraction: 0.0,
+            entropy: 0.7,
+            logprob_gap: 0.01,
+            groups_sampled: 4,
+            groups_dropped: 1,
+            loss: -0.02,
+            grad_norm: 0.3,
+            lr: 2e-5,
+            rollouts: 32,
+            trained_tokens: 900,
+            generated_tokens: 3840,
+            reload_seconds: 0.2,
+            rollout_seconds: 30.0,
+            scoring_seconds: 0.1,
+            update_seconds: 12.0,
+        };
+        let event = RlEvent::Step {
+            record,
+            total_steps: 20,
+            elapsed_seconds: 90.0,
+            eta_seconds: 510.0,
+        };
+        let line = serde_json::to_string(&event).unwrap();
+        assert!(
+            line.starts_with(r#"{"event":"step","step":3,"reward_mean":0.5,"#),
+            "{line}"
+        );
+        assert!(!line.contains("record"), "{line}");
+        assert_eq!(serde_json::from_str::<RlEvent>(&line).unwrap(), event);
+        let group = RlEvent::Group {
+            step: 1,
+            task: "t1".into(),
+            rewards: vec![1.0, 0.0],
+            kept: true,
+        };
+        assert_eq!(
+            serde_json::to_string(&group).unwrap(),
+            r#"{"event":"group","step":1,"task":"t1","rewards":[1.0,0.0],"kept":true}"#
+        );
     }
 
     #[test]

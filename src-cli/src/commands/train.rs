@@ -1,5 +1,5 @@
-//! `catena train sft` (LoRA fine-tuning, see `catena_trainer::cli`), `catena train rl` (agentic
-//! RL, see `catena_trainer::rl`) and `catena train synth`
+//! `catena train sft` (LoRA fine-tuning) and `catena train rl` (agentic RL), whose command lines
+//! `catena_trainer::cli` holds for this binary and the desktop app's, and `catena train synth`
 //! (the synthetic verifiable tasks anyone can reproduce a learning run with).
 
 use crate::setup;
@@ -8,7 +8,7 @@ use catena_agent::tools::profile_tools;
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
 use catena_sandbox::{Limits, Sandbox};
-use catena_trainer::rl::cli::RlEnvironment;
+use catena_trainer::cli::RlEnvironment;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ enum TrainCommand {
     Sft(catena_trainer::cli::SftArgs),
     /// Agentic RL (DAPO) of a LoRA adapter: rollouts through the runtime and sandbox, verifiable
     /// rewards.
-    Rl(catena_trainer::rl::cli::RlArgs),
+    Rl(catena_trainer::cli::RlArgs),
     /// Write synthetic, verifiable tasks and trajectories with real sandbox observations.
     Synth(crate::commands::synth::SynthArgs),
 }
@@ -46,7 +46,7 @@ pub fn run(args: TrainArgs, paths: &Paths) -> Result<ExitCode> {
                 let sandbox = Arc::new(setup::sandbox(paths, Limits::default())?);
                 Ok(Arc::clone(shared.get_or_init(|| sandbox)))
             };
-            catena_trainer::rl::cli::run_rl(
+            catena_trainer::cli::run_rl(
                 args,
                 &RlEnvironment {
                     resolve_base: &|base| setup::model_path(base, paths),

@@ -14,33 +14,34 @@
 //! Checkpoints and resume work as in SFT: the factors, the optimizer's moments and the record
 //! of every step, written atomically; a resumed run continues with the same task order.
 
-pub mod cli;
 mod curves;
-pub mod loss;
-pub mod rollout;
+mod loss;
+mod rollout;
 
 use crate::base::BaseModel;
-use crate::checkpoint::{self, StepCount};
+use crate::checkpoint::{self, StepClock, StepCount};
 use crate::lora::LoraConfig;
 use crate::model::{ObjectivePass, Qwen2Lora};
-use crate::optim::{AdamW, AdamWConfig, clip_grad_norm};
+use crate::optim::{AdamW, AdamWConfig, accumulate, clip_grad_norm};
 use crate::{Result, TrainError, export};
 use candle_core::{Device, Tensor};
 use catena_agent::tools::ToolBox;
-use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_engine::llama::{AdapterOptions, BatchedSession, LlamaEngine, LoadOptions};
 use catena_engine_api::SessionOptions;
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
 use catena_sandbox::Sandbox;
-use loss::{BatchObjective, DapoConfig, group_advantages};
+pub use catena_train_events::{RlEvent, RlStepRecord};
+pub use loss::DapoConfig;
+use loss::{BatchObjective, group_advantages};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
-use rollout::{Rollout, RolloutSetup, sample_group};
+pub use rollout::{Rollout, RolloutSetup, sample_group};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
@@ -109,50 +110,6 @@ impl RlOptions {
     }
 }
 
-/// One RL step, as the curves and a resumed run see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RlStepRecord {
-    pub step: usize,
-    /// Mean reward of every rollout sampled in the step (kept and dropped groups).
-    pub reward_mean: f64,
-    /// Share of the rollouts sampled that solved their task.
-    pub solved_share: f64,
-    /// Mean generated tokens per rollout.
-    pub response_length: f64,
-    /// Share of trained tokens whose clipped term stopped the gradient.
-    pub clip_fraction: f64,
-    /// Share of trained tokens whose importance weight hit its cap.
-    pub capped_fraction: f64,
-    /// Mean entropy (nats) of the policy at the trained tokens.
-    pub entropy: f64,
-    /// Mean |log p_trainer - log p_rollout| at the trained tokens before the update.
-    pub logprob_gap: f64,
-    pub groups_sampled: usize,
-    pub groups_dropped: usize,
-    pub loss: f64,
-    pub grad_norm: f64,
-    pub lr: f64,
-    pub rollouts: usize,
-    pub trained_tokens: usize,
-    pub generated_tokens: usize,
-    pub reload_seconds: f64,
-    pub rollout_seconds: f64,
-    pub scoring_seconds: f64,
-    pub update_seconds: f64,
-}
-
-impl RlStepRecord {
-    pub fn dropped_share(&self) -> f64 {
-        self.groups_dropped as f64 / self.groups_sampled.max(1) as f64
-    }
-
-    /// Whether the step updated the adapter: not when every group drawn had equal rewards,
-    /// and then its clip fraction, entropy, log-probability gap and loss measure nothing.
-    pub fn updated(&self) -> bool {
-        self.trained_tokens > 0
-    }
-}
-
 /// Everything but the tensors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RlProgress {
@@ -172,51 +129,8 @@ impl StepCount for RlProgress {
     }
 }
 
-/// What the loop reports as it goes.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum RlEvent {
-    Prepared {
-        tasks: usize,
-        steps: usize,
-        group: usize,
-        batch_prompts: usize,
-        trainable_parameters: usize,
-        init_adapter: Option<PathBuf>,
-    },
-    Resumed {
-        step: usize,
-        checkpoint: PathBuf,
-    },
-    /// A group was sampled and scored.
-    Group {
-        step: usize,
-        task: String,
-        rewards: Vec<f64>,
-        kept: bool,
-    },
-    Step {
-        #[serde(flatten)]
-        record: RlStepRecord,
-        total_steps: usize,
-        elapsed_seconds: f64,
-        eta_seconds: f64,
-    },
-    Checkpoint {
-        step: usize,
-        path: PathBuf,
-    },
-    Finished {
-        steps: usize,
-        adapter: PathBuf,
-        peft: PathBuf,
-        curves: PathBuf,
-    },
-    Stopped {
-        step: usize,
-        checkpoint: PathBuf,
-    },
-}
+/// The architecture the adapters are written for (the only one [`BaseModel`] reads).
+const ARCHITECTURE: &str = "qwen2";
 
 /// A scored rollout of a kept group.
 #[derive(Debug, Clone)]
@@ -236,20 +150,26 @@ fn task_at(drawn: usize, tasks: usize, seed: u64) -> usize {
 }
 
 fn fingerprint(options: &RlOptions, tasks: &[EvalTask]) -> Result<String> {
-    let mut h = Sha256::new();
     let mut settings = options.clone();
     settings.out = PathBuf::new();
     settings.steps = 0;
     settings.checkpoint_every = 0;
     settings.keep_checkpoints = 0;
     settings.gpu_layers = None;
-    h.update(serde_json::to_vec(&settings).unwrap_or_default());
-    h.update(serde_json::to_vec(tasks).unwrap_or_default());
-    if let Some(dir) = &options.init_adapter {
-        let path = dir.join("adapter_model.safetensors");
-        h.update(std::fs::read(&path).map_err(TrainError::io(&path))?);
-    }
-    Ok(hex::encode(&h.finalize()[..12]))
+    let adapter = match &options.init_adapter {
+        Some(dir) => {
+            let path = dir.join("adapter_model.safetensors");
+            Some(std::fs::read(&path).map_err(TrainError::io(&path))?)
+        }
+        None => None,
+    };
+    Ok(checkpoint::fingerprint(|h| {
+        h.update(serde_json::to_vec(&settings).unwrap_or_default());
+        h.update(serde_json::to_vec(tasks).unwrap_or_default());
+        if let Some(bytes) = &adapter {
+            h.update(bytes);
+        }
+    }))
 }
 
 /// Loads the rollout engine with the current factors.
@@ -292,6 +212,66 @@ pub fn train(
     on_event: &mut dyn FnMut(&RlEvent),
     stop: &AtomicBool,
 ) -> Result<RlProgress> {
+    let profile = check(options, tasks)?;
+    let base = BaseModel::load(&options.base, device)?;
+    let model = starting_model(options, &base, device)?;
+    on_event(&RlEvent::Prepared {
+        tasks: tasks.len(),
+        steps: options.steps,
+        group: options.group,
+        batch_prompts: options.batch_prompts,
+        trainable_parameters: model.lora.parameter_count(),
+        init_adapter: options.init_adapter.clone(),
+    });
+    std::fs::create_dir_all(&options.out).map_err(TrainError::io(&options.out))?;
+    let fresh = RlProgress {
+        step: 0,
+        fingerprint: fingerprint(options, tasks)?,
+        drawn: 0,
+        history: Vec::new(),
+    };
+    let mut adam = AdamW::new(options.adam);
+    let policy = checkpoint::Policy {
+        out: &options.out,
+        every: options.checkpoint_every,
+        keep: options.keep_checkpoints,
+        stop,
+    };
+    let mut progress = policy.resume(
+        fresh,
+        "settings, tasks or starting adapter",
+        device,
+        (&model.lora, &mut adam),
+        on_event,
+    )?;
+    let run = StepInputs {
+        options,
+        profile: &profile,
+        tools,
+        scoring,
+        tasks,
+        model: &model,
+    };
+    let clock = StepClock::start(progress.step);
+    while progress.step < options.steps {
+        let record = run_step(&run, &mut adam, &mut progress, on_event)?;
+        progress.step += 1;
+        progress.history.push(record.clone());
+        let (elapsed_seconds, eta_seconds) = clock.elapsed_and_eta(progress.step, options.steps);
+        on_event(&RlEvent::Step {
+            record,
+            total_steps: options.steps,
+            elapsed_seconds,
+            eta_seconds,
+        });
+        curves::rl_curves(&progress.history, &options.out.join("curves.svg"))?;
+        policy.after_step(&progress, options.steps, (&model.lora, &adam), on_event)?;
+    }
+    finish(&model, &base, &options.out, progress, on_event)
+}
+
+/// The settings a run cannot start with, and the profile its rollouts use.
+fn check(options: &RlOptions, tasks: &[EvalTask]) -> Result<Profile> {
     if options.group < 2 || options.batch_prompts == 0 || options.steps == 0 {
         return Err(TrainError::Config(
             "a group needs at least 2 rollouts, a batch at least 1 prompt, a run at least 1 step"
@@ -306,115 +286,40 @@ pub fn train(
             reason: "no tasks".into(),
         });
     }
-    let base = BaseModel::load(&options.base, device)?;
-    let (lora_config, init) = match &options.init_adapter {
-        Some(dir) => {
-            let (config, tensors) = export::read_peft_for(&base, dir, device)?;
-            (config, Some(tensors))
-        }
-        None => (options.lora.clone(), None),
+    Ok(profile)
+}
+
+/// The model with the adapter the run starts from: `init_adapter` (checked against `base`),
+/// or a fresh one of `options.lora`'s shape.
+fn starting_model(options: &RlOptions, base: &BaseModel, device: &Device) -> Result<Qwen2Lora> {
+    let Some(dir) = &options.init_adapter else {
+        return Qwen2Lora::new(base, &options.lora, options.seed);
     };
-    let model = Qwen2Lora::new(&base, &lora_config, options.seed)?;
-    if let (Some(tensors), Some(dir)) = (&init, &options.init_adapter) {
-        model
-            .lora
-            .load(tensors)
-            .map_err(|reason| TrainError::BadCheckpoint {
-                path: dir.clone(),
-                reason: format!("{reason} (is it an adapter for this base model?)"),
-            })?;
-    }
-    on_event(&RlEvent::Prepared {
-        tasks: tasks.len(),
-        steps: options.steps,
-        group: options.group,
-        batch_prompts: options.batch_prompts,
-        trainable_parameters: model.lora.parameter_count(),
-        init_adapter: options.init_adapter.clone(),
-    });
-    std::fs::create_dir_all(&options.out).map_err(TrainError::io(&options.out))?;
-    let fingerprint = fingerprint(options, tasks)?;
-    let mut adam = AdamW::new(options.adam);
-    let mut progress = RlProgress {
-        step: 0,
-        fingerprint: fingerprint.clone(),
-        drawn: 0,
-        history: Vec::new(),
-    };
-    if let Some((saved, path)) = checkpoint::resume::<RlProgress>(
-        &options.out,
-        device,
-        &fingerprint,
-        "settings, tasks or starting adapter",
-        &model.lora,
-        &mut adam,
-    )? {
-        progress = saved;
-        on_event(&RlEvent::Resumed {
-            step: progress.step,
-            checkpoint: path,
-        });
-    }
-    let architecture = "qwen2";
-    let started = Instant::now();
-    let done_at_start = progress.step;
-    let policy = checkpoint::Policy {
-        out: &options.out,
-        every: options.checkpoint_every,
-        keep: options.keep_checkpoints,
-        stop,
-    };
-    while progress.step < options.steps {
-        let record = run_step(
-            options,
-            &profile,
-            tools,
-            scoring,
-            tasks,
-            &model,
-            &mut adam,
-            &mut progress,
-            architecture,
-            on_event,
-        )?;
-        progress.step += 1;
-        progress.history.push(record.clone());
-        let elapsed = started.elapsed().as_secs_f64();
-        let per_step = elapsed / (progress.step - done_at_start) as f64;
-        on_event(&RlEvent::Step {
-            record,
-            total_steps: options.steps,
-            elapsed_seconds: elapsed,
-            eta_seconds: per_step * (options.steps - progress.step) as f64,
-        });
-        curves::rl_curves(&progress.history, &options.out.join("curves.svg"))?;
-        let last = progress.step == options.steps;
-        if let Some(saved) = policy.after_step(&progress, last, &model.lora, &adam)? {
-            on_event(&RlEvent::Checkpoint {
-                step: progress.step,
-                path: saved.path.clone(),
-            });
-            if saved.stopping {
-                on_event(&RlEvent::Stopped {
-                    step: progress.step,
-                    checkpoint: saved.path,
-                });
-                return Err(TrainError::Stopped(format!(
-                    "stopped at step {} of {}; run the same command again to resume",
-                    progress.step, options.steps
-                )));
-            }
-        }
-    }
-    let exported = export::export(
-        &model.lora,
-        architecture,
-        base.name.as_deref(),
-        &options.out,
-    )?;
-    let curves = options.out.join("curves.svg");
+    let (config, tensors) = export::read_peft_for(base, dir, device)?;
+    let model = Qwen2Lora::new(base, &config, options.seed)?;
+    model
+        .lora
+        .load(&tensors)
+        .map_err(|reason| TrainError::BadCheckpoint {
+            path: dir.clone(),
+            reason: format!("{reason} (is it an adapter for this base model?)"),
+        })?;
+    Ok(model)
+}
+
+/// The adapter in both formats and the curves, after the last step; the rollouts' adapter
+/// file is no longer needed.
+fn finish(
+    model: &Qwen2Lora,
+    base: &BaseModel,
+    out: &Path,
+    progress: RlProgress,
+    on_event: &mut dyn FnMut(&RlEvent),
+) -> Result<RlProgress> {
+    let exported = export::export(&model.lora, ARCHITECTURE, base.name.as_deref(), out)?;
+    let curves = out.join("curves.svg");
     curves::rl_curves(&progress.history, &curves)?;
-    let _ = std::fs::remove_file(options.out.join("rollout-adapter.gguf"));
+    let _ = std::fs::remove_file(out.join("rollout-adapter.gguf"));
     on_event(&RlEvent::Finished {
         steps: progress.step,
         adapter: exported.gguf,
@@ -422,6 +327,16 @@ pub fn train(
         curves,
     });
     Ok(progress)
+}
+
+/// What every step of a run reads.
+struct StepInputs<'a> {
+    options: &'a RlOptions,
+    profile: &'a Profile,
+    tools: &'a ToolBox,
+    scoring: Option<&'a Sandbox>,
+    tasks: &'a [EvalTask],
+    model: &'a Qwen2Lora,
 }
 
 /// The groups a step drew, and what they cost.
@@ -438,26 +353,20 @@ struct Drawn {
 }
 
 /// Sampling, scoring and the update of one step.
-#[allow(clippy::too_many_arguments)]
 fn run_step(
-    options: &RlOptions,
-    profile: &Profile,
-    tools: &ToolBox,
-    scoring: Option<&Sandbox>,
-    tasks: &[EvalTask],
-    model: &Qwen2Lora,
+    run: &StepInputs<'_>,
     adam: &mut AdamW,
     progress: &mut RlProgress,
-    architecture: &str,
     on_event: &mut dyn FnMut(&RlEvent),
 ) -> Result<RlStepRecord> {
+    let options = run.options;
     let step = progress.step;
     let t_reload = Instant::now();
-    let engine = reload_engine(options, model, architecture)?;
+    let engine = reload_engine(options, run.model, ARCHITECTURE)?;
     let reload_seconds = t_reload.elapsed().as_secs_f64();
     let setup = RolloutSetup {
-        profile,
-        tools,
+        profile: run.profile,
+        tools: run.tools,
         temperature: options.temperature,
         max_tokens: options.max_tokens,
         model_name: engine.info().name.clone().unwrap_or_default(),
@@ -469,103 +378,135 @@ fn run_step(
         logprobs: true,
         ..SessionOptions::default()
     };
-    let sampled_groups = engine.with_sequences(&session_options, options.group, |mut sessions| {
-        let mut drawn = Drawn::default();
-        let max_draws = options.batch_prompts * options.max_draw_factor.max(1);
-        while drawn.kept.len() < options.batch_prompts * options.group && drawn.sampled < max_draws
-        {
-            let task = &tasks[task_at(progress.drawn, tasks.len(), options.seed)];
-            let seed = (options.seed as u32)
-                .wrapping_add((progress.drawn as u32).wrapping_mul(7919))
-                .wrapping_mul(31);
-            progress.drawn += 1;
-            drawn.sampled += 1;
-            let (group, took) = sample_group(&setup, &mut sessions, task, seed)?;
-            drawn.rollout_seconds += took.as_secs_f64();
-            let t_score = Instant::now();
-            let mut rewards = Vec::with_capacity(group.len());
-            for r in &group {
-                let score =
-                    catena_eval::score_run(task, r.answer.as_deref(), &r.trajectory, scoring);
-                drawn.solved += usize::from(score.solved);
-                let mut reward = score.reward;
-                if options.overlong_shaping {
-                    reward += catena_eval::reward::overlong_penalty(
-                        r.response_tokens(),
-                        options.max_tokens,
-                    );
-                }
-                rewards.push(reward);
-                drawn.lengths.push(r.response_tokens());
-            }
-            drawn.scoring_seconds += t_score.elapsed().as_secs_f64();
-            drawn.rewards.extend_from_slice(&rewards);
-            let advantages = group_advantages(&rewards);
-            on_event(&RlEvent::Group {
-                step: step + 1,
-                task: task.id.clone(),
-                rewards: rewards.clone(),
-                kept: advantages.is_some(),
-            });
-            match advantages {
-                Some(adv) => drawn.kept.extend(
-                    group
-                        .into_iter()
-                        .zip(adv)
-                        .map(|(rollout, advantage)| Scored { rollout, advantage }),
-                ),
-                None => drawn.dropped += 1,
-            }
-        }
-        Ok::<_, TrainError>(drawn)
-    });
-    let Drawn {
-        sampled,
-        dropped,
-        kept,
-        rewards: rewards_all,
-        solved: solved_all,
-        lengths: lengths_all,
-        rollout_seconds,
-        scoring_seconds,
-    } = sampled_groups??;
+    let drawn = engine.with_sequences(&session_options, options.group, |mut sessions| {
+        draw_groups(run, &setup, &mut sessions, progress, on_event)
+    })??;
     drop(engine);
-
     let t_update = Instant::now();
-    let update = if kept.is_empty() {
+    let update = if drawn.kept.is_empty() {
         // Every group drawn was uniform: no signal this step, and no update.
         UpdateStats::default()
     } else {
-        update(options, model, adam, &kept, step)?
+        update(options, run.model, adam, &drawn.kept, step)?
     };
-    let update_seconds = t_update.elapsed().as_secs_f64();
-    let n = rewards_all.len().max(1) as f64;
-    Ok(RlStepRecord {
+    let seconds = StepSeconds {
+        reload: reload_seconds,
+        update: t_update.elapsed().as_secs_f64(),
+    };
+    Ok(step_record(options, step, &drawn, &update, seconds))
+}
+
+/// Draws prompts in the seeded order and samples a group for each until `batch_prompts`
+/// groups have unequal rewards or `max_draw_factor` times as many were drawn (dynamic
+/// sampling).
+fn draw_groups(
+    run: &StepInputs<'_>,
+    setup: &RolloutSetup<'_>,
+    sessions: &mut [BatchedSession<'_>],
+    progress: &mut RlProgress,
+    on_event: &mut dyn FnMut(&RlEvent),
+) -> Result<Drawn> {
+    let options = run.options;
+    let mut drawn = Drawn::default();
+    let max_draws = options.batch_prompts * options.max_draw_factor.max(1);
+    while drawn.kept.len() < options.batch_prompts * options.group && drawn.sampled < max_draws {
+        let task = &run.tasks[task_at(progress.drawn, run.tasks.len(), options.seed)];
+        let seed = (options.seed as u32)
+            .wrapping_add((progress.drawn as u32).wrapping_mul(7919))
+            .wrapping_mul(31);
+        progress.drawn += 1;
+        drawn.sampled += 1;
+        let (group, took) = sample_group(setup, sessions, task, seed)?;
+        drawn.rollout_seconds += took.as_secs_f64();
+        let rewards = score_group(run, task, &group, &mut drawn);
+        let advantages = group_advantages(&rewards);
+        on_event(&RlEvent::Group {
+            step: progress.step + 1,
+            task: task.id.clone(),
+            rewards,
+            kept: advantages.is_some(),
+        });
+        match advantages {
+            Some(adv) => drawn.kept.extend(
+                group
+                    .into_iter()
+                    .zip(adv)
+                    .map(|(rollout, advantage)| Scored { rollout, advantage }),
+            ),
+            None => drawn.dropped += 1,
+        }
+    }
+    Ok(drawn)
+}
+
+/// The rewards of one group (with the overlong penalty when the run shapes them), counted into
+/// the step's totals.
+fn score_group(
+    run: &StepInputs<'_>,
+    task: &EvalTask,
+    group: &[Rollout],
+    drawn: &mut Drawn,
+) -> Vec<f64> {
+    let options = run.options;
+    let t_score = Instant::now();
+    let mut rewards = Vec::with_capacity(group.len());
+    for r in group {
+        let score = catena_eval::score_run(task, r.answer.as_deref(), &r.trajectory, run.scoring);
+        drawn.solved += usize::from(score.solved);
+        let mut reward = score.reward;
+        if options.overlong_shaping {
+            reward +=
+                catena_eval::reward::overlong_penalty(r.response_tokens(), options.max_tokens);
+        }
+        rewards.push(reward);
+        drawn.lengths.push(r.response_tokens());
+    }
+    drawn.scoring_seconds += t_score.elapsed().as_secs_f64();
+    drawn.rewards.extend_from_slice(&rewards);
+    rewards
+}
+
+/// The seconds a step spent outside sampling and scoring.
+struct StepSeconds {
+    reload: f64,
+    update: f64,
+}
+
+/// The record of step `step` (0-based) from what it drew and what its update measured.
+fn step_record(
+    options: &RlOptions,
+    step: usize,
+    drawn: &Drawn,
+    update: &UpdateStats,
+    seconds: StepSeconds,
+) -> RlStepRecord {
+    let n = drawn.rewards.len().max(1) as f64;
+    RlStepRecord {
         step: step + 1,
-        reward_mean: rewards_all.iter().sum::<f64>() / n,
-        solved_share: solved_all as f64 / n,
-        response_length: lengths_all.iter().sum::<usize>() as f64 / n,
+        reward_mean: drawn.rewards.iter().sum::<f64>() / n,
+        solved_share: drawn.solved as f64 / n,
+        response_length: drawn.lengths.iter().sum::<usize>() as f64 / n,
         clip_fraction: update.clip_fraction,
         capped_fraction: update.capped_fraction,
         entropy: update.entropy,
         logprob_gap: update.logprob_gap,
-        groups_sampled: sampled,
-        groups_dropped: dropped,
+        groups_sampled: drawn.sampled,
+        groups_dropped: drawn.dropped,
         loss: update.loss,
         grad_norm: update.grad_norm,
-        lr: if kept.is_empty() {
+        lr: if drawn.kept.is_empty() {
             0.0
         } else {
             options.adam.lr
         },
-        rollouts: rewards_all.len(),
-        trained_tokens: kept.iter().map(|s| s.rollout.response_tokens()).sum(),
-        generated_tokens: lengths_all.iter().sum(),
-        reload_seconds,
-        rollout_seconds,
-        scoring_seconds,
-        update_seconds,
-    })
+        rollouts: drawn.rewards.len(),
+        trained_tokens: drawn.kept.iter().map(|s| s.rollout.response_tokens()).sum(),
+        generated_tokens: drawn.lengths.iter().sum(),
+        reload_seconds: seconds.reload,
+        rollout_seconds: drawn.rollout_seconds,
+        scoring_seconds: drawn.scoring_seconds,
+        update_seconds: seconds.update,
+    }
 }
 
 /// What an update measured.
@@ -654,13 +595,7 @@ pub fn update(
                     .sum::<f64>();
                 first_tokens += r.logprobs.len();
             }
-            for (name, g) in r.grads.unwrap_or_default() {
-                let sum = match grads.remove(&name) {
-                    Some(acc) => (acc + g)?,
-                    None => g,
-                };
-                grads.insert(name, sum);
-            }
+            accumulate(&mut grads, r.grads.unwrap_or_default())?;
         }
         result.grad_norm = clip_grad_norm(&mut grads, options.grad_clip)?;
         let named: Vec<(String, &candle_core::Var)> = model.lora.named();

@@ -38,7 +38,7 @@ impl Rollout {
 
 /// The training view of a finished context: ids as the trainer takes them, the mask of
 /// sampled tokens, and their sampling log-probabilities.
-pub fn training_view(records: &[TokenRecord]) -> Result<(Vec<u32>, Vec<bool>, Vec<f32>)> {
+pub(crate) fn training_view(records: &[TokenRecord]) -> Result<(Vec<u32>, Vec<bool>, Vec<f32>)> {
     let mut tokens = Vec::with_capacity(records.len());
     let mut trained = Vec::with_capacity(records.len());
     let mut logprobs = Vec::new();

@@ -1,11 +1,10 @@
 //! The `train rl` command line: the flags, a progress bar or JSON lines, Ctrl-C and `stop` on
 //! stdin, as `train sft` has them.
 
-use super::loss::DapoConfig;
-use super::{RlEvent, RlOptions};
-use crate::command::{device, exit_code, stop_flag};
-use crate::lora::{LoraConfig, Target};
-use crate::progress::{Reporter, ShowProgress, StepBar};
+use super::progress::{Reporter, ShowProgress, StepBar};
+use super::{device, exit_code, lora_targets, stop_flag};
+use crate::lora::LoraConfig;
+use crate::rl::{DapoConfig, RlEvent, RlOptions};
 use anyhow::{Context, Result, bail};
 use catena_agent::tools::ToolBox;
 use catena_sandbox::Sandbox;
@@ -150,14 +149,7 @@ fn options(args: &RlArgs, base: PathBuf) -> Result<RlOptions> {
     if !(args.temperature > 0.0 && args.temperature.is_finite()) {
         bail!("--temperature must be positive: RL learns from sampled rollouts");
     }
-    let targets = args
-        .targets
-        .iter()
-        .map(|t| {
-            Target::parse(t)
-                .with_context(|| format!("unknown LoRA target `{t}` (use q,k,v,o,gate,up,down)"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let targets = lora_targets(&args.targets)?;
     let init_adapter = match &args.adapter {
         Some(dir) if dir.join("adapter_config.json").is_file() => Some(dir.clone()),
         Some(dir) if dir.join("peft/adapter_config.json").is_file() => Some(dir.join("peft")),
@@ -217,7 +209,7 @@ pub fn run_rl(args: RlArgs, env: &RlEnvironment<'_>) -> Result<ExitCode> {
         .with_context(|| format!("creating {}", options.out.display()))?;
     let stop = stop_flag(args.json);
     let mut reporter = Reporter::new(args.json);
-    let result = super::train(
+    let result = crate::rl::train(
         &options,
         &tasks,
         &tools,

@@ -1,10 +1,10 @@
-//! The `train sft` command line (and what `train rl`'s shares with it), shared by `catena train sft` and the desktop app's
+//! The `train sft` command line, shared by `catena train sft` and the desktop app's
 //! `catena-desktop train sft` (which the app's training page starts as a child process): the
 //! flags, the progress bar or JSON lines, Ctrl-C, and `stop` on stdin.
 
-use crate::command::{device, exit_code, stop_flag};
-use crate::lora::{LoraConfig, Target};
-use crate::progress::{Reporter, ShowProgress, StepBar};
+use super::progress::{Reporter, ShowProgress, StepBar};
+use super::{device, exit_code, lora_targets, stop_flag};
+use crate::lora::LoraConfig;
 use crate::sft::{self, Event, SftOptions};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -107,14 +107,7 @@ pub fn run_sft(
     args: SftArgs,
     resolve_base: &dyn Fn(Option<&Path>) -> Result<PathBuf>,
 ) -> Result<ExitCode> {
-    let targets = args
-        .targets
-        .iter()
-        .map(|t| {
-            Target::parse(t)
-                .with_context(|| format!("unknown LoRA target `{t}` (use q,k,v,o,gate,up,down)"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let targets = lora_targets(&args.targets)?;
     if args.epochs == 0 || args.batch_tokens == 0 || args.max_seq_len < 2 {
         bail!("--epochs and --batch-tokens must be at least 1, --max-seq-len at least 2");
     }

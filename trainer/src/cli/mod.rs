@@ -1,5 +1,18 @@
-//! What `train sft` and `train rl` share as commands: the device they train on, the flag that
-//! stops them at a step boundary, and how they end.
+//! The `train sft` and `train rl` command lines (the `cli` feature): clap's flags turned into
+//! [`SftOptions`](crate::sft::SftOptions) and [`RlOptions`](crate::rl::RlOptions), a progress
+//! bar or JSON lines, Ctrl-C and `stop` on stdin. The library itself takes the option structs;
+//! this layer exists once because two binaries mount it: `catena train` and `catena-desktop
+//! train sft` (the child process the desktop app's training page starts).
+//!
+//! What both commands share is here: the device they train on, the flag that stops them at a
+//! step boundary, and how they end.
+
+mod progress;
+mod rl;
+mod sft;
+
+pub use rl::{RlArgs, RlEnvironment, run_rl};
+pub use sft::{SftArgs, run_sft};
 
 use anyhow::{Context, Result, bail};
 use catena_train_events::STOPPED_EXIT_CODE;
@@ -11,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The flag a run polls between steps: set by the first Ctrl-C (finish the step, checkpoint,
 /// exit; a second one exits at once and the last checkpoint still resumes) and, with `--json`,
 /// by `stop` on stdin (how the app's training page stops a run it started).
-pub(crate) fn stop_flag(json: bool) -> Arc<AtomicBool> {
+fn stop_flag(json: bool) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let _ = ctrlc::set_handler(move || {
@@ -35,7 +48,7 @@ pub(crate) fn stop_flag(json: bool) -> Arc<AtomicBool> {
 }
 
 /// The device to train on: `--device cpu|cuda`, or CUDA when this build and machine have it.
-pub(crate) fn device(choice: Option<&str>) -> Result<crate::Device> {
+fn device(choice: Option<&str>) -> Result<crate::Device> {
     match choice {
         None => Ok(crate::Device::cuda_if_available(0).unwrap_or(crate::Device::Cpu)),
         Some("cpu") => Ok(crate::Device::Cpu),
@@ -48,7 +61,7 @@ pub(crate) fn device(choice: Option<&str>) -> Result<crate::Device> {
 
 /// How a run ends: success; [`STOPPED_EXIT_CODE`] after a requested stop (the checkpoint
 /// resumes it); or the error.
-pub(crate) fn exit_code(result: crate::Result<()>, stop: &AtomicBool) -> Result<ExitCode> {
+fn exit_code(result: crate::Result<()>, stop: &AtomicBool) -> Result<ExitCode> {
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(crate::TrainError::Stopped(why)) if stop.load(Ordering::SeqCst) => {
@@ -57,4 +70,15 @@ pub(crate) fn exit_code(result: crate::Result<()>, stop: &AtomicBool) -> Result<
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// `--targets`: the layers that get LoRA factors, by their short names.
+fn lora_targets(names: &[String]) -> Result<Vec<crate::lora::Target>> {
+    names
+        .iter()
+        .map(|t| {
+            crate::lora::Target::parse(t)
+                .with_context(|| format!("unknown LoRA target `{t}` (use q,k,v,o,gate,up,down)"))
+        })
+        .collect()
 }
