@@ -9,6 +9,8 @@
 use super::catalog::{Catalog, CatalogEntry, CatalogFile, Source};
 use crate::assets::{self, Asset};
 use crate::config::Paths;
+pub use crate::files::ModelsError;
+use crate::files::write_atomic;
 use crate::settings::settings;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -79,29 +81,6 @@ pub struct Installed {
     pub record: ModelRecord,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ModelsError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the settings file {path} is not valid: {message}")]
-    Settings { path: PathBuf, message: String },
-    #[error(transparent)]
-    Catalog(#[from] super::catalog::CatalogError),
-    #[error(
-        "`{0}` is neither an installed model (see `catena models list`) nor an existing GGUF file"
-    )]
-    NotFound(String),
-    #[error(
-        "`{0}` is not an installed model (see `catena models list`); only installed models can be chosen here, never a path"
-    )]
-    NotInstalled(String),
-    #[error("the catalog entry `{0}` has no download URL")]
-    NoUrl(String),
-}
-
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelsError + '_ {
     move |source| ModelsError::Io {
         path: path.to_path_buf(),
@@ -114,18 +93,6 @@ pub(crate) fn record_path(model: &Path) -> PathBuf {
     let mut name = model.file_name().unwrap_or_default().to_os_string();
     name.push(RECORD_SUFFIX);
     model.with_file_name(name)
-}
-
-/// Writes `bytes` to `path` atomically (a temporary file in the same folder, synced, renamed).
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// Records `record` as verified and installed (the model file must already be in place).

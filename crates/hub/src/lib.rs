@@ -12,6 +12,7 @@ pub mod body;
 pub mod catalog;
 pub mod config;
 pub mod download;
+mod files;
 pub mod installed;
 pub mod listing;
 pub mod pull;

@@ -3,7 +3,7 @@
 //! one keeps every other table as it was.
 
 use crate::config::Paths;
-use crate::installed::{ModelsError, write_atomic};
+use crate::files::{ModelsError, write_atomic};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

@@ -89,7 +89,7 @@ impl PartState {
     /// Writes the state atomically.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        crate::installed::write_atomic(path, &json)
+        crate::files::write_atomic(path, &json)
     }
 
     /// Why this saved state cannot be resumed against the server's current answer, if so.
