@@ -15,6 +15,9 @@ cargo fmt --all -- --check
 step "no import cycles between the modules of a crate (cargo refuses them between crates)"
 python3 scripts/dev/module-cycles.py
 
+step "no product function over 100 lines (tests and generated code aside)"
+python3 scripts/dev/long-functions.py
+
 step "web UI: type check, unit tests, build (embedded by the cargo build)"
 scripts/setup/ui.sh check
 scripts/setup/ui.sh build
