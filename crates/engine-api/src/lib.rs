@@ -4,7 +4,7 @@
 //! the model worker's client in `catena-worker`, and OpenAI-compatible or llama.cpp servers in
 //! `catena-agent::remote`; everything that only drives a model (the agent, distillation, the
 //! service, the store's events) depends on this crate and never links llama.cpp
-//! (docs/ARCHITECTURE.md, "API boundaries").
+//! (docs/ARCHITECTURE.md, code map: `crates/engine-api`).
 //!
 //! [`Session::append`] evaluates new text (the prompt, an observation), [`Session::generate`]
 //! samples until a stop condition. Nothing is ever evaluated twice: the last sampled token waits as

@@ -4,7 +4,8 @@
 //! the chain or the multi-agent system run to its end, every event recorded in the store before
 //! anyone is shown it, the record finished or failed. [`run_queue`] spreads many runs over many
 //! sequences. What differs between the callers (which model, which tools, how a result is shown
-//! or scored) stays with them; how a run goes does not (docs/ARCHITECTURE.md, "Invariants").
+//! or scored) stays with them; how a run goes does not (docs/ARCHITECTURE.md, code map:
+//! `crates/runner`).
 
 mod queue;
 

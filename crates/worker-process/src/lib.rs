@@ -2,7 +2,7 @@
 //! `catena-worker`'s frames. It loads the model with llama.cpp, keeps the KV caches ([`pool`]) and
 //! answers each lane's requests, or quantises one file when its first frame asks for that. Only
 //! the binaries link it, so an edit in the llama.cpp backend rebuilds them and nothing that merely
-//! talks to a worker (docs/ARCHITECTURE.md, "API boundaries").
+//! talks to a worker (docs/ARCHITECTURE.md, code map: `crates/engine`).
 
 pub mod pool;
 mod quantize;
