@@ -3,7 +3,7 @@
 
 use crate::FormatError;
 use crate::json::{complete_value_len, field_value_so_far, lark_json, lark_str, string_field};
-use crate::tools::{ToolChoice, ToolSpec};
+use crate::tools::{ToolChoice, ToolSpec, with_fixed_spacing};
 use catena_engine_api::Constraint;
 use serde_json::{Value, json};
 
@@ -145,13 +145,12 @@ impl CallFormat {
                 if !many {
                     list["maxItems"] = json!(1);
                 }
-                let schema = json!({
+                let schema = with_fixed_spacing(json!({
                     "type": "object",
                     "properties": {"tool_calls": list},
                     "required": ["tool_calls"],
                     "additionalProperties": false,
-                    "x-guidance": separators(),
-                });
+                }));
                 return Some(Constraint::strict(format!(
                     "start: {}\n",
                     lark_json(&schema)
@@ -171,13 +170,12 @@ impl CallFormat {
         let mut properties = serde_json::Map::new();
         properties.insert("name".into(), json!({"const": tool.name}));
         properties.insert(self.arguments_key().into(), tool.parameters.clone());
-        json!({
+        with_fixed_spacing(json!({
             "type": "object",
             "properties": properties,
             "required": ["name", self.arguments_key()],
             "additionalProperties": false,
-            "x-guidance": separators(),
-        })
+        }))
     }
 
     /// Splits `text` into prose and calls. `finished`: the generation has ended, so nothing is
@@ -231,11 +229,6 @@ impl CallFormat {
         }
         Ok((parsed.content, calls))
     }
-}
-
-/// The spacing of `json.dumps`, which the chat templates' training data used.
-fn separators() -> Value {
-    json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
 }
 
 /// Text with no call in it; while generating, trailing whitespace and a possible start of a

@@ -197,7 +197,21 @@ pub fn response_grammar(schema: Option<&Value>) -> Result<String, FormatError> {
             schema.clone()
         }
     };
-    Ok(format!("start: {}\n", lark_json(&schema)))
+    Ok(format!(
+        "start: {}\n",
+        lark_json(&with_fixed_spacing(schema))
+    ))
+}
+
+/// The schema with `json.dumps`' spacing and no free whitespace: a small model let loose in
+/// JSON's optional whitespace can write blanks until its budget runs out.
+pub(crate) fn with_fixed_spacing(mut schema: Value) -> Value {
+    if let Value::Object(object) = &mut schema {
+        object.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
+        });
+    }
+    schema
 }
 
 #[cfg(test)]
