@@ -286,7 +286,7 @@ async fn complete(
                 }))
                 .into_response());
             }
-            ChatEvent::Failed(message) => return Err(ApiError::internal(message)),
+            ChatEvent::Failed(error) => return Err(error.into()),
         }
     }
     Err(ApiError::internal("the generation ended without a result"))
@@ -337,8 +337,8 @@ fn chat_stream(
                     }
                     break;
                 }
-                ChatEvent::Failed(message) => {
-                    yield Ok(Event::default().data(ApiError::internal(message).body().to_string()));
+                ChatEvent::Failed(error) => {
+                    yield Ok(Event::default().data(ApiError::from(error).body().to_string()));
                     break;
                 }
             }

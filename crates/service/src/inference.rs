@@ -79,7 +79,9 @@ pub enum ChatEvent {
         stopped_by_string: bool,
         usage: ChatUsage,
     },
-    Failed(String),
+    /// The request could not be answered: a prompt too long for the context, a worker that
+    /// died; the kind tells the HTTP layer which status and code to answer with.
+    Failed(ServiceError),
 }
 
 /// Why a chat completion ended, in OpenAI's words.
@@ -158,6 +160,8 @@ pub struct Serving {
     pub info: ModelInfo,
     /// The adapter applied on it (the one Catena ships for the default model), by name.
     pub adapter: Option<&'static str>,
+    /// The context window of each conversation, in tokens.
+    pub context_size: u32,
 }
 
 /// The handle the HTTP layer holds.
@@ -198,6 +202,7 @@ impl Inference {
             model_id: model_id(&config.model_path),
             info: client.info().clone(),
             adapter: adapter.map(|(_, name)| name),
+            context_size: client.context_size(),
         }));
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -352,6 +357,7 @@ impl Worker {
                     model_id: model_id(&job.model_path),
                     info: client.info().clone(),
                     adapter,
+                    context_size: client.context_size(),
                 };
                 *self.jobs.serving.write() = serving.clone();
                 serving
@@ -389,7 +395,7 @@ impl Worker {
         }
         let reply = job.reply.clone();
         if let Err(e) = self.try_chat(lane, job) {
-            let _ = reply.send(ChatEvent::Failed(e.to_string()));
+            let _ = reply.send(ChatEvent::Failed(e.into()));
         }
     }
 
