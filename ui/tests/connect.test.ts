@@ -147,6 +147,7 @@ describe('connection test', () => {
     let steps = await testConnection('/v1', null, target.model, 32768, server({ '/v1/models': models, '/v1/chat/completions': text }).fetcher);
     expect(steps[1].status).toBe('fail');
     expect(steps[1].detail).toContain('not a tool call');
+    expect(steps[1].quote).toBe('README.md says hello');
     steps = await testConnection('/v1', null, target.model, 32768, server({ '/v1/models': models, '/v1/chat/completions': toolCall('{"path":') }).fetcher);
     expect(steps[1].status).toBe('fail');
     expect(steps[1].detail).toContain('not JSON');

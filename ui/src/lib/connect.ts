@@ -1,9 +1,9 @@
 // How coding agents and editors connect to `catena serve`: the ready configurations the page
-// "Connect an editor" shows, kept here and nowhere else, so that the README, the tests and the
-// page cannot drift apart. Each template takes the server's base URL and the served model's id;
+// "Connect an editor" shows, kept here and nowhere else, so that the page, the tests and the
+// README's copies can be checked against one source. Each template takes the server's base URL and the served model's id;
 // the key is never written into a configuration file: every client reads it from the
 // environment variable `catena serve` itself reads (`CATENA_API_KEY`), so one `export` serves
-// both. To change what a client is told, change its template below (tests/connect.test.ts
+// both. To change what a client is told, change its template below (ui/tests/connect.test.ts
 // checks that each one still parses and names the address and the model).
 
 /** The variable the clients read the key from; `catena serve --api-key` reads it too. */

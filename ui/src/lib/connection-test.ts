@@ -10,7 +10,10 @@ export type StepStatus = 'pass' | 'fail' | 'warn';
 export interface Step {
   name: string;
   status: StepStatus;
+  /** What was found, in words; `code` in backticks. */
   detail: string;
+  /** What the model wrote instead, verbatim (shown as a quotation, not parsed). */
+  quote?: string;
 }
 
 /** How long one request may take: the model may be busy with another request first. */
@@ -130,11 +133,11 @@ async function callsATool(fetcher: typeof fetch, api: string, headers: HeadersIn
     const choice = (answer.body as { choices?: Choice[] } | null)?.choices?.[0];
     const call = choice?.message?.tool_calls?.[0]?.function;
     if (!call) {
-      const text = (choice?.message?.content ?? '').slice(0, 120);
       return {
         name,
         status: 'fail',
-        detail: `the answer is text, not a tool call (finish_reason ${choice?.finish_reason ?? 'missing'}): "${text}". Coding agents need function calling.`,
+        detail: `the answer is text, not a tool call (finish_reason \`${choice?.finish_reason ?? 'missing'}\`); coding agents need function calling. The model wrote:`,
+        quote: (choice?.message?.content ?? '').slice(0, 160),
       };
     }
     if (call.name !== TEST_TOOL.function.name) {
