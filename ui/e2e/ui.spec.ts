@@ -1,12 +1,14 @@
 // The web UI served by a real `catena serve`: a real task on the default model, the chain with the
-// sandbox's observation and the answer, the other views, themes, zoom, keys and accessible names.
+// sandbox's observation and the answer, the other views, connecting an editor (against a second
+// server with a key too), themes, zoom, keys and accessible names.
 // Screenshots of every view in both themes go to docs/screenshots/.
 
 import { expect, test, type Page } from '@playwright/test';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
 
 const SHOTS = resolve(import.meta.dirname, '../../docs/screenshots');
 const POW = '1267650600228229401496703205376';
@@ -279,7 +281,7 @@ test('readable at 200% zoom: nothing runs off the side', async ({ browser }) => 
   const context = await browser.newContext({ viewport: { width: 640, height: 450 }, deviceScaleFactor: 2 });
   const page = await context.newPage();
   await page.goto(base());
-  for (const view of ['Run', 'Sessions', 'Models', 'Settings', 'Training']) {
+  for (const view of ['Run', 'Sessions', 'Models', 'Settings', 'Training', 'Connect']) {
     await go(page, view);
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
     expect(overflow, `${view} overflows at 200%`).toBeLessThanOrEqual(0);
@@ -287,4 +289,93 @@ test('readable at 200% zoom: nothing runs off the side', async ({ browser }) => 
   await go(page, 'Run');
   await shoot(page, 'run-zoom200');
   await context.close();
+});
+
+test('connecting an editor: the address, the context warning, a copied configuration, the connection test', async ({ page, context }) => {
+  await context.grantPermissions(['clipboard-read', 'clipboard-write']);
+  await page.goto(base());
+  await go(page, 'Connect');
+  const region = page.getByRole('region', { name: 'Connect an editor' });
+  const model = await page.getByTestId('model-id').textContent();
+  expect(model).toBe('qwen2.5-coder-0.5b-instruct-q4_k_m');
+  // The address the server listens on, as it says itself.
+  await expect(page.getByTestId('base-url')).toHaveText(`${base()}/v1`);
+  await expect(page.getByTestId('api-key')).toContainText('without a key');
+  // The suite's server runs with 4,096 tokens: too few for a coding agent, and the page says how to raise it.
+  await expect(page.getByTestId('context-size')).toHaveText('4096 tokens per conversation');
+  await expect(page.getByTestId('context-warning')).toContainText('catena serve --ctx-size 32768');
+  await expectNamedControls(page);
+
+  await region.getByRole('button', { name: 'Copy the opencode configuration' }).click();
+  const copied = JSON.parse(await page.evaluate(() => navigator.clipboard.readText()));
+  expect(copied.provider.catena.options.baseURL).toBe(`${base()}/v1`);
+  expect(copied.model).toBe(`catena/${model}`);
+
+  await region.getByRole('button', { name: 'Test the connection' }).click();
+  const steps = page.getByTestId('connection-test').locator('li');
+  await expect(steps).toHaveCount(3, { timeout: 150_000 });
+  // The page as the user sees it after the test, whatever it found (the checks come after).
+  for (const t of ['light', 'dark'] as const) {
+    await theme(page, t);
+    await page.evaluate(() => document.documentElement.setAttribute('data-theme', JSON.parse(localStorage.getItem('catena.settings')!).theme));
+    await shoot(page, `connect-${t}`);
+  }
+  await expect(steps.nth(0)).toHaveAttribute('data-status', 'pass');
+  await expect(steps.nth(1)).toContainText('read_file(');
+  await expect(steps.nth(1)).toHaveAttribute('data-status', 'pass');
+  await expect(steps.nth(2)).toHaveAttribute('data-status', 'warn');
+});
+
+test('connecting an editor to a server with a key: the key shown on request, every step passes', async ({ browser }) => {
+  const bin = process.env.CATENA_BIN ?? resolve(import.meta.dirname, '../../target/release/catena');
+  const store = mkdtempSync(join(tmpdir(), 'catena-ui-key-'));
+  const key = `sk-e2e-${Date.now()}`;
+  const server = spawn(bin, ['serve', '--port', '0', '--store-dir', store, '--ctx-size', '16384', '--sessions', '1'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, CATENA_API_KEY: key },
+  });
+  try {
+    // The second line is the web UI's address with its launch token.
+    const ui = await new Promise<string>((ok, fail) => {
+      const timer = setTimeout(() => fail(new Error('catena serve did not start within 120 s')), 120_000);
+      server.once('exit', (code) => fail(new Error(`catena serve exited with ${code}`)));
+      createInterface({ input: server.stdout! }).on('line', (line) => {
+        const match = /^Web UI: (\S+)/.exec(line);
+        if (match) {
+          clearTimeout(timer);
+          ok(match[1]);
+        }
+      });
+    });
+    const origin = new URL(ui).origin;
+    const context = await browser.newContext();
+    await context.grantPermissions(['clipboard-read', 'clipboard-write']);
+    const page = await context.newPage();
+    await page.goto(ui);
+    await go(page, 'Connect');
+    const region = page.getByRole('region', { name: 'Connect an editor' });
+    await expect(page.getByTestId('base-url')).toHaveText(`${origin}/v1`);
+    // Hidden until asked for, on the page and in the export line.
+    await expect(page.getByTestId('api-key')).not.toContainText(key);
+    await expect(page.getByTestId('key-export')).not.toContainText(key);
+    await region.getByRole('button', { name: 'Show', exact: true }).click();
+    await expect(page.getByTestId('api-key')).toHaveText(key);
+    await expect(page.getByTestId('key-export')).toHaveText(`export CATENA_API_KEY=${key}`);
+    await expect(page.getByTestId('context-warning')).toHaveCount(0);
+
+    await region.getByRole('button', { name: 'Copy the Codex CLI configuration' }).click();
+    const codex = await page.evaluate(() => navigator.clipboard.readText());
+    expect(codex).toContain(`base_url = "${origin}/v1"`);
+    expect(codex).toContain('env_key = "CATENA_API_KEY"');
+    expect(codex).not.toContain(key);
+
+    await region.getByRole('button', { name: 'Test the connection' }).click();
+    const steps = page.getByTestId('connection-test').locator('li');
+    await expect(steps).toHaveCount(3, { timeout: 150_000 });
+    for (let i = 0; i < 3; i++) await expect(steps.nth(i)).toHaveAttribute('data-status', 'pass');
+    await context.close();
+  } finally {
+    server.kill('SIGTERM');
+    rmSync(store, { recursive: true, force: true });
+  }
 });

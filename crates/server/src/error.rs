@@ -169,6 +169,9 @@ impl From<ServiceError> for ApiError {
             ErrorKind::Invalid | ErrorKind::Conflict => {
                 ApiError::new(status, "invalid_request_error", e.message)
             }
+            // OpenAI's code for the same refusal, which clients and agents recognise.
+            ErrorKind::ContextLength => ApiError::new(status, "invalid_request_error", e.message)
+                .code("context_length_exceeded"),
         };
         api.param = e.param;
         api
@@ -217,6 +220,17 @@ mod tests {
 
         let finished = ApiError::from(ServiceError::conflict("Run `x` is not running."));
         assert_eq!(finished.status, StatusCode::CONFLICT);
+
+        let long = ApiError::from(ServiceError::context_length(4096, 20_000));
+        assert_eq!(long.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            (long.kind, long.param, long.code),
+            (
+                "invalid_request_error",
+                Some("messages"),
+                Some("context_length_exceeded")
+            )
+        );
 
         let broken = ApiError::from(ServiceError::internal("disk full"));
         assert_eq!(broken.status, StatusCode::INTERNAL_SERVER_ERROR);

@@ -21,7 +21,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use catena_service::{InferenceConfig, Service, ServiceError};
+use catena_service::{Connection, InferenceConfig, Service, ServiceError};
 use catena_store::Store;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,6 +42,8 @@ pub struct ServeConfig {
 /// What the handlers share.
 pub struct AppState {
     catena: Arc<Service>,
+    /// Where editors reach this server, and its key.
+    connection: Connection,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,10 +76,15 @@ impl Server {
             .await
             .map_err(|source| ServeError::Bind { address, source })?;
         let bound = listener.local_addr()?;
-        let boundary = Boundary::new(bound.port(), bound.ip().is_loopback(), config.api_key)?;
+        let api_key = config.api_key.filter(|k| !k.is_empty());
+        let connection = Connection {
+            base_url: format!("http://{}/v1", reachable(bound)),
+            api_key: api_key.clone(),
+        };
+        let boundary = Boundary::new(bound.port(), bound.ip().is_loopback(), api_key)?;
         Ok(Server {
             listener,
-            state: Arc::new(AppState { catena }),
+            state: Arc::new(AppState { catena, connection }),
             boundary: Arc::new(boundary),
             max_body_bytes: config.max_body_bytes,
         })
@@ -123,12 +130,24 @@ impl Server {
     }
 }
 
+/// The address a program on this machine reaches `bound` at: itself, or loopback when the
+/// server listens on every address (0.0.0.0 is no address to connect to).
+fn reachable(bound: SocketAddr) -> SocketAddr {
+    let ip = match bound.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, bound.port())
+}
+
 /// The routes, behind the boundary's checks.
 fn router(state: Arc<AppState>, boundary: Arc<Boundary>, max_body_bytes: usize) -> Router {
     let v1 = Router::new()
         .route("/models", get(openai::list_models))
         .route("/models/{id}", get(openai::get_model))
         .route("/chat/completions", post(openai::chat_completions))
+        .route("/connection", get(connection))
         .route("/profiles", get(agent_api::profiles))
         .route("/tools", get(tools))
         .route("/settings/web", get(web_settings).put(update_web_settings))
@@ -166,6 +185,12 @@ fn router(state: Arc<AppState>, boundary: Arc<Boundary>, max_body_bytes: usize) 
 
 async fn health(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     axum::Json(app.catena.health())
+}
+
+/// Where editors reach this server and the key they need (behind the key check like every
+/// `/v1` route).
+async fn connection(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    axum::Json(app.connection.clone())
 }
 
 /// The models on this machine and in the catalog (the UI's models page); the served one marked.

@@ -394,16 +394,10 @@ async fn complete(
                 }))
                 .into_response());
             }
-            ChatEvent::Failed(message) => return Err(ApiError::internal(message)),
-            ChatEvent::Refused(message) => return Err(refused(message)),
+            ChatEvent::Failed(error) => return Err(error.into()),
         }
     }
     Err(ApiError::internal("the generation ended without a result"))
-}
-
-/// A schema the grammar compiler refused: the request's fault.
-fn refused(message: String) -> ApiError {
-    ApiError::invalid(format!("The schema cannot be enforced: {message}")).param("tools")
 }
 
 /// A streamed chunk's `delta` for a piece of the answer.
@@ -481,12 +475,8 @@ fn chat_stream(
                     }
                     break;
                 }
-                ChatEvent::Failed(message) => {
-                    yield event(ApiError::internal(message).body());
-                    break;
-                }
-                ChatEvent::Refused(message) => {
-                    yield event(refused(message).body());
+                ChatEvent::Failed(error) => {
+                    yield event(ApiError::from(error).body());
                     break;
                 }
             }

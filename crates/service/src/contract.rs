@@ -52,6 +52,9 @@ pub struct Serving {
     pub architecture: String,
     /// The adapter Catena ships for the served model (the default model's), when applied.
     pub adapter: Option<&'static str>,
+    /// The context window each conversation gets, in tokens: a prompt and its answer together
+    /// must fit in it (coding agents send prompts of 10,000 tokens and more).
+    pub context_size: u32,
     pub version: &'static str,
     pub uptime_s: u64,
     /// Requests waiting for or using the model.
@@ -67,6 +70,22 @@ pub struct WorkerHealth {
     pub pid: u32,
     pub alive: bool,
     pub restarts: u32,
+}
+
+/// How an editor or a coding agent reaches `catena serve` (`GET /v1/connection`, read by the
+/// UI's page for connecting an editor). Only the server has it: the desktop app runs no HTTP
+/// server of its own.
+#[derive(Debug, Clone, Serialize, TS)]
+pub struct Connection {
+    /// The OpenAI-compatible API's base URL at the address the server listens on, e.g.
+    /// `http://127.0.0.1:8420/v1` (loopback when it listens on every address).
+    pub base_url: String,
+    /// The key requests must carry as `Authorization: Bearer <key>`, when the server was started
+    /// with one (`--api-key`, `CATENA_API_KEY`); `null` when it takes requests without. Sent only
+    /// to a caller that already holds the key or the web UI's launch token (which may do all the
+    /// key may while this server runs), so the user can hand it to an editor; the page shows it
+    /// only when asked.
+    pub api_key: Option<String>,
 }
 
 /// A built-in prompt profile, as the run form offers it.
@@ -170,6 +189,7 @@ mod tests {
             model: "m".into(),
             architecture: "qwen2".into(),
             adapter: None,
+            context_size: 8192,
             version: "1.0.0",
             uptime_s: 3,
             in_flight: 1,
@@ -188,6 +208,7 @@ mod tests {
                 "model": "m",
                 "architecture": "qwen2",
                 "adapter": null,
+                "context_size": 8192,
                 "version": "1.0.0",
                 "uptime_s": 3,
                 "in_flight": 1,

@@ -87,10 +87,9 @@ pub enum ChatEvent {
         stopped_by_string: bool,
         usage: ChatUsage,
     },
-    Failed(String),
-    /// The request cannot be served as asked (a schema the grammar compiler refuses); nothing
-    /// was generated.
-    Refused(String),
+    /// The request could not be answered: a prompt too long for the context, a worker that
+    /// died; the kind tells the HTTP layer which status and code to answer with.
+    Failed(ServiceError),
 }
 
 /// Why a chat completion ended, in OpenAI's words.
@@ -171,6 +170,8 @@ pub struct Serving {
     pub adapter: Option<&'static str>,
     /// Its chat template, for requests with tools.
     pub template: ServedTemplate,
+    /// The context window of each conversation, in tokens.
+    pub context_size: u32,
 }
 
 /// The handle the HTTP layer holds.
@@ -230,6 +231,7 @@ impl Inference {
             info: client.info().clone(),
             adapter: adapter.map(|(_, name)| name),
             template: load_chat_template(&config.model_path),
+            context_size: client.context_size(),
         }));
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -385,6 +387,7 @@ impl Worker {
                     info: client.info().clone(),
                     adapter,
                     template: load_chat_template(&job.model_path),
+                    context_size: client.context_size(),
                 };
                 *self.jobs.serving.write() = serving.clone();
                 serving
@@ -421,14 +424,8 @@ impl Worker {
             return;
         }
         let reply = job.reply.clone();
-        match self.try_chat(lane, job) {
-            Ok(()) => {}
-            Err(EngineError::BadGrammar(message)) => {
-                let _ = reply.send(ChatEvent::Refused(message));
-            }
-            Err(e) => {
-                let _ = reply.send(ChatEvent::Failed(e.to_string()));
-            }
+        if let Err(e) = self.try_chat(lane, job) {
+            let _ = reply.send(ChatEvent::Failed(e.into()));
         }
     }
 

@@ -15,8 +15,8 @@ mod typescript;
 mod web;
 
 pub use contract::{
-    DataFile, Health, LibraryModels, List, ProfileInfo, RunFeedback, RunView, ServedModel, Serving,
-    SessionRuns, StartedRun, StartedStatus, TrainingData, WorkerHealth,
+    Connection, DataFile, Health, LibraryModels, List, ProfileInfo, RunFeedback, RunView,
+    ServedModel, Serving, SessionRuns, StartedRun, StartedStatus, TrainingData, WorkerHealth,
 };
 pub use downloads::{DownloadState, DownloadStatus};
 pub use error::{ErrorKind, ServiceError};
@@ -160,6 +160,7 @@ impl Service {
             model: serving.model_id,
             architecture: serving.info.architecture,
             adapter: serving.adapter,
+            context_size: serving.context_size,
             version: env!("CARGO_PKG_VERSION"),
             uptime_s: self.started.elapsed().as_secs(),
             in_flight: self.inference.in_flight(),

@@ -11,12 +11,12 @@
 //!
 //! which runs `CATENA_WRITE_TS=1 cargo test --release -p catena-service typescript`.
 
-use crate::{DownloadStatus, KeyStates};
 use crate::{
-    Health, KeyName, LibraryModels, List, ProfileInfo, RunFeedback, RunView, ServedModel,
-    SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus, TrainingData, TrainingStatus,
-    WebSettingsUpdate, WebSettingsView,
+    Connection, Health, KeyName, LibraryModels, List, ProfileInfo, RunFeedback, RunView,
+    ServedModel, SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus, TrainingData,
+    TrainingStatus, WebSettingsUpdate, WebSettingsView,
 };
+use crate::{DownloadStatus, KeyStates};
 use catena_agent::{AgentEvent, RunSummary};
 use catena_store::SessionInfo;
 use std::collections::BTreeMap;
@@ -39,6 +39,7 @@ fn export(dir: &Path) -> Result<(), ExportError> {
     // JSON numbers are JavaScript numbers: counts and milliseconds fit in 2^53.
     let config = Config::new().with_large_int("number").with_out_dir(dir);
     Health::export_all(&config)?;
+    Connection::export_all(&config)?;
     List::<ProfileInfo>::export_all(&config)?;
     ToolStatus::export_all(&config)?;
     WebSettingsView::export_all(&config)?;

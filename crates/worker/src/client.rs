@@ -11,6 +11,7 @@ use super::protocol::{
     FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
     write_frame,
 };
+use catena_engine_api::plan::{PROTOCOL_CONTEXT, Plan};
 use catena_engine_api::{
     Constraint, EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart,
     Session, SessionState, StartChat, StopMatcher,
@@ -86,6 +87,15 @@ pub struct WorkerClient {
     status: Arc<WorkerStatus>,
     process: Option<Process>,
     info: ModelInfo,
+    /// The context each lane's conversation gets, as the worker placed the model.
+    context_size: u32,
+}
+
+/// A worker that has loaded its model.
+struct Started {
+    process: Process,
+    info: ModelInfo,
+    context_size: u32,
 }
 
 struct Process {
@@ -112,18 +122,32 @@ impl WorkerClient {
         config: WorkerConfig,
         status: Arc<WorkerStatus>,
     ) -> Result<WorkerClient, EngineError> {
-        let (process, info) = spawn(&command, &config, &status)?;
+        let started = spawn(&command, &config, &status)?;
         Ok(WorkerClient {
             command,
             config,
             status,
-            process: Some(process),
-            info,
+            process: Some(started.process),
+            info: started.info,
+            context_size: started.context_size,
         })
     }
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// The context window of each conversation in tokens: what the worker's placement plan
+    /// chose (it may be less than asked for when memory is short), so a client is told the
+    /// size its prompts really meet.
+    pub fn context_size(&self) -> u32 {
+        self.context_size
+    }
+
+    fn adopt(&mut self, started: Started) {
+        self.process = Some(started.process);
+        self.info = started.info;
+        self.context_size = started.context_size;
     }
 
     /// Lanes the worker serves at once (at least 1); a session's lane is below this.
@@ -159,10 +183,12 @@ impl WorkerClient {
             stop(process);
         }
         self.status.restarts.fetch_add(1, Ordering::SeqCst);
-        let (process, info) = spawn(&self.command, &self.config, &self.status)?;
-        tracing::warn!(pid = process.pid(), "the model worker was restarted");
-        self.process = Some(process);
-        self.info = info;
+        let started = spawn(&self.command, &self.config, &self.status)?;
+        tracing::warn!(
+            pid = started.process.pid(),
+            "the model worker was restarted"
+        );
+        self.adopt(started);
         Ok(())
     }
 
@@ -182,10 +208,9 @@ impl WorkerClient {
             std::mem::replace(&mut self.config.adapter, adapter),
         );
         match spawn(&self.command, &self.config, &self.status) {
-            Ok((process, info)) => {
+            Ok(started) => {
                 tracing::info!(model = %self.config.model_path.display(), "now serving another model");
-                self.process = Some(process);
-                self.info = info;
+                self.adopt(started);
                 Ok(())
             }
             Err(e) => {
@@ -332,12 +357,26 @@ impl Drop for WorkerClient {
     }
 }
 
+/// The context each lane gets: the plan's, or without a plan the settings given, else the
+/// engine's default (the trained context, capped at the protocol's).
+fn placed_context(config: &WorkerConfig, info: &ModelInfo, plan: Option<&Plan>) -> u32 {
+    plan.map_or_else(
+        || {
+            config
+                .session
+                .context_size
+                .unwrap_or(info.context_train.min(PROTOCOL_CONTEXT))
+        },
+        |plan| plan.context,
+    )
+}
+
 /// Starts a process with a reader thread for its lanes, and waits for `Ready`.
 fn spawn(
     command: &WorkerCommand,
     config: &WorkerConfig,
     status: &WorkerStatus,
-) -> Result<(Process, ModelInfo), EngineError> {
+) -> Result<Started, EngineError> {
     let mut child = Command::new(&command.program)
         .args(&command.args)
         .stdin(Stdio::piped())
@@ -388,6 +427,7 @@ fn spawn(
     match first {
         Incoming::Reply(Reply::Ready { info, plan }) => {
             status.alive.store(true, Ordering::SeqCst);
+            let context_size = placed_context(config, &info, plan.as_ref());
             if let Some(plan) = plan {
                 tracing::info!(
                     gpu_layers = plan.gpu_layers,
@@ -397,7 +437,11 @@ fn spawn(
                     "the worker placed the model as planned"
                 );
             }
-            Ok((process, info))
+            Ok(Started {
+                process,
+                info,
+                context_size,
+            })
         }
         Incoming::Reply(Reply::Error { error }) => {
             stop(process);

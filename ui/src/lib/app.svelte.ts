@@ -2,7 +2,7 @@
 
 import type { Transport } from './transport';
 
-export type View = 'run' | 'sessions' | 'models' | 'settings' | 'training';
+export type View = 'run' | 'sessions' | 'models' | 'settings' | 'training' | 'connect';
 
 export const VIEWS: { id: View; label: string; key: string }[] = [
   { id: 'run', label: 'Run', key: '1' },
@@ -10,6 +10,7 @@ export const VIEWS: { id: View; label: string; key: string }[] = [
   { id: 'models', label: 'Models', key: '3' },
   { id: 'settings', label: 'Settings', key: '4' },
   { id: 'training', label: 'Training', key: '5' },
+  { id: 'connect', label: 'Connect', key: '6' },
 ];
 
 export const ui: { view: View; runId: string | null } = $state({ view: 'run', runId: null });

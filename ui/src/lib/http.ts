@@ -3,7 +3,7 @@
 import { currentToken } from './credential';
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { RunEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { Connection, RunEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 type Fetch = typeof fetch;
 
@@ -40,6 +40,10 @@ export class HttpTransport implements Transport {
 
   health(): Promise<Health> {
     return this.request('/health');
+  }
+
+  connection(): Promise<Connection> {
+    return this.request('/v1/connection');
   }
 
   async profiles(): Promise<Profile[]> {

@@ -2,7 +2,7 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { RunEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { Connection, RunEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
@@ -19,6 +19,11 @@ export type ExportResult = { blob: Blob; fileName: string } | { savedTo: string 
 
 export interface Transport {
   health(): Promise<Health>;
+  /**
+   * Where editors reach the server, and its key. Only `catena serve` has it: the desktop app
+   * runs no HTTP server, so editors cannot connect to it.
+   */
+  connection?(): Promise<Connection>;
   profiles(): Promise<Profile[]>;
   /** Each action tool and whether something answers it on this machine. */
   tools(): Promise<ToolStatus[]>;

@@ -5,6 +5,7 @@
 // import request.
 
 export type { AgentEvent } from './generated/AgentEvent';
+export type { Connection } from './generated/Connection';
 export type { DataFile } from './generated/DataFile';
 export type { DownloadState } from './generated/DownloadState';
 export type { DownloadStatus } from './generated/DownloadStatus';

@@ -8,7 +8,12 @@ export type Serving = { model: string, architecture: string,
 /**
  * The adapter Catena ships for the served model (the default model's), when applied.
  */
-adapter: string | null, version: string, uptime_s: number, 
+adapter: string | null, 
+/**
+ * The context window each conversation gets, in tokens: a prompt and its answer together
+ * must fit in it (coding agents send prompts of 10,000 tokens and more).
+ */
+context_size: number, version: string, uptime_s: number, 
 /**
  * Requests waiting for or using the model.
  */
