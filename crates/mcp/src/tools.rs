@@ -108,7 +108,8 @@ impl CatenaTools {
         let output = on_blocking_pool(move || {
             let mut profile =
                 Profile::builtin("all-tools").map_err(|e| ServiceError::internal(e.to_string()))?;
-            profile.tools.retain(|t| *t == tag);
+            // This tool alone, whichever profiles name it.
+            profile.tools = vec![tag];
             let tools = service.toolbox(&profile)?;
             let tool = tools.get(tag).ok_or_else(|| {
                 ServiceError::internal(format!("the {tag} tool is not in this build"))
