@@ -56,6 +56,8 @@ impl Folders {
             "hello from the workspace",
         )
         .unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", workspace.path().join("passwd-link")).unwrap();
+        std::os::unix::fs::symlink("/etc", workspace.path().join("etc-link")).unwrap();
         Folders { data, workspace }
     }
 
@@ -303,6 +305,14 @@ fn the_official_mcp_client_uses_slash_mcp_with_the_key_on_both_revisions() {
         calls.push(run_python(&format!(
             "open('/workspace/{written}', 'w').write('from the sandbox')"
         )));
+        // Writable is the folder, not what its links point at or what lies above it.
+        for escape in [
+            "print(open('/workspace/passwd-link').read())",
+            "import os\nprint(os.listdir('/workspace/etc-link'))",
+            "open('/workspace/../escape.txt', 'w').write('x')",
+        ] {
+            calls.push(run_python(escape));
+        }
         if mode != "legacy" {
             calls.push(agent_call());
         }
@@ -319,10 +329,26 @@ fn the_official_mcp_client_uses_slash_mcp_with_the_key_on_both_revisions() {
             std::fs::read_to_string(folders.workspace.path().join(&written)).unwrap(),
             "from the sandbox"
         );
+        for escape in &results[HOSTILE.len() + 3..HOSTILE.len() + 6] {
+            assert_eq!(escape["is_error"], true, "{escape}");
+            assert!(
+                escape["text"].as_str().unwrap().contains("PermissionError"),
+                "{escape}"
+            );
+        }
         if mode != "legacy" {
-            check_agent_run(&folders, &results[HOSTILE.len() + 3]);
+            check_agent_run(&folders, &results[HOSTILE.len() + 6]);
         }
     }
+    assert!(
+        !folders
+            .workspace
+            .path()
+            .parent()
+            .unwrap()
+            .join("escape.txt")
+            .exists()
+    );
     // Without the key the client gets nothing.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("plan.json");
