@@ -47,6 +47,9 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// Serve the model locally: an OpenAI-compatible API and agent runs.
     Serve(commands::serve::ServeArgs),
+    /// Serve Catena's tools to an MCP host (an editor, a coding agent) on stdin and stdout:
+    /// run_python in the sandbox, the search tools that are set up, and agent_run.
+    Mcp(commands::mcp::McpArgs),
     /// List, show and export stored sessions and runs.
     Sessions(commands::sessions::SessionsArgs),
     /// Download, list, inspect and choose models.
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Assets(args) => commands::assets::run(args, &paths),
         Command::Bench(args) => commands::bench::run(args, &paths),
         Command::Serve(args) => commands::serve::run(args, &paths, cli.verbose),
+        Command::Mcp(args) => commands::mcp::run(args, &paths, cli.verbose),
         Command::Sessions(args) => commands::sessions::run(args, &paths),
         Command::Models(args) => commands::models::run(args, &paths),
         Command::Index(args) => commands::index::run(args, &paths),

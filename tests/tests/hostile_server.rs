@@ -490,3 +490,57 @@ fn with_a_key_the_ui_gets_a_launch_token_and_nothing_works_without_one() {
     );
     assert!(!ui_line.contains("#token="), "{ui_line}");
 }
+
+/// `/mcp` (the MCP server, Streamable HTTP) stands behind the same boundary as every `/v1`
+/// route: a foreign `Host` or `Origin` is refused even with the key, and without the key nothing
+/// is answered.
+#[test]
+fn slash_mcp_is_behind_the_same_boundary() {
+    let server = Served::start(Some("s3cret"));
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "hostile-test", "version": "1"},
+        },
+    })
+    .to_string();
+    let ours = server.ours();
+    let evil = format!("evil.example:{}", server.port());
+    let mcp = |headers: &[(&str, &str)]| {
+        let mut all = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        all.extend_from_slice(headers);
+        server.raw("POST", "/mcp", &all, &initialize)
+    };
+    let key = ("Authorization", "Bearer s3cret");
+    let (status, body) = mcp(&[("Host", &evil), key]);
+    assert_eq!(status, 403, "{body}");
+    assert!(message(&body).contains("DNS rebinding"), "{body}");
+    let (status, body) = server.raw("GET", "/mcp", &[("Host", &evil), key], "");
+    assert_eq!(status, 403, "{body}");
+    for origin in ["http://evil.example", "null", "http://localhost:3000"] {
+        let (status, body) = mcp(&[("Host", &ours), ("Origin", origin), key]);
+        assert_eq!(status, 403, "{origin}: {body}");
+    }
+    let (status, body) = mcp(&[("Host", &ours), ("Sec-Fetch-Site", "cross-site"), key]);
+    assert_eq!(status, 403, "{body}");
+    for refused in [
+        vec![("Host", ours.as_str())],
+        vec![("Host", ours.as_str()), ("Authorization", "Bearer wrong")],
+    ] {
+        let (status, body) = mcp(&refused);
+        assert_eq!(status, 401, "{refused:?}: {body}");
+    }
+    // The key, addressed as this server: the handshake is answered.
+    let (status, body) = mcp(&[("Host", &ours), key]);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("\"protocolVersion\":\"2025-11-25\""),
+        "{body}"
+    );
+    assert!(body.contains("\"name\":\"catena\""), "{body}");
+}

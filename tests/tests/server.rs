@@ -6,7 +6,7 @@ mod common;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -75,59 +75,12 @@ fn http() -> reqwest::blocking::Client {
         .unwrap()
 }
 
-/// A Python with the official `openai` package, in a virtual environment in the cache directory.
-///
-/// Prepared once: the tests of this binary run on parallel threads, and other test processes may
-/// want the same environment, so the first caller builds it under an exclusive file lock and the
-/// others wait for it (`python3 -m venv --clear` on one path from two callers breaks both).
-fn python_with_openai() -> PathBuf {
-    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PYTHON.get_or_init(prepare_python_with_openai).clone()
-}
-
-fn prepare_python_with_openai() -> PathBuf {
-    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/requirements.txt");
-    let pinned = std::fs::read_to_string(&requirements).unwrap();
-    let cache = common::paths().cache_dir;
-    std::fs::create_dir_all(&cache).unwrap();
-    let lock = std::fs::File::create(cache.join("test-venv.lock")).unwrap();
-    lock.lock().expect("lock the test virtual environment");
-    let venv = cache.join("test-venv");
-    let python = venv.join("bin/python");
-    let marker = venv.join("catena-requirements.txt");
-    if std::fs::read_to_string(&marker).ok().as_deref() != Some(pinned.as_str()) {
-        let status = Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .status()
-            .expect("python3 -m venv");
-        assert!(status.success(), "cannot create a virtual environment");
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(&requirements)
-            .status()
-            .expect("pip install");
-        assert!(status.success(), "cannot install the openai package");
-        std::fs::write(&marker, &pinned).unwrap();
-    }
-    // Dropping the file releases the lock.
-    drop(lock);
-    python
-}
-
 #[test]
 fn the_official_openai_client_works_unchanged() {
     let store = tempfile::tempdir().unwrap();
     let server = Served::start(store.path(), &["--max-body-kib", "1024"], Some("test-key"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_client.py");
-    let output = Command::new(python_with_openai())
+    let output = Command::new(common::test_python())
         .arg(&script)
         .arg(server.url("/v1"))
         .arg(&server.model)
@@ -457,7 +410,7 @@ fn sixteen_concurrent_clients_of_four_slots_get_answers_or_a_clear_queue_full() 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/loadtest.py");
     let records = tempfile::NamedTempFile::new().unwrap();
     let started = Instant::now();
-    let output = Command::new(python_with_openai())
+    let output = Command::new(common::test_python())
         .arg(&script)
         .args(["--base-url", &server.url("/v1"), "--model", &server.model])
         .args(["--clients", "16", "--requests", "2", "--max-tokens", "8"])

@@ -180,7 +180,7 @@ impl Sandbox {
     /// Runs `code` with `stdin` in a fresh interpreter.
     pub async fn run_async(&self, code: &str, stdin: &[u8]) -> Result<Execution, SandboxError> {
         let started = Instant::now();
-        let scratch = Scratch::new().map_err(SandboxError::Scratch)?;
+        let scratch = Scratch::new(self.spec.mount_points()).map_err(SandboxError::Scratch)?;
         let stdout = CappedPipe::new(self.limits.output_bytes);
         let stderr = CappedPipe::new(self.limits.output_bytes);
         let mut argv = self.spec.argv.clone();
@@ -221,6 +221,10 @@ impl Sandbox {
             .map_err(setup)?;
         for (host, guest) in &self.spec.read_only {
             wasi.preopened_dir(host, guest, FsPerms::ReadOnly)
+                .map_err(setup)?;
+        }
+        for (host, guest) in &self.spec.read_write {
+            wasi.preopened_dir(host, guest, FsPerms::ReadWrite)
                 .map_err(setup)?;
         }
         let limits = StoreLimitsBuilder::new()

@@ -22,6 +22,10 @@ pub struct RuntimeSpec {
     pub env: Vec<(String, String)>,
     /// Host folders mounted read-only: (host path, guest path).
     pub read_only: Vec<(PathBuf, String)>,
+    /// Host folders the guest may also write to: (host path, guest path). The scratch folder's
+    /// cap does not count what is written here: only the user mounts a folder this way
+    /// (`catena mcp --workspace DIR --writable`), knowing the program may change it.
+    pub read_write: Vec<(PathBuf, String)>,
 }
 
 impl RuntimeSpec {
@@ -41,6 +45,7 @@ impl RuntimeSpec {
                 ("PYTHONTZPATH".into(), String::new()),
             ],
             read_only: vec![(stdlib_dir, CPYTHON_STDLIB_GUEST.into())],
+            read_write: Vec::new(),
         }
     }
 
@@ -54,6 +59,28 @@ impl RuntimeSpec {
             argv: vec!["micropython".into(), "-c".into()],
             env: Vec::new(),
             read_only: Vec::new(),
+            read_write: Vec::new(),
         }
+    }
+
+    /// This runtime with the host folder `host` at `guest` (an absolute guest path), read-only
+    /// unless `writable`. The guest reaches nothing outside the folder: a link inside it that
+    /// leads out is refused (wasmtime's WASI resolves every path within the folder it opened).
+    pub fn with_folder(mut self, host: PathBuf, guest: &str, writable: bool) -> RuntimeSpec {
+        let mount = (host, guest.to_string());
+        if writable {
+            self.read_write.push(mount);
+        } else {
+            self.read_only.push(mount);
+        }
+        self
+    }
+
+    /// The guest paths of every mounted folder.
+    pub(crate) fn mount_points(&self) -> impl Iterator<Item = &str> {
+        self.read_only
+            .iter()
+            .chain(&self.read_write)
+            .map(|(_, guest)| guest.as_str())
     }
 }

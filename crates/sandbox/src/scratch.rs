@@ -14,13 +14,19 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    pub(crate) fn new() -> std::io::Result<Scratch> {
+    /// A fresh folder with `/tmp` and a placeholder folder at each of `mount_points` (guest
+    /// paths), so that listing `/` or `/usr/local` shows the folders mounted there.
+    pub(crate) fn new<'a>(mount_points: impl Iterator<Item = &'a str>) -> std::io::Result<Scratch> {
         let dir = tempfile::Builder::new()
             .prefix("catena-sandbox-")
             .tempdir()?;
         std::fs::create_dir_all(dir.path().join("tmp"))?;
-        // Placeholder under the read-only standard-library mount, so `/usr/local` lists it.
-        std::fs::create_dir_all(dir.path().join("usr/local/lib"))?;
+        for point in mount_points {
+            let relative = point.trim_start_matches('/');
+            if !relative.is_empty() {
+                std::fs::create_dir_all(dir.path().join(relative))?;
+            }
+        }
         Ok(Scratch { dir })
     }
 
@@ -108,7 +114,7 @@ mod tests {
 
     #[test]
     fn measures_without_following_links() {
-        let s = Scratch::new().unwrap();
+        let s = Scratch::new(std::iter::empty()).unwrap();
         std::fs::write(s.path().join("a"), vec![0u8; 1000]).unwrap();
         assert!(!s.size_exceeds(2000));
         assert!(s.size_exceeds(500));
@@ -127,7 +133,7 @@ mod tests {
     #[test]
     fn measures_past_path_max() {
         use rustix::fs::{Mode, OFlags, ftruncate, mkdirat, openat};
-        let s = Scratch::new().unwrap();
+        let s = Scratch::new(std::iter::empty()).unwrap();
         let name = "d".repeat(200);
         let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let mut folder = openat(rustix::fs::CWD, s.path(), dir_flags, Mode::empty()).unwrap();

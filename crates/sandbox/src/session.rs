@@ -35,7 +35,7 @@ pub struct SandboxSession<'s> {
 
 impl<'s> SandboxSession<'s> {
     pub(super) async fn open(sandbox: &'s Sandbox) -> Result<SandboxSession<'s>, SandboxError> {
-        let scratch = Scratch::new().map_err(SandboxError::Scratch)?;
+        let scratch = Scratch::new(sandbox.spec.mount_points()).map_err(SandboxError::Scratch)?;
         let stdout = CappedPipe::new(sandbox.limits.output_bytes);
         let stderr = CappedPipe::new(sandbox.limits.output_bytes);
         let argv = vec![sandbox.spec.argv.first().cloned().unwrap_or_default()];

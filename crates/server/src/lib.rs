@@ -1,5 +1,6 @@
 //! `catena serve`: the local server. An OpenAI-compatible API for editors, scripts and the official
-//! clients, an agent API for Chain-of-Agents runs with an event stream, and health. It binds to
+//! clients, an agent API for Chain-of-Agents runs with an event stream, Catena's tools as an MCP
+//! server (`/mcp`, Streamable HTTP), and health. It binds to
 //! loopback unless told otherwise, can require an API key, bounds request bodies, and queues
 //! requests for the one model with a clear limit.
 
@@ -37,7 +38,12 @@ pub struct ServeConfig {
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     pub inference: InferenceConfig,
+    /// What `/mcp`'s tools may use (the workspace folder of `run_python`).
+    pub mcp: catena_mcp::McpOptions,
 }
+
+type McpService =
+    catena_mcp::StreamableHttpService<catena_mcp::CatenaTools, catena_mcp::LocalSessionManager>;
 
 /// What the handlers share.
 pub struct AppState {
@@ -65,6 +71,7 @@ pub struct Server {
     state: Arc<AppState>,
     boundary: Arc<Boundary>,
     max_body_bytes: usize,
+    mcp: catena_mcp::McpOptions,
 }
 
 impl Server {
@@ -87,6 +94,7 @@ impl Server {
             state: Arc::new(AppState { catena, connection }),
             boundary: Arc::new(boundary),
             max_body_bytes: config.max_body_bytes,
+            mcp: config.mcp,
         })
     }
 
@@ -115,10 +123,12 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let state = self.state.clone();
+        let mcp = catena_mcp::http_service(state.catena.clone(), self.mcp, self.max_body_bytes);
         let app = router(
             self.state.clone(),
             self.boundary.clone(),
             self.max_body_bytes,
+            mcp,
         );
         let catena = state.catena.clone();
         listen::serve(self.listener, app, shutdown, move || catena.cancel_all()).await;
@@ -142,7 +152,12 @@ fn reachable(bound: SocketAddr) -> SocketAddr {
 }
 
 /// The routes, behind the boundary's checks.
-fn router(state: Arc<AppState>, boundary: Arc<Boundary>, max_body_bytes: usize) -> Router {
+fn router(
+    state: Arc<AppState>,
+    boundary: Arc<Boundary>,
+    max_body_bytes: usize,
+    mcp: McpService,
+) -> Router {
     let v1 = Router::new()
         .route("/models", get(openai::list_models))
         .route("/models/{id}", get(openai::get_model))
@@ -174,9 +189,18 @@ fn router(state: Arc<AppState>, boundary: Arc<Boundary>, max_body_bytes: usize) 
             boundary.clone(),
             boundary::require_key,
         ));
+    // The MCP server's one address, behind the same key as `/v1` (and, below, the same Host and
+    // Origin checks as every route).
+    let mcp = Router::new()
+        .route_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(
+            boundary.clone(),
+            boundary::require_key,
+        ));
     Router::new()
         .route("/health", get(health))
         .nest("/v1", v1)
+        .merge(mcp)
         .fallback(ui::serve)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(boundary, boundary::guard))

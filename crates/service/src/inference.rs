@@ -7,6 +7,7 @@
 
 use crate::ServiceError;
 use crate::live::LiveRuns;
+use crate::sandbox::SharedSandbox;
 use catena_agent::Budgets;
 use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
 use catena_chat_format::ChatTemplate;
@@ -20,7 +21,7 @@ use catena_hub::assets;
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
 use catena_runner::{Engine, RunPlan, TaskRun, Update, run_task};
-use catena_sandbox::{Limits, RuntimeSpec, Sandbox};
+use catena_sandbox::Limits;
 use catena_store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
 use catena_worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
 use parking_lot::{Mutex, RwLock};
@@ -183,6 +184,8 @@ pub struct Inference {
     serving: Arc<RwLock<Serving>>,
     /// The worker process (pid, restarts).
     pub worker: Arc<WorkerStatus>,
+    /// The agent runs' sandbox, which the MCP server's `run_python` shares.
+    pub(crate) sandbox: Arc<SharedSandbox>,
 }
 
 /// The served model's chat template, or why it cannot be rendered.
@@ -236,12 +239,16 @@ impl Inference {
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let lanes = client.lanes();
+        let sandbox = Arc::new(SharedSandbox::new(
+            config.paths.clone(),
+            config.sandbox_limits,
+        ));
         let worker = Arc::new(Worker {
             client: RwLock::new(client),
             jobs: JobContext {
                 store,
                 live,
-                sandbox: Mutex::new(None),
+                sandbox: sandbox.clone(),
                 config: config.clone(),
                 serving: serving.clone(),
             },
@@ -263,6 +270,7 @@ impl Inference {
             queue_limit: config.queue_limit,
             serving,
             worker: status,
+            sandbox,
         })
     }
 
@@ -348,7 +356,7 @@ struct JobContext {
     store: Arc<Store>,
     live: Arc<LiveRuns>,
     /// Created on the first agent run that needs `<code>`.
-    sandbox: Mutex<Option<Arc<Sandbox>>>,
+    sandbox: Arc<SharedSandbox>,
     config: InferenceConfig,
     serving: Arc<RwLock<Serving>>,
 }
@@ -636,39 +644,23 @@ impl JobContext {
         self.store.run(&id).ok().map(|r| r.session_id)
     }
 
-    /// The tools of a profile; the sandbox is prepared once, on first need (a second lane
-    /// needing it meanwhile waits for it rather than preparing another).
+    /// The tools of a profile.
     fn tools(&self, profile: &Profile) -> Result<ToolBox, String> {
-        let mut sandbox = self.sandbox.lock();
-        let existing = sandbox.clone();
-        let config = &self.config;
-        let mut made = None;
-        let mut tools = profile_tools(profile, || match existing {
-            Some(sandbox) => Ok::<_, String>(sandbox),
-            None => {
-                let files = assets::python_runtime(&config.paths, &mut |p| tracing::info!("{p:?}"))
-                    .map_err(|e| format!("the Python sandbox is not available: {e}"))?;
-                let spec = RuntimeSpec::cpython(files.wasm, files.sha256, files.stdlib_dir);
-                let sandbox = Sandbox::new(
-                    spec,
-                    config.sandbox_limits,
-                    &config.paths.sandbox_cache_dir(),
-                    || tracing::warn!("preparing the Python sandbox (first use, about a minute)"),
-                )
-                .map_err(|e| format!("the Python sandbox could not start: {e}"))?;
-                let sandbox = Arc::new(sandbox);
-                made = Some(sandbox.clone());
-                Ok(sandbox)
-            }
-        })?;
-        add_wiki_search(&mut tools, profile, &config.paths.indexes_dir(), None)
-            .map_err(|e| format!("the wiki search index cannot be used: {e}"))?;
-        // The settings file only: a request never names a backend, a key or an address.
-        crate::add_web_tools(&mut tools, profile, &config.paths, |_| {}, None)
-            .map_err(|e| e.to_string())?;
-        if made.is_some() {
-            *sandbox = made;
-        }
-        Ok(tools)
+        profile_toolbox(&self.sandbox, &self.config.paths, profile)
     }
+}
+
+/// The tools of `profile` as a run of the served model has them: `<code>` in the shared sandbox
+/// (prepared once, on first need), the wiki index and the web tools as the settings file sets them
+/// up (a request never names a backend, a key or an address).
+pub(crate) fn profile_toolbox(
+    sandbox: &SharedSandbox,
+    paths: &Paths,
+    profile: &Profile,
+) -> Result<ToolBox, String> {
+    let mut tools = profile_tools(profile, || sandbox.get())?;
+    add_wiki_search(&mut tools, profile, &paths.indexes_dir(), None)
+        .map_err(|e| format!("the wiki search index cannot be used: {e}"))?;
+    crate::add_web_tools(&mut tools, profile, paths, |_| {}, None).map_err(|e| e.to_string())?;
+    Ok(tools)
 }

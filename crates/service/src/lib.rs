@@ -8,6 +8,7 @@ mod downloads;
 mod error;
 mod inference;
 mod live;
+mod sandbox;
 mod tool_status;
 mod training;
 #[cfg(test)]
@@ -24,6 +25,7 @@ pub use inference::{
     ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig, ServedTemplate,
     load_chat_template,
 };
+pub use sandbox::{WORKSPACE_GUEST_PATH, Workspace};
 pub use tool_status::{
     KeyName, KeyState, KeyStates, ToolStatus, WebSettingsUpdate, WebSettingsView, tool_status,
     update_web_settings, web_settings_view,
@@ -193,6 +195,29 @@ impl Service {
     /// now would have it. Reads files: call it off the async threads.
     pub fn tools(&self) -> List<ToolStatus> {
         List::of(tool_status(&self.paths))
+    }
+
+    /// The sandbox agent runs use, or, with `workspace`, a new one with the same limits and that
+    /// folder mounted (its caller keeps it). Prepares the runtime on first use: call it off the
+    /// async threads.
+    pub fn python_sandbox(
+        &self,
+        workspace: Option<&Workspace>,
+    ) -> Result<Arc<catena_sandbox::Sandbox>, ServiceError> {
+        let shared = &self.inference.sandbox;
+        match workspace {
+            None => shared.get(),
+            Some(folder) => shared.make(Some(folder)).map(Arc::new),
+        }
+        .map_err(ServiceError::internal)
+    }
+
+    /// The tools of `profile` as a run of the served model would have them (the web tools and
+    /// the wiki index as the settings file sets them up, the same refusals). Reads files and may
+    /// prepare the sandbox: call it off the async threads.
+    pub fn toolbox(&self, profile: &Profile) -> Result<catena_agent::tools::ToolBox, ServiceError> {
+        inference::profile_toolbox(&self.inference.sandbox, &self.paths, profile)
+            .map_err(ServiceError::internal)
     }
 
     /// The `[web]` settings without their keys. Reads files.

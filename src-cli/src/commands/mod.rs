@@ -6,6 +6,7 @@ pub mod distill;
 pub mod doctor;
 pub mod eval;
 pub mod index;
+pub mod mcp;
 pub mod models;
 pub mod run;
 pub mod sandbox;

@@ -26,11 +26,25 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8420)]
     pub port: u16,
 
-    /// Require this key as `Authorization: Bearer KEY`. Prefer the environment variable, which
-    /// other users of the machine cannot read from the process list.
+    /// Require this key as `Authorization: Bearer KEY` (on `/v1` and `/mcp`). Prefer the
+    /// environment variable, which other users of the machine cannot read from the process list.
     #[arg(long, env = "CATENA_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
 
+    /// Largest request body, in KiB.
+    #[arg(long, value_name = "KIB", default_value_t = 1024)]
+    pub max_body_kib: usize,
+
+    #[command(flatten)]
+    pub served: ModelArgs,
+
+    #[command(flatten)]
+    pub workspace: WorkspaceArgs,
+}
+
+/// How the served model is loaded and shared: `catena serve`'s and `catena mcp`'s.
+#[derive(Args)]
+pub struct ModelArgs {
     /// A GGUF model; default: the default model (fetched on first use).
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
@@ -62,10 +76,6 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub queue: usize,
 
-    /// Largest request body, in KiB.
-    #[arg(long, value_name = "KIB", default_value_t = 1024)]
-    pub max_body_kib: usize,
-
     /// CPU threads (default: the physical cores).
     #[arg(long)]
     pub threads: Option<i32>,
@@ -79,39 +89,59 @@ pub struct ServeArgs {
     pub no_adapter: bool,
 }
 
-pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
-    let Some(code_timeout) = catena_protocol::units::positive_seconds(args.code_timeout) else {
-        anyhow::bail!("--code-timeout must be a positive number of seconds");
-    };
-    if args.parallel > 1 && args.sessions.is_some() {
-        anyhow::bail!(
-            "--sessions does not apply with --parallel {}: each slot keeps its own conversation's \
-             KV cache",
-            args.parallel
-        );
+/// The folder of the user's that the MCP server's `run_python` lends its programs.
+#[derive(Args)]
+pub struct WorkspaceArgs {
+    /// A folder that `run_python` programs of MCP clients see at /workspace, read-only unless
+    /// --workspace-writable; nothing else of this machine's files is theirs to see.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+
+    /// Let those programs change the workspace folder (create, write, delete files in it).
+    #[arg(long, requires = "workspace")]
+    pub workspace_writable: bool,
+}
+
+impl WorkspaceArgs {
+    pub fn options(&self) -> Result<catena_mcp::McpOptions> {
+        let workspace = match &self.workspace {
+            Some(folder) => Some(
+                catena_service::Workspace::new(folder, self.workspace_writable)
+                    .map_err(|e| anyhow::anyhow!(e.message))?,
+            ),
+            None => None,
+        };
+        Ok(catena_mcp::McpOptions { workspace })
     }
-    let model_path = setup::model_path(args.model.as_deref(), paths)?;
-    let store =
-        Arc::new(Store::open_in(&paths.store_dir).context("cannot open the session store")?);
-    let config = ServeConfig {
-        host: args.host.clone(),
-        port: args.port,
-        api_key: args.api_key.clone(),
-        max_body_bytes: args.max_body_kib.max(1) << 10,
-        inference: InferenceConfig {
-            model_path,
-            shipped_adapter: !args.no_adapter,
-            gpu_layers: args.gpu_layers,
+}
+
+impl ModelArgs {
+    /// The model, its worker and the sandbox's limits, as the flags set them.
+    pub fn inference(&self, paths: &Paths, verbosity: u8) -> Result<InferenceConfig> {
+        let Some(code_timeout) = catena_protocol::units::positive_seconds(self.code_timeout) else {
+            anyhow::bail!("--code-timeout must be a positive number of seconds");
+        };
+        if self.parallel > 1 && self.sessions.is_some() {
+            anyhow::bail!(
+                "--sessions does not apply with --parallel {}: each slot keeps its own \
+                 conversation's KV cache",
+                self.parallel
+            );
+        }
+        Ok(InferenceConfig {
+            model_path: setup::model_path(self.model.as_deref(), paths)?,
+            shipped_adapter: !self.no_adapter,
+            gpu_layers: self.gpu_layers,
             session: SessionOptions {
-                context_size: Some(args.ctx_size),
+                context_size: Some(self.ctx_size),
                 sampling: SamplingParams::default(),
-                threads: args.threads,
+                threads: self.threads,
                 ..SessionOptions::default()
             },
-            sessions: args.sessions.unwrap_or(4),
-            parallel: args.parallel,
-            kv_cache: args.kv_cache,
-            queue_limit: args.queue,
+            sessions: self.sessions.unwrap_or(4),
+            parallel: self.parallel,
+            kv_cache: self.kv_cache,
+            queue_limit: self.queue,
             paths: paths.clone(),
             sandbox_limits: Limits {
                 wall: code_timeout.max(Duration::from_millis(100)),
@@ -119,7 +149,22 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
             },
             worker: WorkerCommand::current_exe(verbosity)
                 .context("cannot find the catena executable to start the model worker")?,
-        },
+        })
+    }
+}
+
+pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
+    let inference = args.served.inference(paths, verbosity)?;
+    let mcp = args.workspace.options()?;
+    let store =
+        Arc::new(Store::open_in(&paths.store_dir).context("cannot open the session store")?);
+    let config = ServeConfig {
+        host: args.host.clone(),
+        port: args.port,
+        api_key: args.api_key.clone(),
+        max_body_bytes: args.max_body_kib.max(1) << 10,
+        inference,
+        mcp,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -134,7 +179,7 @@ pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
         let mut stdout = std::io::stdout();
         let _ = writeln!(
             stdout,
-            "Catena is serving {} on http://{address} (OpenAI API at /v1)",
+            "Catena is serving {} on http://{address} (OpenAI API at /v1, MCP at /mcp)",
             server.model_id()
         );
         // With an API key, the address carries the web UI's per-launch token.

@@ -261,3 +261,51 @@ pub fn installed_files(mut catena: Command) -> Vec<String> {
         .filter_map(|r| r["file"].as_str().map(str::to_string))
         .collect()
 }
+
+/// A Python with the official clients the tests drive Catena with (`tests/python/requirements.txt`:
+/// the OpenAI SDK, the MCP SDK), in a virtual environment in the cache directory.
+///
+/// Prepared once: the tests of a binary run on parallel threads, and other test processes may
+/// want the same environment, so the first caller builds it under an exclusive file lock and the
+/// others wait for it (`python3 -m venv --clear` on one path from two callers breaks both).
+pub fn test_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(prepare_test_python).clone()
+}
+
+fn prepare_test_python() -> PathBuf {
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/requirements.txt");
+    let pinned = std::fs::read_to_string(&requirements).unwrap();
+    let cache = paths().cache_dir;
+    std::fs::create_dir_all(&cache).unwrap();
+    let lock = std::fs::File::create(cache.join("test-venv.lock")).unwrap();
+    lock.lock().expect("lock the test virtual environment");
+    let venv = cache.join("test-venv");
+    let python = venv.join("bin/python");
+    let marker = venv.join("catena-requirements.txt");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(pinned.as_str()) {
+        let status = Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .expect("python3 -m venv");
+        assert!(status.success(), "cannot create a virtual environment");
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements)
+            .status()
+            .expect("pip install");
+        assert!(status.success(), "cannot install the test clients");
+        std::fs::write(&marker, &pinned).unwrap();
+    }
+    // Dropping the file releases the lock.
+    drop(lock);
+    python
+}

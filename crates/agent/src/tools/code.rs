@@ -25,27 +25,58 @@ impl CodeTool {
     pub fn new(sandbox: Arc<Sandbox>) -> Self {
         CodeTool { sandbox }
     }
+}
 
-    /// Runs the program until it ends, the sandbox's own wall deadline passes, or the run stops
-    /// (`limits`), whichever is first: dropping the sandbox's future stops the guest wherever it
-    /// is, so a cancelled run or one out of time leaves no program running.
-    fn run_within(
-        &self,
-        program: &str,
-        stdin: &[u8],
-        limits: &CallLimits,
-    ) -> Result<Result<Execution, Interruption>, SandboxError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .map_err(|e| SandboxError::Setup(format!("tokio runtime: {e}")))?;
-        runtime.block_on(async {
-            tokio::select! {
-                execution = self.sandbox.run_async(program, stdin) => execution.map(Ok),
-                why = limits.stopped() => Ok(Err(why)),
-            }
-        })
+/// Runs `program` with `stdin` in `sandbox` until it ends, the sandbox's own wall deadline
+/// passes, or `limits` stop it, whichever is first, and words the outcome as the observation a
+/// model reads (PROTOCOL.md §3). Dropping the sandbox's future stops the guest wherever it is, so
+/// a cancelled run or one out of time leaves no program running. Every caller that runs a
+/// program for someone else (the `<code>` tool, the MCP server's `run_python`) goes through here,
+/// so the same program gets the same words wherever it ran.
+pub fn run_program(
+    sandbox: &Sandbox,
+    program: &str,
+    stdin: &[u8],
+    limits: &CallLimits,
+) -> ToolOutput {
+    let started = Instant::now();
+    match run_within(sandbox, program, stdin, limits) {
+        Ok(Err(why)) => ToolOutput {
+            observation: why.observation(Tag::Code),
+            success: false,
+            elapsed: started.elapsed(),
+        },
+        Ok(Ok(execution)) => ToolOutput {
+            success: execution.exit == Exit::Status(0),
+            observation: code_observation(&execution),
+            elapsed: started.elapsed(),
+        },
+        Err(e) => ToolOutput {
+            observation: format!(
+                "[FAILED] Code exited with status 1.\n[STDERR:BEGIN]\nThe sandbox could not run the program: {e}\n[STDERR:END]"
+            ),
+            success: false,
+            elapsed: started.elapsed(),
+        },
     }
+}
+
+fn run_within(
+    sandbox: &Sandbox,
+    program: &str,
+    stdin: &[u8],
+    limits: &CallLimits,
+) -> Result<Result<Execution, Interruption>, SandboxError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| SandboxError::Setup(format!("tokio runtime: {e}")))?;
+    runtime.block_on(async {
+        tokio::select! {
+            execution = sandbox.run_async(program, stdin) => execution.map(Ok),
+            why = limits.stopped() => Ok(Err(why)),
+        }
+    })
 }
 
 impl Tool for CodeTool {
@@ -54,34 +85,15 @@ impl Tool for CodeTool {
     }
 
     fn call(&self, input: &str, context: &mut CallContext<'_>) -> ToolOutput {
-        let started = Instant::now();
         let Some((program, stdin)) = program_and_stdin(input) else {
             return ToolOutput {
                 observation: NO_PROGRAM_MESSAGE.to_string(),
                 success: false,
-                elapsed: started.elapsed(),
+                elapsed: std::time::Duration::ZERO,
             };
         };
         let stdin = stdin.unwrap_or("").as_bytes();
-        match self.run_within(program, stdin, &context.limits) {
-            Ok(Err(why)) => ToolOutput {
-                observation: why.observation(Tag::Code),
-                success: false,
-                elapsed: started.elapsed(),
-            },
-            Ok(Ok(execution)) => ToolOutput {
-                success: execution.exit == Exit::Status(0),
-                observation: code_observation(&execution),
-                elapsed: started.elapsed(),
-            },
-            Err(e) => ToolOutput {
-                observation: format!(
-                    "[FAILED] Code exited with status 1.\n[STDERR:BEGIN]\nThe sandbox could not run the program: {e}\n[STDERR:END]"
-                ),
-                success: false,
-                elapsed: started.elapsed(),
-            },
-        }
+        run_program(&self.sandbox, program, stdin, &context.limits)
     }
 }
 

@@ -7,7 +7,7 @@ mod watch;
 mod web;
 mod wiki;
 
-pub use code::{CodeTool, code_observation};
+pub use code::{CodeTool, code_observation, run_program};
 pub use crawl::{CrawlPageTool, MAX_PAGES_PER_CALL, crawl_urls};
 pub use observation::{OBSERVATION_LIMIT, SEARCH_ALREADY_DONE, cut_observation, no_results};
 pub use watch::{CallLimits, Interruption, WatchedCall, call_watched};
