@@ -17,6 +17,7 @@ and every `tool_calls` entry is checked for the OpenAI shape on its own: an `id`
 A reply with a malformed entry counts as malformed and as wrong.
 
 usage: bfcl.py --data DIR [--anchor URL] --candidate URL [--limit N] [--out DIR] [--api-key KEY]
+       bfcl.py --data DIR --self-check   (the scorer against the answers themselves, no server)
   DIR: the wheel's bfcl_eval/data folder (scripts/bench/bfcl.sh unpacks it).
   URL: a base URL ending in /v1.
 """
@@ -271,6 +272,59 @@ def score(category, reply, answer, functions):
     return calls_match(calls, answer["ground_truth"], functions), False
 
 
+# ----- a check of the scorer itself, with no server -----
+
+
+def first_allowed(allowed):
+    """A value an answer allows, built from the first allowed choice at every level; None when the
+    argument may be left out."""
+    for a in allowed:
+        if a == "":
+            continue
+        if isinstance(a, dict):
+            built = {k: first_allowed(v) for k, v in a.items()}
+            return {k: v for k, v in built.items() if v is not None}
+        if isinstance(a, list):
+            return [first_allowed([x]) if isinstance(x, dict) else x for x in a]
+        return a
+    return None
+
+
+def self_check(data_dir):
+    """Replies built from the possible answers must all score correct (in reversed order for
+    parallel), and each one with a changed name, a dropped required argument or an integer where a
+    string is wanted must score wrong. Returns the number of replies checked."""
+    checked = 0
+    for category in ("simple", "multiple", "parallel"):
+        questions, answers = load(data_dir, category, 0)
+        for question in questions:
+            _, functions = to_tools(question["function"])
+            truth = answers[question["id"]]["ground_truth"]
+            calls = []
+            for expected in truth:
+                ((name, args),) = expected.items()
+                built = {k: first_allowed(v) for k, v in args.items()}
+                calls.append((tool_name(name), {k: v for k, v in built.items() if v is not None}))
+            assert calls_match(list(reversed(calls)), truth, functions), (question["id"], calls)
+            name, args = calls[0]
+            assert not calls_match([(name + "_x", args)] + calls[1:], truth, functions), question["id"]
+            required = functions[name].get("parameters", {}).get("required", [])
+            if required:
+                dropped = {k: v for k, v in args.items() if k != required[0]}
+                assert not calls_match([(name, dropped)] + calls[1:], truth, functions), question["id"]
+            strings = [k for k, v in args.items() if isinstance(v, str)]
+            if strings:
+                assert not calls_match([(name, {**args, strings[0]: 12345})] + calls[1:], truth, functions)
+            checked += 1
+    # Irrelevance: no call is right, any call is wrong; a malformed call is malformed.
+    fake = {"choices": [{"message": {"tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}]}
+    assert score("irrelevance", fake, None, {}) == (False, False)
+    assert score("irrelevance", {"choices": [{"message": {"content": "no"}}]}, None, {}) == (True, False)
+    fake["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = "[1]"
+    assert score("irrelevance", fake, None, {}) == (False, True)
+    return checked
+
+
 # ----- the run -----
 
 
@@ -311,12 +365,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="the bfcl-eval wheel's bfcl_eval/data folder")
     parser.add_argument("--anchor", help="base URL of the server to compare against (llama-server)")
-    parser.add_argument("--candidate", required=True, help="base URL of the server measured (catena serve)")
+    parser.add_argument("--candidate", help="base URL of the server measured (catena serve)")
     parser.add_argument("--limit", type=int, default=20, help="questions per category (0: all)")
     parser.add_argument("--categories", default=",".join(CATEGORIES))
     parser.add_argument("--api-key", default=os.environ.get("BFCL_API_KEY", ""))
     parser.add_argument("--out", help="folder for one JSONL line per question and server")
+    parser.add_argument("--self-check", action="store_true", help="check the scorer on the answers themselves")
     args = parser.parse_args()
+    if args.self_check:
+        print(f"scorer self-check: {self_check(args.data)} answers scored as expected")
+        return
+    if not args.candidate:
+        parser.error("--candidate is required")
 
     servers = [("candidate", args.candidate)]
     if args.anchor:
