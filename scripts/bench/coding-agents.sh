@@ -173,7 +173,7 @@ protocol_error() {
 }
 
 results="$out/results.tsv"
-printf 'server\tclient\tattempt\texit\tprotocol_ok\ttests_pass\tseconds\terror\n' >"$results"
+printf 'server\tclient\tattempt\texit\tprotocol\ttests_pass\tseconds\terror\n' >"$results"
 echo "model $model_id, ctx $ctx, $threads threads, $attempts attempts; servers: ${!base[*]}; logs in $out"
 for attempt in $(seq "$attempts"); do
   for client in ${clients//,/ }; do
@@ -188,15 +188,23 @@ for attempt in $(seq "$attempts"); do
       status="$(run_client "$client" "$dir" "${base[$server]}")"
       seconds=$((SECONDS - started))
       error="$(protocol_error "$client" "$dir/out.txt" | cut -c1-200 | tr '\t' ' ')"
-      [ "$status" = 124 ] && error="timed out after ${timeout_s}s${error:+; $error}"
-      protocol_ok=no
-      [ "$status" = 0 ] && [ -z "$error" ] && protocol_ok=yes
+      # A client stopped by the time limit reported no error of its own: it is counted apart,
+      # neither as a held protocol nor as a broken one.
+      if [ -n "$error" ]; then
+        protocol=error
+      elif [ "$status" = 124 ]; then
+        protocol=timeout
+      elif [ "$status" = 0 ]; then
+        protocol=ok
+      else
+        protocol=error error="exit status $status"
+      fi
       cp "$fixture/test_calc.py" "$dir/repo/test_calc.py"
       tests_pass=no
       (cd "$dir/repo" && timeout 60 python3 -m unittest -q test_calc >"$dir/tests.txt" 2>&1) && tests_pass=yes
       printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$server" "$client" "$attempt" "$status" \
-        "$protocol_ok" "$tests_pass" "$seconds" "$error" >>"$results"
-      echo "attempt $attempt $client on $server: exit $status, protocol ok $protocol_ok, tests pass $tests_pass, ${seconds}s ${error:+($error)}"
+        "$protocol" "$tests_pass" "$seconds" "$error" >>"$results"
+      echo "attempt $attempt $client on $server: exit $status, protocol $protocol, tests pass $tests_pass, ${seconds}s ${error:+($error)}"
     done
   done
 done
@@ -204,14 +212,17 @@ done
 python3 - "$results" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-print("| client | server | attempts | protocol ok | tests pass | median s |")
-print("|---|---|---|---|---|---|")
+print("| client | server | attempts | protocol ok | protocol error | timed out | tests pass | median s |")
+print("|---|---|---|---|---|---|---|---|")
 for client in dict.fromkeys(r["client"] for r in rows):
     for server in dict.fromkeys(r["server"] for r in rows):
         rs = [r for r in rows if r["client"] == client and r["server"] == server]
         if rs:
-            ok = sum(r["protocol_ok"] == "yes" for r in rs)
+            count = {k: sum(r["protocol"] == k for r in rs) for k in ("ok", "error", "timeout")}
             passed = sum(r["tests_pass"] == "yes" for r in rs)
             median = statistics.median(int(r["seconds"]) for r in rs)
-            print(f"| {client} | {server} | {len(rs)} | {ok}/{len(rs)} | {passed}/{len(rs)} | {median:.0f} |")
+            print(
+                f"| {client} | {server} | {len(rs)} | {count['ok']} | {count['error']} | {count['timeout']} "
+                f"| {passed}/{len(rs)} | {median:.0f} |"
+            )
 PY
