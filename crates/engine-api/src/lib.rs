@@ -12,12 +12,14 @@
 //! context_tokens` holds at every step.
 
 mod chat;
+mod constraint;
 pub mod plan;
 mod quant;
 mod sampling;
 mod stops;
 
 pub use chat::{ChatMessage, chatml_prompt};
+pub use constraint::Constraint;
 pub use quant::QuantType;
 pub use sampling::{SamplingParams, argmax, greedy_pick, token_logprob};
 pub use stops::{StopHit, StopMatcher};
@@ -199,6 +201,15 @@ pub trait Session {
 
     fn stats(&self) -> SessionStats {
         self.state().stats.clone()
+    }
+
+    /// Holds the next [`Session::generate`] call (only that one) to `constraint`'s grammar. The
+    /// grammar is built here, so a bad one fails before anything is generated.
+    fn constrain(&mut self, constraint: &Constraint) -> Result<(), EngineError> {
+        let _ = constraint;
+        Err(EngineError::Unsupported(
+            "this engine cannot constrain its output to a grammar".into(),
+        ))
     }
 
     /// Changes how the next tokens are sampled.
@@ -418,4 +429,11 @@ pub enum EngineError {
     /// A model server gave no answer (unreachable, a refused key, an error status).
     #[error("the model server: {0}")]
     Remote(String),
+    /// A [`Constraint`]'s grammar cannot be built (an unsupported schema feature, a syntax
+    /// error); nothing was generated.
+    #[error("the output's grammar cannot be used: {0}")]
+    BadGrammar(String),
+    /// This engine cannot do what was asked (e.g. constrained decoding on a remote server).
+    #[error("{0}")]
+    Unsupported(String),
 }

@@ -11,7 +11,7 @@ mod utf8;
 
 // The contract's types, under the paths this crate's modules name them by.
 use catena_engine_api::{
-    ChatEngine, ChatFormat, ChatReply, ChatTurn, EngineError, GenerateLimits, Generation,
-    GenerationStop, KvCacheType, ModelInfo, PromptPart, SamplingParams, Session, SessionOptions,
-    SideChat, StartPrompt, StopMatcher, TokenRecord,
+    ChatEngine, ChatFormat, ChatReply, ChatTurn, Constraint, EngineError, GenerateLimits,
+    Generation, GenerationStop, KvCacheType, ModelInfo, PromptPart, SamplingParams, Session,
+    SessionOptions, SideChat, StartPrompt, StopMatcher, TokenRecord,
 };

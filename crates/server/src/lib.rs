@@ -9,6 +9,7 @@ mod error;
 mod holdback;
 mod listen;
 mod openai;
+mod tool_request;
 mod ui;
 
 use boundary::Boundary;

@@ -4,10 +4,14 @@
 use super::AppState;
 use super::error::{ApiError, ApiJson};
 use super::holdback::StopHoldback;
+use super::tool_request::{
+    self, RequestToolCall, ResponseFormat, ToolChoiceParam, ToolParam, Tooling,
+};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use catena_chat_format::{CallDelta, CallFormat, CallStream, Role, ToolSpec, Turn};
 use catena_engine_api::ChatMessage;
 use catena_engine_api::SamplingParams;
 use catena_service::{ChatEvent, ChatJob, ChatUsage, FinishReason};
@@ -38,6 +42,14 @@ pub struct ChatRequest {
     pub stop: Option<Stop>,
     pub seed: Option<i64>,
     pub n: Option<u32>,
+    #[serde(default)]
+    pub tools: Option<Vec<ToolParam>>,
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoiceParam>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +70,10 @@ pub struct RequestMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<RequestToolCall>>,
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,6 +94,8 @@ pub struct ContentPart {
 /// The checked request.
 struct Checked {
     messages: Vec<ChatMessage>,
+    turns: Vec<Turn>,
+    tooling: Tooling,
     sampling: SamplingParams,
     max_tokens: usize,
     stops: Vec<String>,
@@ -91,38 +109,46 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
         return Err(ApiError::invalid("Only `n` = 1 is supported.").param("n"));
     }
     let mut messages = Vec::with_capacity(request.messages.len());
+    let mut turns = Vec::with_capacity(request.messages.len());
     for (i, m) in request.messages.iter().enumerate() {
-        let role = match m.role.as_str() {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" => "assistant",
-            other => {
-                return Err(ApiError::invalid(format!(
-                    "messages[{i}]: role `{other}` is not supported (system, developer, user, assistant)."
-                ))
-                .param("messages"));
-            }
-        };
+        let role = tool_request::role(i, &m.role)?;
         let content = match &m.content {
-            None => String::new(),
-            Some(Content::Text(text)) => text.clone(),
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for part in parts {
-                    match (part.kind.as_str(), &part.text) {
-                        ("text", Some(t)) => text.push_str(t),
-                        (kind, _) => {
-                            return Err(ApiError::invalid(format!(
-                                "messages[{i}]: content of type `{kind}` is not supported; only text is."
-                            ))
-                            .param("messages"));
-                        }
-                    }
-                }
-                text
-            }
+            None => None,
+            Some(Content::Text(text)) => Some(text.clone()),
+            Some(Content::Parts(parts)) => Some(text_of(i, parts)?),
         };
-        messages.push(ChatMessage::new(role, &content));
+        let tool_calls = match &m.tool_calls {
+            Some(calls) if role == Role::Assistant => tool_request::calls(i, calls)?,
+            _ => Vec::new(),
+        };
+        let stored_role = match role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        messages.push(ChatMessage::new(
+            stored_role,
+            content.as_deref().unwrap_or(""),
+        ));
+        turns.push(Turn {
+            role,
+            content,
+            tool_calls,
+            tool_call_id: m.tool_call_id.clone(),
+        });
+    }
+    tool_request::check_answers(&turns)?;
+    let tooling = Tooling::check(
+        request.tools.as_deref(),
+        request.tool_choice.as_ref(),
+        request.parallel_tool_calls,
+        request.response_format.as_ref(),
+    )?;
+    if !tooling.needs_template(&turns) && turns.iter().any(|t| t.role == Role::Tool) {
+        return Err(
+            ApiError::invalid("`tool` messages need the model's chat template.").param("messages"),
+        );
     }
     let temperature = request.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
@@ -158,6 +184,8 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
     };
     Ok(Checked {
         messages,
+        turns,
+        tooling,
         sampling: SamplingParams {
             temperature,
             top_p,
@@ -167,6 +195,23 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
         max_tokens,
         stops,
     })
+}
+
+/// The text of a message given as parts (only text parts are supported).
+fn text_of(i: usize, parts: &[ContentPart]) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for part in parts {
+        match (part.kind.as_str(), &part.text) {
+            ("text", Some(t)) => text.push_str(t),
+            (kind, _) => {
+                return Err(ApiError::invalid(format!(
+                    "messages[{i}]: content of type `{kind}` is not supported; only text is."
+                ))
+                .param("messages"));
+            }
+        }
+    }
+    Ok(text)
 }
 
 fn rand_seed() -> u32 {
@@ -215,10 +260,25 @@ pub async fn chat_completions(
         return Err(ApiError::unknown_model(&request.model));
     }
     let checked = check(&request)?;
+    let (prompt, constraint, reader) = if checked.tooling.needs_template(&checked.turns) {
+        let template = app.catena.chat_template();
+        let template = template.as_ref().as_ref().map_err(|e| {
+            ApiError::invalid(format!(
+                "Tools need the model's chat template, which cannot be used: {e}"
+            ))
+            .param("tools")
+        })?;
+        let (parts, constraint) = checked.tooling.render(template, &checked.turns)?;
+        (Some(parts), constraint, checked.tooling.reader(template))
+    } else {
+        (None, None, None)
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     app.catena.chat(ChatJob {
         messages: checked.messages,
+        prompt,
+        constraint,
         sampling: checked.sampling,
         max_tokens: checked.max_tokens,
         stops: checked.stops.clone(),
@@ -227,18 +287,22 @@ pub async fn chat_completions(
         reply: tx,
         cancel: cancel.clone(),
     })?;
-    let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
-    let model = app.catena.model_id();
-    let created = unix_now();
+    let answer = Answer {
+        id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
+        model: app.catena.model_id(),
+        created: unix_now(),
+        stops: checked.stops,
+        reader,
+    };
     let guard = CancelOnDrop(cancel);
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
-        let stream = chat_stream(rx, checked.stops, id, model, created, include_usage, guard);
+        let stream = chat_stream(rx, answer, include_usage, guard);
         Ok(Sse::new(stream)
             .keep_alive(KeepAlive::default())
             .into_response())
     } else {
-        complete(rx, &checked.stops, id, model, created, guard).await
+        complete(rx, answer, guard).await
     }
 }
 
@@ -251,57 +315,119 @@ impl Drop for CancelOnDrop {
     }
 }
 
-async fn complete(
-    mut rx: mpsc::UnboundedReceiver<ChatEvent>,
-    stops: &[String],
+/// What every piece of one answer carries, and how its text is read.
+struct Answer {
     id: String,
     model: String,
     created: u64,
+    stops: Vec<String>,
+    /// The call format and the offered tools, when the answer may hold calls.
+    reader: Option<(CallFormat, Vec<ToolSpec>)>,
+}
+
+/// The OpenAI shape of a finished call.
+fn call_json(call: &catena_chat_format::ToolCall) -> Value {
+    json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    })
+}
+
+/// The finish reason OpenAI gives: `tool_calls` when the answer ends in calls.
+fn finish_with_calls(finish_reason: FinishReason, calls: usize) -> Value {
+    if calls > 0 && finish_reason == FinishReason::Stop {
+        json!("tool_calls")
+    } else {
+        json!(finish_reason)
+    }
+}
+
+async fn complete(
+    mut rx: mpsc::UnboundedReceiver<ChatEvent>,
+    answer: Answer,
     _guard: CancelOnDrop,
 ) -> Result<Response, ApiError> {
-    let mut holdback = StopHoldback::new(stops);
-    let mut content = String::new();
+    let mut holdback = StopHoldback::new(&answer.stops);
+    let mut text = String::new();
     while let Some(event) = rx.recv().await {
         match event {
-            ChatEvent::Text(text) => content.push_str(&holdback.push(&text)),
+            ChatEvent::Text(piece) => text.push_str(&holdback.push(&piece)),
             ChatEvent::Done {
                 finish_reason,
                 stopped_by_string,
                 usage,
             } => {
-                content.push_str(&holdback.finish(stopped_by_string));
+                text.push_str(&holdback.finish(stopped_by_string));
+                let (content, calls) = match &answer.reader {
+                    None => (Some(text), Vec::new()),
+                    Some((format, tools)) => {
+                        let mut stream = CallStream::new(*format, tools.clone());
+                        stream.push(&text);
+                        match stream.finish() {
+                            Ok((_, finished)) => (finished.content, finished.calls),
+                            // Cut by a limit inside a call: the text as it is, with `length`.
+                            Err(_) if finish_reason == FinishReason::Length => {
+                                (Some(text), Vec::new())
+                            }
+                            Err(e) => return Err(tool_request::format_error(e)),
+                        }
+                    }
+                };
+                let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+                if !calls.is_empty() {
+                    message["tool_calls"] = calls.iter().map(call_json).collect();
+                }
                 return Ok(Json(json!({
-                    "id": id,
+                    "id": answer.id,
                     "object": "chat.completion",
-                    "created": created,
-                    "model": model,
+                    "created": answer.created,
+                    "model": answer.model,
                     "system_fingerprint": null,
                     "choices": [{
                         "index": 0,
-                        "message": {"role": "assistant", "content": content, "refusal": null},
+                        "message": message,
                         "logprobs": null,
-                        "finish_reason": finish_reason,
+                        "finish_reason": finish_with_calls(finish_reason, calls.len()),
                     }],
                     "usage": usage_json(&usage),
                 }))
                 .into_response());
             }
             ChatEvent::Failed(message) => return Err(ApiError::internal(message)),
+            ChatEvent::Refused(message) => return Err(refused(message)),
         }
     }
     Err(ApiError::internal("the generation ended without a result"))
 }
 
+/// A schema the grammar compiler refused: the request's fault.
+fn refused(message: String) -> ApiError {
+    ApiError::invalid(format!("The schema cannot be enforced: {message}")).param("tools")
+}
+
+/// A streamed chunk's `delta` for a piece of the answer.
+fn delta_json(delta: CallDelta) -> Value {
+    match delta {
+        CallDelta::Content(text) => json!({"content": text}),
+        CallDelta::CallStart { index, id, name } => json!({"tool_calls": [{
+            "index": index, "id": id, "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }]}),
+        CallDelta::Arguments { index, fragment } => json!({"tool_calls": [{
+            "index": index, "function": {"arguments": fragment},
+        }]}),
+    }
+}
+
 fn chat_stream(
     mut rx: mpsc::UnboundedReceiver<ChatEvent>,
-    stops: Vec<String>,
-    id: String,
-    model: String,
-    created: u64,
+    answer: Answer,
     include_usage: bool,
     guard: CancelOnDrop,
 ) -> impl futures_util::Stream<Item = Result<Event, Infallible>> {
-    let chunk = move |delta: Value, finish: Option<FinishReason>| {
+    let (id, model, created) = (answer.id, answer.model, answer.created);
+    let chunk = move |delta: Value, finish: Option<Value>| {
         json!({
             "id": id,
             "object": "chat.completion.chunk",
@@ -311,38 +437,69 @@ fn chat_stream(
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
         })
     };
+    let mut calls = answer
+        .reader
+        .map(|(format, tools)| CallStream::new(format, tools));
+    let event = |value: Value| Ok(Event::default().data(value.to_string()));
     async_stream::stream! {
         let _guard = guard;
-        let mut holdback = StopHoldback::new(&stops);
-        yield Ok(Event::default().data(chunk(json!({"role": "assistant", "content": ""}), None).to_string()));
-        while let Some(event) = rx.recv().await {
-            match event {
+        let mut holdback = StopHoldback::new(&answer.stops);
+        let mut started = 0usize;
+        yield event(chunk(json!({"role": "assistant", "content": ""}), None));
+        while let Some(received) = rx.recv().await {
+            match received {
                 ChatEvent::Text(text) => {
                     let shown = holdback.push(&text);
-                    if !shown.is_empty() {
-                        yield Ok(Event::default().data(chunk(json!({"content": shown}), None).to_string()));
+                    for delta in split(&mut calls, &shown) {
+                        started += usize::from(matches!(delta, CallDelta::CallStart { .. }));
+                        yield event(chunk(delta_json(delta), None));
                     }
                 }
                 ChatEvent::Done { finish_reason, stopped_by_string, usage } => {
                     let rest = holdback.finish(stopped_by_string);
-                    if !rest.is_empty() {
-                        yield Ok(Event::default().data(chunk(json!({"content": rest}), None).to_string()));
+                    let mut last = split(&mut calls, &rest);
+                    if let Some(stream) = calls.as_mut() {
+                        match stream.finish() {
+                            Ok((deltas, _)) => last.extend(deltas),
+                            Err(_) if finish_reason == FinishReason::Length => {}
+                            Err(e) => {
+                                yield event(tool_request::format_error(e).body());
+                                break;
+                            }
+                        }
                     }
-                    yield Ok(Event::default().data(chunk(json!({}), Some(finish_reason)).to_string()));
+                    for delta in last {
+                        started += usize::from(matches!(delta, CallDelta::CallStart { .. }));
+                        yield event(chunk(delta_json(delta), None));
+                    }
+                    yield event(chunk(json!({}), Some(finish_with_calls(finish_reason, started))));
                     if include_usage {
                         let mut last = chunk(json!({}), None);
                         last["choices"] = json!([]);
                         last["usage"] = usage_json(&usage);
-                        yield Ok(Event::default().data(last.to_string()));
+                        yield event(last);
                     }
                     break;
                 }
                 ChatEvent::Failed(message) => {
-                    yield Ok(Event::default().data(ApiError::internal(message).body().to_string()));
+                    yield event(ApiError::internal(message).body());
+                    break;
+                }
+                ChatEvent::Refused(message) => {
+                    yield event(refused(message).body());
                     break;
                 }
             }
         }
         yield Ok(Event::default().data("[DONE]"));
+    }
+}
+
+/// The pieces `text` settles: through the call reader when calls may come, else as content.
+fn split(calls: &mut Option<CallStream>, text: &str) -> Vec<CallDelta> {
+    match calls {
+        Some(stream) => stream.push(text),
+        None if text.is_empty() => Vec::new(),
+        None => vec![CallDelta::Content(text.to_string())],
     }
 }

@@ -9,11 +9,13 @@ use crate::ServiceError;
 use crate::live::LiveRuns;
 use catena_agent::Budgets;
 use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
+use catena_chat_format::ChatTemplate;
 use catena_engine_api::ChatMessage;
 use catena_engine_api::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
     SessionOptions, StopMatcher,
 };
+use catena_engine_api::{Constraint, PromptPart};
 use catena_hub::assets;
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
@@ -55,7 +57,13 @@ pub struct InferenceConfig {
 
 /// A chat completion to run.
 pub struct ChatJob {
+    /// The conversation, as stored with the run.
     pub messages: Vec<ChatMessage>,
+    /// The prompt rendered by the model's chat template with the request's tools
+    /// ([`Inference::chat_template`]); `None`: the worker frames `messages` itself.
+    pub prompt: Option<Vec<PromptPart>>,
+    /// The grammar the answer follows (a tool call's schema, `response_format`).
+    pub constraint: Option<Constraint>,
     pub sampling: SamplingParams,
     pub max_tokens: usize,
     pub stops: Vec<String>,
@@ -80,6 +88,9 @@ pub enum ChatEvent {
         usage: ChatUsage,
     },
     Failed(String),
+    /// The request cannot be served as asked (a schema the grammar compiler refuses); nothing
+    /// was generated.
+    Refused(String),
 }
 
 /// Why a chat completion ended, in OpenAI's words.
@@ -158,6 +169,8 @@ pub struct Serving {
     pub info: ModelInfo,
     /// The adapter applied on it (the one Catena ships for the default model), by name.
     pub adapter: Option<&'static str>,
+    /// Its chat template, for requests with tools.
+    pub template: ServedTemplate,
 }
 
 /// The handle the HTTP layer holds.
@@ -169,6 +182,24 @@ pub struct Inference {
     serving: Arc<RwLock<Serving>>,
     /// The worker process (pid, restarts).
     pub worker: Arc<WorkerStatus>,
+}
+
+/// The served model's chat template, or why it cannot be rendered.
+pub type ServedTemplate = Arc<Result<ChatTemplate, String>>;
+
+/// Reads and compiles the chat template of the model at `path` (the GGUF's
+/// `tokenizer.chat_template`; a file without one gets ChatML with Hermes tools).
+pub fn load_chat_template(path: &std::path::Path) -> ServedTemplate {
+    let loaded = catena_gguf::GgufHeader::read(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        .and_then(|header| {
+            ChatTemplate::new(header.get_str("tokenizer.chat_template"), "", "")
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = &loaded {
+        tracing::warn!(error = %e, "the model's chat template cannot be rendered; tools are off");
+    }
+    Arc::new(loaded)
 }
 
 impl Inference {
@@ -198,6 +229,7 @@ impl Inference {
             model_id: model_id(&config.model_path),
             info: client.info().clone(),
             adapter: adapter.map(|(_, name)| name),
+            template: load_chat_template(&config.model_path),
         }));
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -352,6 +384,7 @@ impl Worker {
                     model_id: model_id(&job.model_path),
                     info: client.info().clone(),
                     adapter,
+                    template: load_chat_template(&job.model_path),
                 };
                 *self.jobs.serving.write() = serving.clone();
                 serving
@@ -388,22 +421,34 @@ impl Worker {
             return;
         }
         let reply = job.reply.clone();
-        if let Err(e) = self.try_chat(lane, job) {
-            let _ = reply.send(ChatEvent::Failed(e.to_string()));
+        match self.try_chat(lane, job) {
+            Ok(()) => {}
+            Err(EngineError::BadGrammar(message)) => {
+                let _ = reply.send(ChatEvent::Refused(message));
+            }
+            Err(e) => {
+                let _ = reply.send(ChatEvent::Failed(e.to_string()));
+            }
         }
     }
 
     fn try_chat(&self, lane: usize, job: ChatJob) -> Result<(), EngineError> {
         self.ready()?;
         let client = self.client.read();
-        let opened = client.open(
-            lane,
-            Prompt::Conversation {
+        let prompt = match &job.prompt {
+            Some(parts) => Prompt::Parts {
+                parts: parts.clone(),
+            },
+            None => Prompt::Conversation {
                 messages: job.messages.clone(),
             },
-        )?;
+        };
+        let opened = client.open(lane, prompt)?;
         let mut session = opened.session;
         session.set_sampling(job.sampling);
+        if let Some(constraint) = &job.constraint {
+            session.constrain(constraint)?;
+        }
         let stops = StopMatcher::new(job.stops.iter().cloned());
         let limits = GenerateLimits {
             max_tokens: job.max_tokens,

@@ -20,7 +20,10 @@ pub use contract::{
 };
 pub use downloads::{DownloadState, DownloadStatus};
 pub use error::{ErrorKind, ServiceError};
-pub use inference::{ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig};
+pub use inference::{
+    ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig, ServedTemplate,
+    load_chat_template,
+};
 pub use tool_status::{
     KeyName, KeyState, KeyStates, ToolStatus, WebSettingsUpdate, WebSettingsView, tool_status,
     update_web_settings, web_settings_view,
@@ -127,6 +130,11 @@ impl Service {
     /// The served model's name for clients.
     pub fn model_id(&self) -> String {
         self.inference.model_id()
+    }
+
+    /// The served model's chat template (for requests with tools), or why it cannot be used.
+    pub fn chat_template(&self) -> ServedTemplate {
+        self.inference.serving().template
     }
 
     /// Queues a chat completion (the OpenAI API); its events arrive on the job's channel.

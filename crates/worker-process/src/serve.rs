@@ -318,7 +318,8 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
                 max_tokens,
                 deadline_ms,
                 sampling,
-            } => self.generate(stops, max_tokens, deadline_ms, sampling),
+                constraint,
+            } => self.generate(stops, max_tokens, deadline_ms, sampling, constraint),
             Request::Close { keep, conversation } => {
                 self.release(conversation, !keep);
                 Ok(Reply::Closed)
@@ -338,6 +339,7 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
         let parts = match &prompt {
             Prompt::Conversation { messages } => self.engine.conversation_prompt(messages)?,
             Prompt::Task { system, user } => self.engine.chat_prompt(system, user)?,
+            Prompt::Parts { parts } => parts.clone(),
         };
         let tokens = self.engine.tokenize_parts(&parts);
         let checkout = self.pool.lock().checkout(&tokens)?;
@@ -363,6 +365,7 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
         max_tokens: usize,
         deadline_ms: Option<u64>,
         sampling: catena_engine_api::SamplingParams,
+        constraint: Option<catena_engine_api::Constraint>,
     ) -> Result<Reply, EngineError> {
         let lane = self.lane;
         let output = self.output;
@@ -375,6 +378,9 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
             cancel: Some(cancel.clone()),
         };
         open.session.set_sampling(sampling);
+        if let Some(constraint) = &constraint {
+            open.session.constrain(constraint)?;
+        }
         let mut broken = None;
         let generation = open
             .session

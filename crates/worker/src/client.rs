@@ -12,8 +12,8 @@ use super::protocol::{
     write_frame,
 };
 use catena_engine_api::{
-    EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart, Session,
-    SessionState, StartChat, StopMatcher,
+    Constraint, EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart,
+    Session, SessionState, StartChat, StopMatcher,
 };
 use parking_lot::Mutex;
 use std::io::{self, BufReader, BufWriter};
@@ -225,6 +225,7 @@ impl WorkerClient {
             lane,
             state: SessionState::default(),
             closed: true,
+            constraint: None,
         })
     }
 
@@ -518,6 +519,8 @@ pub struct WorkerSession<'c> {
     lane: usize,
     state: SessionState,
     closed: bool,
+    /// The grammar the next generation follows, sent with it (built in the worker).
+    constraint: Option<Constraint>,
 }
 
 /// What the worker said about a prompt it opened a session with.
@@ -639,6 +642,13 @@ impl Session for WorkerSession<'_> {
         }
     }
 
+    /// Kept and sent with the next `Generate`: the worker builds the grammar and answers a bad one
+    /// with an error before it samples.
+    fn constrain(&mut self, constraint: &Constraint) -> Result<(), EngineError> {
+        self.constraint = Some(constraint.clone());
+        Ok(())
+    }
+
     fn generate(
         &mut self,
         stops: &StopMatcher,
@@ -656,6 +666,7 @@ impl Session for WorkerSession<'_> {
                 max_tokens: limits.max_tokens,
                 deadline_ms,
                 sampling: self.state.sampling,
+                constraint: self.constraint.take(),
             },
         )?;
         match self

@@ -7,8 +7,8 @@
 use catena_engine_api::plan::Plan;
 use catena_engine_api::{ChatMessage, QuantType};
 use catena_engine_api::{
-    EngineError, Generation, KvCacheType, ModelInfo, PromptPart, SamplingParams, SessionOptions,
-    SessionStats, SideChat, TokenRecord,
+    Constraint, EngineError, Generation, KvCacheType, ModelInfo, PromptPart, SamplingParams,
+    SessionOptions, SessionStats, SideChat, TokenRecord,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -57,6 +57,9 @@ pub enum Prompt {
     Conversation { messages: Vec<ChatMessage> },
     /// One system and one user message (an agent run).
     Task { system: String, user: String },
+    /// A prompt the caller rendered itself (the model's own Jinja template with tools, by
+    /// `catena-chat-format`), markers special and message text plain.
+    Parts { parts: Vec<PromptPart> },
 }
 
 /// From the server to the worker.
@@ -84,6 +87,9 @@ pub enum Request {
         /// Milliseconds left before the caller's deadline.
         deadline_ms: Option<u64>,
         sampling: SamplingParams,
+        /// The grammar this generation follows (constrained decoding), if any.
+        #[serde(default)]
+        constraint: Option<Constraint>,
     },
     /// Stops the generation in progress between two tokens (ignored when none runs).
     Cancel,
@@ -176,6 +182,7 @@ pub enum Reply {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum WireError {
     ContextOverflow { context_size: usize, needed: usize },
+    BadGrammar { message: String },
     Other { message: String },
 }
 
@@ -188,6 +195,9 @@ impl From<&EngineError> for WireError {
             } => WireError::ContextOverflow {
                 context_size,
                 needed,
+            },
+            EngineError::BadGrammar(ref message) => WireError::BadGrammar {
+                message: message.clone(),
             },
             ref other => WireError::Other {
                 message: other.to_string(),
@@ -206,6 +216,7 @@ impl From<WireError> for EngineError {
                 context_size,
                 needed,
             },
+            WireError::BadGrammar { message } => EngineError::BadGrammar(message),
             WireError::Other { message } => EngineError::Worker(message),
         }
     }

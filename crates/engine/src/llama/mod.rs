@@ -3,6 +3,7 @@
 
 mod batch;
 mod chat;
+mod guide;
 // Installs llama.cpp's log callback through the sys crate, which is unsafe.
 #[allow(unsafe_code)]
 mod log;
@@ -107,6 +108,8 @@ pub struct LlamaEngine {
     adapter: Option<LoadedAdapter>,
     /// The system prompt the model's template inserts when a conversation has none.
     default_system: Option<String>,
+    /// The grammar compiler for constrained decoding, built at the first constrained request.
+    grammars: OnceLock<guide::GrammarFactory>,
 }
 
 impl LlamaEngine {
@@ -177,7 +180,17 @@ impl LlamaEngine {
             info,
             adapter,
             default_system,
+            grammars: OnceLock::new(),
         })
+    }
+
+    /// The model's grammar compiler, built once (it walks the whole vocabulary).
+    fn grammar_factory(&self) -> Result<guide::GrammarFactory, EngineError> {
+        if let Some(factory) = self.grammars.get() {
+            return Ok(factory.clone());
+        }
+        let factory = guide::factory(self)?;
+        Ok(self.grammars.get_or_init(|| factory).clone())
     }
 
     pub fn info(&self) -> &ModelInfo {

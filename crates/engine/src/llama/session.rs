@@ -6,11 +6,12 @@
 //! and the last token of a run is never evaluated for nothing.
 
 use super::LlamaEngine;
+use super::guide::{self, Guide};
 use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
 use crate::{
-    EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
-    SessionOptions, StartPrompt, TokenRecord,
+    Constraint, EngineError, GenerateLimits, Generation, GenerationStop, PromptPart,
+    SamplingParams, Session, SessionOptions, StartPrompt, TokenRecord,
 };
 use catena_engine_api::{SessionState, argmax, greedy_pick, token_logprob};
 use llama_cpp_2::context::LlamaContext;
@@ -39,6 +40,8 @@ pub struct LlamaSession<'m> {
     threads: Option<i32>,
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
     logprobs: bool,
+    /// The grammar the next generation follows ([`Session::constrain`]); cleared after it.
+    guide: Option<Guide>,
 }
 
 impl<'m> LlamaSession<'m> {
@@ -64,6 +67,7 @@ impl<'m> LlamaSession<'m> {
             logits_at: None,
             threads: options.threads,
             logprobs: options.logprobs,
+            guide: None,
         })
     }
 
@@ -195,19 +199,105 @@ impl<'m> LlamaSession<'m> {
                 "no logits to sample from (nothing was evaluated)".into(),
             ));
         };
-        let sampler = &mut self.sampler;
-        let record = pick_token(
-            &self.ctx,
-            index,
-            &self.state.sampling,
-            self.logprobs,
-            || Ok(sampler),
-        )?;
+        let record = match self.guide.as_mut().and_then(Guide::sampler) {
+            Some(guided) => guide::pick(
+                &self.ctx,
+                index,
+                guided,
+                &self.state.sampling,
+                self.logprobs,
+            )?,
+            None => {
+                let sampler = &mut self.sampler;
+                pick_token(
+                    &self.ctx,
+                    index,
+                    &self.state.sampling,
+                    self.logprobs,
+                    || Ok(sampler),
+                )?
+            }
+        };
         let token = LlamaToken(record.id);
         self.state.tokens.push(record);
         self.logits_at = None;
         self.state.stats.generated_tokens += 1;
         Ok(token)
+    }
+
+    /// Samples until a stop condition (see [`Session::generate`]), under the guide if one is set.
+    fn generate_text(
+        &mut self,
+        stops: &StopMatcher,
+        limits: GenerateLimits,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, EngineError> {
+        let mut text = GeneratedText::default();
+        let mut sampled = 0;
+        let engine = self.engine;
+        let vocab = engine.model().vocab();
+        let stop = loop {
+            if limits.is_cancelled() {
+                break GenerationStop::Cancelled;
+            }
+            if sampled >= limits.max_tokens {
+                break GenerationStop::MaxTokens;
+            }
+            if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                break GenerationStop::Deadline;
+            }
+            if self.state.tokens.len() >= self.state.context_size {
+                break GenerationStop::ContextFull;
+            }
+            let step = Instant::now();
+            let folded = self.evaluate_pending()?;
+            self.state.stats.decode_tokens += folded;
+            let token = self.sample()?;
+            sampled += 1;
+            self.state.stats.decode_time += step.elapsed();
+            if vocab.is_eog(token) {
+                break GenerationStop::EndOfTurn;
+            }
+            let piece = vocab.token_to_piece(token, false, None);
+            if let Some(guide) = self.guide.as_mut() {
+                guide.observe(&piece, |past| {
+                    vocab
+                        .tokenize(past.as_bytes(), false, false)
+                        .into_iter()
+                        .map(|t| t.0.cast_unsigned())
+                        .collect()
+                });
+            }
+            match text.push(&piece, stops) {
+                TokenText::Streamed(piece) => {
+                    if !piece.is_empty() {
+                        on_text(&piece);
+                    }
+                }
+                TokenText::Stopped {
+                    index,
+                    streamed,
+                    replace_with,
+                } => {
+                    if let Some(kept) = replace_with {
+                        self.replace_last_token(&kept);
+                    }
+                    on_text(&streamed);
+                    break GenerationStop::StopString { index };
+                }
+            }
+        };
+        if !matches!(stop, GenerationStop::StopString { .. }) {
+            let tail = text.finish();
+            if !tail.is_empty() {
+                on_text(&tail);
+            }
+        }
+        Ok(Generation {
+            text: text.into_text(),
+            stop,
+            tokens: sampled,
+        })
     }
 
     /// The last sampled token carried text past a stop string: replace it with the tokens of
@@ -278,68 +368,21 @@ impl Session for LlamaSession<'_> {
         Ok(added)
     }
 
+    fn constrain(&mut self, constraint: &Constraint) -> Result<(), EngineError> {
+        let factory = self.engine.grammar_factory()?;
+        self.guide = Some(Guide::new(&factory, constraint, self.state.sampling)?);
+        Ok(())
+    }
+
     fn generate(
         &mut self,
         stops: &StopMatcher,
         limits: GenerateLimits,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, EngineError> {
-        let mut text = GeneratedText::default();
-        let mut sampled = 0;
-        let engine = self.engine;
-        let vocab = engine.model().vocab();
-        let stop = loop {
-            if limits.is_cancelled() {
-                break GenerationStop::Cancelled;
-            }
-            if sampled >= limits.max_tokens {
-                break GenerationStop::MaxTokens;
-            }
-            if limits.deadline.is_some_and(|d| Instant::now() >= d) {
-                break GenerationStop::Deadline;
-            }
-            if self.state.tokens.len() >= self.state.context_size {
-                break GenerationStop::ContextFull;
-            }
-            let step = Instant::now();
-            let folded = self.evaluate_pending()?;
-            self.state.stats.decode_tokens += folded;
-            let token = self.sample()?;
-            sampled += 1;
-            self.state.stats.decode_time += step.elapsed();
-            if vocab.is_eog(token) {
-                break GenerationStop::EndOfTurn;
-            }
-            match text.push(&vocab.token_to_piece(token, false, None), stops) {
-                TokenText::Streamed(piece) => {
-                    if !piece.is_empty() {
-                        on_text(&piece);
-                    }
-                }
-                TokenText::Stopped {
-                    index,
-                    streamed,
-                    replace_with,
-                } => {
-                    if let Some(kept) = replace_with {
-                        self.replace_last_token(&kept);
-                    }
-                    on_text(&streamed);
-                    break GenerationStop::StopString { index };
-                }
-            }
-        };
-        if !matches!(stop, GenerationStop::StopString { .. }) {
-            let tail = text.finish();
-            if !tail.is_empty() {
-                on_text(&tail);
-            }
-        }
-        Ok(Generation {
-            text: text.into_text(),
-            stop,
-            tokens: sampled,
-        })
+        let generation = self.generate_text(stops, limits, on_text);
+        self.guide = None;
+        generation
     }
 
     fn state(&self) -> &SessionState {

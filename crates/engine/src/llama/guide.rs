@@ -1,0 +1,141 @@
+//! Constrained decoding: a [`Constraint`]'s grammar held over the sampler with llguidance
+//! (docs/ARCHITECTURE.md, "Constrained decoding"). llguidance computes, at each step, the set of
+//! tokens that keep the text inside the grammar; the sampler then only picks among them. The
+//! tokenizer's view it needs (every token's bytes, in a trie) is built once per model.
+//!
+//! A lazy constraint waits: the model writes freely until its text contains the trigger (a tool
+//! call's opening tag), then the grammar applies to what follows. When the token that completed
+//! the trigger also carried text past it, that text is fed to the grammar first; if the grammar
+//! refuses it, the rest of the generation stays free and the caller's parser judges the result.
+
+use super::LlamaEngine;
+use catena_engine_api::{Constraint, EngineError, SamplingParams, TokenRecord, token_logprob};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::sampling::LlamaSampler;
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use std::sync::Arc;
+
+/// The grammar compiler of one model (its tokenizer's trie inside).
+pub(super) type GrammarFactory = Arc<ParserFactory>;
+
+pub(super) fn factory(engine: &LlamaEngine) -> Result<GrammarFactory, EngineError> {
+    let env = LlamaSampler::llguidance_tok_env(engine.model());
+    let mut factory = ParserFactory::new_simple(&env)
+        .map_err(|e| EngineError::BadGrammar(format!("the tokenizer's trie: {e}")))?;
+    // Grammar errors come back as values; llguidance must not print them on the worker's stderr.
+    factory.set_stderr_log_level(0);
+    Ok(Arc::new(factory))
+}
+
+/// One generation's constraint, from the first token or from its trigger on.
+pub(super) struct Guide {
+    matcher: Matcher,
+    sampling: SamplingParams,
+    state: GuideState,
+}
+
+enum GuideState {
+    /// Not yet triggered: the text so far, searched for the trigger.
+    Waiting { trigger: String, text: String },
+    /// In force: a sampler chain with the grammar's mask first.
+    Active(LlamaSampler),
+    /// Triggered, but the grammar refused the text past the trigger: free from here on.
+    Released,
+}
+
+impl Guide {
+    /// Builds the grammar now, so a bad one fails before anything is generated.
+    pub(super) fn new(
+        factory: &ParserFactory,
+        constraint: &Constraint,
+        sampling: SamplingParams,
+    ) -> Result<Guide, EngineError> {
+        let parser = factory
+            .create_parser(TopLevelGrammar::from_lark(constraint.grammar.clone()))
+            .map_err(|e| EngineError::BadGrammar(e.to_string()))?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(error) = matcher.get_error() {
+            return Err(EngineError::BadGrammar(error));
+        }
+        let mut guide = Guide {
+            matcher,
+            sampling,
+            state: GuideState::Released,
+        };
+        guide.state = match &constraint.trigger {
+            Some(trigger) => GuideState::Waiting {
+                trigger: trigger.clone(),
+                text: String::new(),
+            },
+            None => guide.activate(),
+        };
+        Ok(guide)
+    }
+
+    fn activate(&self) -> GuideState {
+        let mut chain = vec![LlamaSampler::from(self.matcher.deep_clone())];
+        chain.push(super::session::build_sampler(&self.sampling));
+        GuideState::Active(LlamaSampler::chain_simple(chain))
+    }
+
+    /// The sampler to pick the next token with while the grammar is in force.
+    pub(super) fn sampler(&mut self) -> Option<&mut LlamaSampler> {
+        match &mut self.state {
+            GuideState::Active(sampler) => Some(sampler),
+            _ => None,
+        }
+    }
+
+    /// Sees the text of each token the free part produced; starts the grammar once the trigger
+    /// is written. `tokenize` gives the tokens of the text past the trigger, fed to the grammar.
+    pub(super) fn observe(&mut self, piece: &[u8], tokenize: impl FnOnce(&str) -> Vec<u32>) {
+        let GuideState::Waiting { trigger, text } = &mut self.state else {
+            return;
+        };
+        // Only the last piece can complete the trigger: search the tail that could hold it.
+        let from = text.len().saturating_sub(trigger.len());
+        text.push_str(&String::from_utf8_lossy(piece));
+        let from = (0..=from)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        let Some(at) = text[from..].find(trigger.as_str()) else {
+            return;
+        };
+        let past = text[from + at + trigger.len()..].to_string();
+        if !past.is_empty() && self.matcher.consume_tokens(&tokenize(&past)).is_err() {
+            tracing::debug!(past, "the text past the trigger does not fit the grammar");
+            self.state = GuideState::Released;
+            return;
+        }
+        self.state = self.activate();
+    }
+}
+
+/// The next token from the logits at batch index `at`, picked by the guide's sampler chain (the
+/// grammar's mask, then the request's sampling; greedy included, as the mask must come first).
+pub(super) fn pick(
+    ctx: &LlamaContext<'_>,
+    at: i32,
+    sampler: &mut LlamaSampler,
+    sampling: &SamplingParams,
+    logprobs: bool,
+) -> Result<TokenRecord, EngineError> {
+    let unusable = || EngineError::Decode("the model produced no usable logits".into());
+    let token = sampler.sample(ctx, at);
+    let index = usize::try_from(token.0).map_err(|_| unusable())?;
+    let logprob = if logprobs {
+        token_logprob(
+            ctx.get_logits_ith(at),
+            index,
+            sampling.logprob_temperature(),
+        )
+    } else {
+        None
+    };
+    Ok(TokenRecord {
+        id: token.0,
+        logprob,
+    })
+}
