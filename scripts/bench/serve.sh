@@ -15,6 +15,7 @@
 # CATENA_BIN picks a built catena (default: the release build, built if missing).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+. "$root/scripts/lib/servers.sh"
 cd "$root"
 parallel=4 clients=16 requests=4 max_tokens=32 rounds=2 ctx=4096 model="" out=""
 while [ $# -gt 0 ]; do
@@ -46,10 +47,6 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 fi
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # Waits for URL/health, then runs the load; prints the summary line. Args: NAME PORT MODEL_ID PID
 load() {
