@@ -44,6 +44,9 @@ pub struct Parsed {
     pub calls: Vec<ParsedCall>,
 }
 
+/// Most calls one answer may make when parallel calls are allowed: a small model held to a call
+/// format can otherwise repeat calls until its token budget runs out.
+const MAX_CALLS: usize = 8;
 const HERMES_OPEN: &str = "<tool_call>";
 const HERMES_CLOSE: &str = "</tool_call>";
 const MISTRAL_MARK: &str = "[TOOL_CALLS]";
@@ -114,26 +117,29 @@ impl CallFormat {
                     lark_str(&format!("\n{HERMES_CLOSE}"))
                 );
                 let more = if many {
-                    format!(" ({} {block})*", lark_str("\n"))
+                    format!(" ({} {block}){{0,{}}}", lark_str("\n"), MAX_CALLS - 1)
                 } else {
                     String::new()
                 };
+                // A newline may end the calls: a model that writes one after its last call can
+                // still stop there instead of being held to open another.
+                let tail = format!(" {}?", lark_str("\n"));
                 if forced {
-                    format!("start: {block}{more}")
+                    format!("start: {block}{more}{tail}")
                 } else {
                     let rest = format!(
                         "{} call {}",
                         lark_str("\n"),
                         lark_str(&format!("\n{HERMES_CLOSE}"))
                     );
-                    format!("start: {rest}{more}")
+                    format!("start: {rest}{more}{tail}")
                 }
             }
             _ if !forced => return None,
             CallFormat::Llama3 => "start: call".to_string(),
             CallFormat::Mistral => {
                 let more = if many {
-                    format!(" ({} call)*", lark_str(", "))
+                    format!(" ({} call){{0,{}}}", lark_str(", "), MAX_CALLS - 1)
                 } else {
                     String::new()
                 };
@@ -448,45 +454,72 @@ fn call_from_value(item: &Value) -> Option<ParsedCall> {
 /// bare object, instead of their template's markers. Such a block counts as a call when it names
 /// an offered tool and carries arguments; it leaves the content.
 fn fenced_calls(parsed: &mut Parsed, text: &str, tools: &[ToolSpec], finished: bool) {
-    if !finished || tools.is_empty() {
+    if tools.is_empty() {
         return;
     }
-    let is_call = |object: &Value| {
-        object
-            .get("name")
-            .and_then(Value::as_str)
-            .is_some_and(|name| tools.iter().any(|t| t.name == name))
-            && (object.get("arguments").is_some() || object.get("parameters").is_some())
+    // An object naming an offered tool, with arguments (maybe still being written): its raw
+    // arguments text is streamed like a marked call's.
+    let as_call = |object: &str, closed: bool| -> Option<ParsedCall> {
+        let name = string_field(object, "name")?;
+        if !tools.iter().any(|t| t.name == name) {
+            return None;
+        }
+        field_value_so_far(object, &["arguments", "parameters"])?;
+        if closed && !serde_json::from_str::<Value>(object).is_ok_and(|v| v.is_object()) {
+            return None;
+        }
+        Some(call_from_object(object, "arguments", closed))
     };
     let mut content = String::new();
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("```") {
         let block = &rest[start + 3..];
-        let Some(end) = block.find("```") else { break };
-        let inner = block[..end]
-            .trim_start_matches("json")
-            .trim_start_matches("JSON")
-            .trim();
-        match serde_json::from_str::<Value>(inner) {
-            Ok(object) if is_call(&object) => {
+        let info_end = block.find('\n').unwrap_or(block.len());
+        let inner_start = if matches!(block[..info_end].trim(), "" | "json" | "JSON") {
+            info_end
+        } else {
+            // Another language's block: prose, skipped to its end.
+            let Some(end) = block.find("```") else { break };
+            content.push_str(&rest[..start + 3 + end + 3]);
+            rest = &block[end + 3..];
+            continue;
+        };
+        let (inner, after, closed) = match block[inner_start..].find("```") {
+            Some(end) => (
+                &block[inner_start..inner_start + end],
+                &block[inner_start + end + 3..],
+                true,
+            ),
+            None => (&block[inner_start..], "", false),
+        };
+        match as_call(inner.trim(), closed || finished) {
+            Some(call) => {
                 content.push_str(&rest[..start]);
-                calls.extend(call_from_value(&object));
+                calls.push(call);
             }
-            _ => content.push_str(&rest[..start + 3 + end + 3]),
+            None => content.push_str(&rest[..rest.len() - after.len()]),
         }
-        rest = &block[end + 3..];
+        rest = after;
+        if !closed {
+            break;
+        }
     }
     content.push_str(rest);
+    let bare = text.trim();
     if calls.is_empty()
-        && let Ok(object) = serde_json::from_str::<Value>(text.trim())
-        && is_call(&object)
+        && bare.starts_with('{')
+        && let Some(call) = as_call(bare, finished)
     {
-        calls.extend(call_from_value(&object));
+        calls.push(call);
         content.clear();
     }
     if !calls.is_empty() {
-        parsed.content = content.trim().to_string();
+        parsed.content = if finished {
+            content.trim().to_string()
+        } else {
+            settled(&content, false).trim().to_string()
+        };
         parsed.calls = calls;
     }
 }

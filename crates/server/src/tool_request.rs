@@ -137,7 +137,9 @@ impl Tooling {
         Ok(Tooling {
             tools: specs,
             choice,
-            parallel: parallel.unwrap_or(true),
+            // llama-server's default, not OpenAI's: a small model allowed many calls tends to
+            // repeat them; a client that wants parallel calls asks for them.
+            parallel: parallel.unwrap_or(false),
             response_schema,
         })
     }

@@ -56,7 +56,8 @@ fn qwen_coder_fenced_json_counts_as_a_call_only_for_an_offered_tool() {
     let fenced = "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n```";
     let (content, calls) = CallFormat::Hermes.finish(fenced, &[weather()]).unwrap();
     assert_eq!(content, "");
-    assert_eq!(calls[0].1, r#"{"city":"Oslo"}"#);
+    // The arguments as the model wrote them: what was streamed adds up to them.
+    assert_eq!(calls[0].1, r#"{"city": "Oslo"}"#);
     let inside_tags = "<tool_call>\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n```\n</tool_call>";
     let (_, calls) = CallFormat::Hermes
         .finish(inside_tags, &[weather()])
@@ -130,11 +131,15 @@ fn grammars_follow_the_choice() {
     assert_eq!(forced.trigger, None);
     assert!(forced.grammar.starts_with("start: \"<tool_call>\\n\" call"));
     assert!(
-        !forced.grammar.contains(")*"),
+        !forced.grammar.contains("){0,"),
         "one call only: {}",
         forced.grammar
     );
     assert!(forced.grammar.contains(r#"{"const":"get_weather"}"#));
+    let parallel = CallFormat::Hermes
+        .constraint(&tools, &ToolChoice::Required, true)
+        .unwrap();
+    assert!(parallel.grammar.contains("){0,7}"), "{}", parallel.grammar);
     // A family without a visible opening mark is enforced only when a call is required.
     assert_eq!(
         CallFormat::Llama3.constraint(&tools, &ToolChoice::Auto, true),
@@ -194,6 +199,14 @@ fn streamed_pieces_add_up_to_the_whole_answer() {
         let (content, calls) = stream_in_pieces(fenced, size);
         assert_eq!((content.as_str(), calls.len()), ("Sure.", 1));
     }
+    // A fenced call streams its arguments as they come, like a marked one.
+    let mut stream = CallStream::new(CallFormat::Hermes, vec![weather()]);
+    let pieces = fenced
+        .chars()
+        .flat_map(|c| stream.push(&c.to_string()))
+        .filter(|d| matches!(d, CallDelta::Arguments { .. }))
+        .count();
+    assert!(pieces > 5, "{pieces}");
     let prose = "No tool needed: 2 + 2 = 4. ```python\nprint(4)\n``` <b>done</b>";
     for size in [1, 5] {
         assert_eq!(stream_in_pieces(prose, size), (prose.to_string(), vec![]));
