@@ -18,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FN = re.compile(r'^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)')
 STRING = re.compile(r'"(\\.|[^"\\])*"')
+# Character literals such as '{' (not lifetimes such as 'a): their braces are not code's.
+CHAR = re.compile(r"'(\\.|[^'\\])'")
 
 
 def git(*args):
@@ -35,7 +37,7 @@ def product_files(commit):
 
 
 def braces(line):
-    code = STRING.sub('""', line).split('//')[0]
+    code = CHAR.sub("' '", STRING.sub('""', line)).split('//')[0]
     return code.count('{') - code.count('}'), '{' in code, ';' in code
 
 

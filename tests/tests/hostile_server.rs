@@ -544,3 +544,28 @@ fn slash_mcp_is_behind_the_same_boundary() {
     );
     assert!(body.contains("\"name\":\"catena\""), "{body}");
 }
+
+#[test]
+fn the_responses_api_is_behind_the_same_boundary() {
+    let server = Served::start(Some("s3cret"));
+    let request = json!({"model": "x", "input": "hi", "max_output_tokens": 1}).to_string();
+    let ours = server.ours();
+    let evil = format!("evil.example:{}", server.port());
+    let key = ("Authorization", "Bearer s3cret");
+    let post = |headers: &[(&str, &str)]| {
+        let mut all = vec![("Content-Type", "application/json")];
+        all.extend_from_slice(headers);
+        server.raw("POST", "/v1/responses", &all, &request)
+    };
+    let (status, body) = post(&[("Host", &evil), key]);
+    assert_eq!(status, 403, "{body}");
+    for origin in ["http://evil.example", "null"] {
+        let (status, body) = post(&[("Host", &ours), ("Origin", origin), key]);
+        assert_eq!(status, 403, "{origin}: {body}");
+    }
+    let (status, body) = post(&[("Host", &ours)]);
+    assert_eq!(status, 401, "{body}");
+    // Past the boundary, a request is checked as usual (an unknown model).
+    let (status, body) = post(&[("Host", &ours), key]);
+    assert_eq!(status, 404, "{body}");
+}

@@ -76,6 +76,30 @@ fn http() -> reqwest::blocking::Client {
 }
 
 #[test]
+fn function_calling_and_the_responses_api_hold_for_the_official_client() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &[], Some("test-key"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_tools.py");
+    let output = Command::new(common::test_python())
+        .arg(&script)
+        .arg(server.url("/v1"))
+        .arg(&server.model)
+        .arg("test-key")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    eprintln!("{out}");
+    assert!(
+        output.status.success(),
+        "checks failed: {out}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["failed"], json!({}));
+    assert_eq!(out["passed"].as_object().unwrap().len(), 11, "{out}");
+}
+
+#[test]
 fn the_official_openai_client_works_unchanged() {
     let store = tempfile::tempdir().unwrap();
     let server = Served::start(store.path(), &["--max-body-kib", "1024"], Some("test-key"));

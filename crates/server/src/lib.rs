@@ -10,6 +10,7 @@ mod error;
 mod holdback;
 mod listen;
 mod openai;
+mod responses;
 mod tool_request;
 mod ui;
 
@@ -162,6 +163,7 @@ fn router(
         .route("/models", get(openai::list_models))
         .route("/models/{id}", get(openai::get_model))
         .route("/chat/completions", post(openai::chat_completions))
+        .route("/responses", post(responses::responses))
         .route("/connection", get(connection))
         .route("/profiles", get(agent_api::profiles))
         .route("/tools", get(tools))

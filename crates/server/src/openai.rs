@@ -91,14 +91,14 @@ pub struct ContentPart {
     pub text: Option<String>,
 }
 
-/// The checked request.
-struct Checked {
-    messages: Vec<ChatMessage>,
-    turns: Vec<Turn>,
-    tooling: Tooling,
-    sampling: SamplingParams,
-    max_tokens: usize,
-    stops: Vec<String>,
+/// A checked request, of either API.
+pub(super) struct Checked {
+    pub messages: Vec<ChatMessage>,
+    pub turns: Vec<Turn>,
+    pub tooling: Tooling,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub stops: Vec<String>,
 }
 
 fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
@@ -150,16 +150,12 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
             ApiError::invalid("`tool` messages need the model's chat template.").param("messages"),
         );
     }
-    let temperature = request.temperature.unwrap_or(1.0);
-    if !(0.0..=2.0).contains(&temperature) {
-        return Err(
-            ApiError::invalid("`temperature` must be between 0 and 2.").param("temperature")
-        );
-    }
-    let top_p = request.top_p.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::invalid("`top_p` must be in (0, 1].").param("top_p"));
-    }
+    let sampling = sampling_of(
+        request.temperature,
+        request.top_p,
+        request.top_k,
+        request.seed,
+    )?;
     let stops = match &request.stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s.clone()],
@@ -178,20 +174,11 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
     if max_tokens == 0 {
         return Err(ApiError::invalid("`max_tokens` must be at least 1.").param("max_tokens"));
     }
-    let seed = match request.seed {
-        Some(s) => s as u32,
-        None => rand_seed(),
-    };
     Ok(Checked {
         messages,
         turns,
         tooling,
-        sampling: SamplingParams {
-            temperature,
-            top_p,
-            top_k: request.top_k.unwrap_or(0),
-            seed,
-        },
+        sampling,
         max_tokens,
         stops,
     })
@@ -212,6 +199,35 @@ fn text_of(i: usize, parts: &[ContentPart]) -> Result<String, ApiError> {
         }
     }
     Ok(text)
+}
+
+/// Sampling settings from a request's fields, checked as OpenAI checks them.
+pub(super) fn sampling_of(
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    seed: Option<i64>,
+) -> Result<SamplingParams, ApiError> {
+    let temperature = temperature.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(
+            ApiError::invalid("`temperature` must be between 0 and 2.").param("temperature")
+        );
+    }
+    let top_p = top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid("`top_p` must be in (0, 1].").param("top_p"));
+    }
+    let seed = match seed {
+        Some(s) => s as u32,
+        None => rand_seed(),
+    };
+    Ok(SamplingParams {
+        temperature,
+        top_p,
+        top_k: top_k.unwrap_or(0),
+        seed,
+    })
 }
 
 fn rand_seed() -> u32 {
@@ -260,6 +276,29 @@ pub async fn chat_completions(
         return Err(ApiError::unknown_model(&request.model));
     }
     let checked = check(&request)?;
+    let requested = request.max_completion_tokens.or(request.max_tokens);
+    let (rx, mut answer, guard) = submit(&app, checked, requested, request.stream)?;
+    answer.id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
+    if request.stream {
+        let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
+        let stream = chat_stream(rx, answer, include_usage, guard);
+        Ok(Sse::new(stream)
+            .keep_alive(KeepAlive::default())
+            .into_response())
+    } else {
+        complete(rx, answer, guard).await
+    }
+}
+
+/// Queues a checked chat request (rendered by the model's template when it needs one): its
+/// events, how its answer is read, and the guard that cancels it when dropped. Both the Chat
+/// Completions and the Responses API answer through this.
+pub(super) fn submit(
+    app: &AppState,
+    checked: Checked,
+    requested_max_tokens: Option<u32>,
+    stream: bool,
+) -> Result<(mpsc::UnboundedReceiver<ChatEvent>, Answer, CancelOnDrop), ApiError> {
     let (prompt, constraint, reader) = if checked.tooling.needs_template(&checked.turns) {
         let template = app.catena.chat_template();
         let template = template.as_ref().as_ref().map_err(|e| {
@@ -282,32 +321,23 @@ pub async fn chat_completions(
         sampling: checked.sampling,
         max_tokens: checked.max_tokens,
         stops: checked.stops.clone(),
-        requested_max_tokens: request.max_completion_tokens.or(request.max_tokens),
-        stream: request.stream,
+        requested_max_tokens,
+        stream,
         reply: tx,
         cancel: cancel.clone(),
     })?;
     let answer = Answer {
-        id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
+        id: String::new(),
         model: app.catena.model_id(),
         created: unix_now(),
         stops: checked.stops,
         reader,
     };
-    let guard = CancelOnDrop(cancel);
-    if request.stream {
-        let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
-        let stream = chat_stream(rx, answer, include_usage, guard);
-        Ok(Sse::new(stream)
-            .keep_alive(KeepAlive::default())
-            .into_response())
-    } else {
-        complete(rx, answer, guard).await
-    }
+    Ok((rx, answer, CancelOnDrop(cancel)))
 }
 
 /// Stops the generation when the client is gone (the handler or its stream is dropped).
-struct CancelOnDrop(Arc<AtomicBool>);
+pub(super) struct CancelOnDrop(Arc<AtomicBool>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
@@ -316,13 +346,13 @@ impl Drop for CancelOnDrop {
 }
 
 /// What every piece of one answer carries, and how its text is read.
-struct Answer {
-    id: String,
-    model: String,
-    created: u64,
-    stops: Vec<String>,
+pub(super) struct Answer {
+    pub id: String,
+    pub model: String,
+    pub created: u64,
+    pub stops: Vec<String>,
     /// The call format and the offered tools, when the answer may hold calls.
-    reader: Option<(CallFormat, Vec<ToolSpec>)>,
+    pub reader: Option<(CallFormat, Vec<ToolSpec>)>,
 }
 
 /// The OpenAI shape of a finished call.
@@ -343,11 +373,19 @@ fn finish_with_calls(finish_reason: FinishReason, calls: usize) -> Value {
     }
 }
 
-async fn complete(
+/// A whole answer: its content, calls, why it ended and what it cost.
+pub(super) struct Whole {
+    pub content: Option<String>,
+    pub calls: Vec<catena_chat_format::ToolCall>,
+    pub finish_reason: FinishReason,
+    pub usage: ChatUsage,
+}
+
+/// Waits for the whole answer.
+pub(super) async fn collect(
     mut rx: mpsc::UnboundedReceiver<ChatEvent>,
-    answer: Answer,
-    _guard: CancelOnDrop,
-) -> Result<Response, ApiError> {
+    answer: &Answer,
+) -> Result<Whole, ApiError> {
     let mut holdback = StopHoldback::new(&answer.stops);
     let mut text = String::new();
     while let Some(event) = rx.recv().await {
@@ -359,45 +397,45 @@ async fn complete(
                 usage,
             } => {
                 text.push_str(&holdback.finish(stopped_by_string));
-                let (content, calls) = match &answer.reader {
-                    None => (Some(text), Vec::new()),
-                    Some((format, tools)) => {
-                        let mut stream = CallStream::new(*format, tools.clone());
-                        stream.push(&text);
-                        match stream.finish() {
-                            Ok((_, finished)) => (finished.content, finished.calls),
-                            // Cut by a limit inside a call: the text as it is, with `length`.
-                            Err(_) if finish_reason == FinishReason::Length => {
-                                (Some(text), Vec::new())
-                            }
-                            Err(e) => return Err(tool_request::format_error(e)),
-                        }
-                    }
-                };
-                let mut message = json!({"role": "assistant", "content": content, "refusal": null});
-                if !calls.is_empty() {
-                    message["tool_calls"] = calls.iter().map(call_json).collect();
-                }
-                return Ok(Json(json!({
-                    "id": answer.id,
-                    "object": "chat.completion",
-                    "created": answer.created,
-                    "model": answer.model,
-                    "system_fingerprint": null,
-                    "choices": [{
-                        "index": 0,
-                        "message": message,
-                        "logprobs": null,
-                        "finish_reason": finish_with_calls(finish_reason, calls.len()),
-                    }],
-                    "usage": usage_json(&usage),
-                }))
-                .into_response());
+                let (content, calls) = read_answer(answer, text, finish_reason)?;
+                return Ok(Whole {
+                    content,
+                    calls,
+                    finish_reason,
+                    usage,
+                });
             }
             ChatEvent::Failed(error) => return Err(error.into()),
         }
     }
     Err(ApiError::internal("the generation ended without a result"))
+}
+
+async fn complete(
+    rx: mpsc::UnboundedReceiver<ChatEvent>,
+    answer: Answer,
+    _guard: CancelOnDrop,
+) -> Result<Response, ApiError> {
+    let whole = collect(rx, &answer).await?;
+    let mut message = json!({"role": "assistant", "content": whole.content, "refusal": null});
+    if !whole.calls.is_empty() {
+        message["tool_calls"] = whole.calls.iter().map(call_json).collect();
+    }
+    Ok(Json(json!({
+        "id": answer.id,
+        "object": "chat.completion",
+        "created": answer.created,
+        "model": answer.model,
+        "system_fingerprint": null,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish_with_calls(whole.finish_reason, whole.calls.len()),
+        }],
+        "usage": usage_json(&whole.usage),
+    }))
+    .into_response())
 }
 
 /// A streamed chunk's `delta` for a piece of the answer.
@@ -485,8 +523,27 @@ fn chat_stream(
     }
 }
 
+/// A finished answer's content and calls (content only when no calls were offered).
+pub(super) fn read_answer(
+    answer: &Answer,
+    text: String,
+    finish: FinishReason,
+) -> Result<(Option<String>, Vec<catena_chat_format::ToolCall>), ApiError> {
+    let Some((format, tools)) = &answer.reader else {
+        return Ok((Some(text), Vec::new()));
+    };
+    let mut stream = CallStream::new(*format, tools.clone());
+    stream.push(&text);
+    match stream.finish() {
+        Ok((_, finished)) => Ok((finished.content, finished.calls)),
+        // Cut by a limit inside a call: the text as it is, with `length`.
+        Err(_) if finish == FinishReason::Length => Ok((Some(text), Vec::new())),
+        Err(e) => Err(tool_request::format_error(e)),
+    }
+}
+
 /// The pieces `text` settles: through the call reader when calls may come, else as content.
-fn split(calls: &mut Option<CallStream>, text: &str) -> Vec<CallDelta> {
+pub(super) fn split(calls: &mut Option<CallStream>, text: &str) -> Vec<CallDelta> {
     match calls {
         Some(stream) => stream.push(text),
         None if text.is_empty() => Vec::new(),

@@ -134,6 +134,11 @@ impl Service {
         self.inference.model_id()
     }
 
+    /// The store of runs, sessions and Responses API conversations.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The served model's chat template (for requests with tools), or why it cannot be used.
     pub fn chat_template(&self) -> ServedTemplate {
         self.inference.serving().template

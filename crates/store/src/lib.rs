@@ -321,6 +321,27 @@ impl Store {
         }
     }
 
+    /// Keeps a Responses API answer's whole conversation (JSON), for `previous_response_id`.
+    pub fn put_response(&self, id: &str, conversation: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO responses (id, created_ms, conversation) VALUES (?1, ?2, ?3)",
+            params![id, now_ms(), conversation],
+        )?;
+        Ok(())
+    }
+
+    /// The conversation kept for response `id`, if there is one.
+    pub fn response(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT conversation FROM responses WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
     /// A new, empty session.
     pub fn create_session(&self, title: &str) -> Result<String, StoreError> {
         let id = new_id();

@@ -49,4 +49,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, seq)
     ) WITHOUT ROWID;
     ",
+    // 2: Responses API answers, so a conversation continues by `previous_response_id`.
+    "
+    CREATE TABLE responses (
+        id            TEXT PRIMARY KEY,
+        created_ms    INTEGER NOT NULL,
+        conversation  TEXT NOT NULL
+    );
+    ",
 ];
