@@ -231,10 +231,11 @@ fn tooling(request: &ResponsesRequest) -> Result<Tooling, ApiError> {
     for (i, tool) in request.tools.iter().flatten().enumerate() {
         let kind = tool.get("type").and_then(Value::as_str).unwrap_or("");
         if kind != "function" {
-            return Err(ApiError::invalid(format!(
-                "tools[{i}].type is `{kind}`; only `function` tools are supported."
-            ))
-            .param("tools"));
+            // Hosted and free-form tools (web search, `custom`, `namespace`) have no local
+            // counterpart here; clients such as Codex send them beside their function tools, so
+            // they are left out rather than refused.
+            tracing::debug!(index = i, kind, "a non-function tool is left out");
+            continue;
         }
         // The flat shape (`name` beside `type`) as the nested one Chat Completions uses.
         let function = serde_json::from_value(json!({

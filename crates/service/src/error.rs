@@ -118,6 +118,8 @@ impl From<EngineError> for ServiceError {
             EngineError::BadGrammar(message) => {
                 ServiceError::invalid(format!("The schema cannot be enforced: {message}"))
             }
+            // What this server's engine cannot do as set up (it says how to set it up).
+            EngineError::Unsupported(message) => ServiceError::invalid(message),
             other => ServiceError::internal(other.to_string()),
         }
     }

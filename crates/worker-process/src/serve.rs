@@ -379,7 +379,14 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
         };
         open.session.set_sampling(sampling);
         if let Some(constraint) = &constraint {
-            open.session.constrain(constraint)?;
+            match open.session.constrain(constraint) {
+                // A lazy grammar only guards a call the model starts: without it the call is
+                // parsed as written (batched lanes cannot constrain yet).
+                Err(EngineError::Unsupported(why)) if constraint.trigger.is_some() => {
+                    tracing::debug!(why, "answering without the lazy grammar");
+                }
+                other => other?,
+            }
         }
         let mut broken = None;
         let generation = open

@@ -183,6 +183,7 @@ pub enum Reply {
 pub enum WireError {
     ContextOverflow { context_size: usize, needed: usize },
     BadGrammar { message: String },
+    Unsupported { message: String },
     Other { message: String },
 }
 
@@ -197,6 +198,9 @@ impl From<&EngineError> for WireError {
                 needed,
             },
             EngineError::BadGrammar(ref message) => WireError::BadGrammar {
+                message: message.clone(),
+            },
+            EngineError::Unsupported(ref message) => WireError::Unsupported {
                 message: message.clone(),
             },
             ref other => WireError::Other {
@@ -217,6 +221,7 @@ impl From<WireError> for EngineError {
                 needed,
             },
             WireError::BadGrammar { message } => EngineError::BadGrammar(message),
+            WireError::Unsupported { message } => EngineError::Unsupported(message),
             WireError::Other { message } => EngineError::Worker(message),
         }
     }

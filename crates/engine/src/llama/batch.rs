@@ -215,6 +215,14 @@ struct Finished {
 }
 
 impl Session for BatchedSession<'_> {
+    fn constrain(&mut self, _: &crate::Constraint) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported(
+            "sequences decoded together cannot follow a grammar yet: serve with `--parallel 1` \
+             for `tool_choice` `required` or a named function, and for `response_format`"
+                .into(),
+        ))
+    }
+
     fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
         let vocab = self.engine.model().vocab();
         let added: Vec<TokenRecord> = parts
