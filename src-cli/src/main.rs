@@ -1,6 +1,7 @@
 //! `catena`: run Chain-of-Agents models on your own machine.
 
 mod commands;
+mod mcp_servers;
 mod render;
 mod setup;
 

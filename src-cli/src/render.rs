@@ -148,9 +148,12 @@ fn tag_style(tag: Tag) -> Style {
         Tag::SuggestedAnswer | Tag::DoubleCheck => color(AnsiColor::Yellow),
         Tag::Answer => color(AnsiColor::Green),
         Tag::Observation => color(AnsiColor::BrightBlack),
-        Tag::Code | Tag::WebSearch | Tag::CrawlPage | Tag::WikiSearch | Tag::VisualInspector => {
-            color(AnsiColor::Cyan)
-        }
+        Tag::Code
+        | Tag::WebSearch
+        | Tag::CrawlPage
+        | Tag::WikiSearch
+        | Tag::VisualInspector
+        | Tag::ToolCall => color(AnsiColor::Cyan),
     }
 }
 

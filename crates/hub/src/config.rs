@@ -90,6 +90,11 @@ impl Paths {
         self.data_dir.join("indexes")
     }
 
+    /// The MCP servers whose tools agent runs may use (a Cursor-style `mcp.json`).
+    pub fn mcp_servers_file(&self) -> PathBuf {
+        self.data_dir.join("mcp.json")
+    }
+
     /// Compiled WebAssembly modules.
     pub fn sandbox_cache_dir(&self) -> PathBuf {
         self.cache_dir.join("sandbox")

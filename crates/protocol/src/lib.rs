@@ -3,6 +3,7 @@
 //! every other crate reads model text through it.
 
 pub mod answer;
+pub mod external;
 pub mod fence;
 pub mod names;
 pub mod parser;
@@ -12,6 +13,7 @@ pub mod tag;
 pub mod units;
 
 pub use answer::{boxed, final_answer, last_suggested_answer};
+pub use external::ExternalTool;
 pub use parser::{Block, ParseEvent, ParseIssue, Parser, parse_all};
 pub use profile::{AnswerFormat, Profile, ProfileError};
 pub use render::{render_block, render_blocks, render_observation};

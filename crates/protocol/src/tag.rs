@@ -22,6 +22,9 @@ pub enum Tag {
     CrawlPage,
     WikiSearch,
     VisualInspector,
+    /// A call of an external tool (an MCP server's), Catena's extension: the published checkpoints
+    /// never write it (PROTOCOL.md §1).
+    ToolCall,
     Observation,
 }
 
@@ -40,7 +43,7 @@ pub enum TagKind {
 
 impl Tag {
     /// Every tag, in a fixed order.
-    pub const ALL: [Tag; 12] = [
+    pub const ALL: [Tag; 13] = [
         Tag::Think,
         Tag::Plan,
         Tag::Reflection,
@@ -52,6 +55,7 @@ impl Tag {
         Tag::CrawlPage,
         Tag::WikiSearch,
         Tag::VisualInspector,
+        Tag::ToolCall,
         Tag::Observation,
     ];
 
@@ -69,6 +73,7 @@ impl Tag {
             Tag::CrawlPage => "crawl_page",
             Tag::WikiSearch => "wiki_search",
             Tag::VisualInspector => "visual_inspector",
+            Tag::ToolCall => "tool_call",
             Tag::Observation => "observation",
         }
     }
@@ -83,7 +88,8 @@ impl Tag {
             | Tag::WebSearch
             | Tag::CrawlPage
             | Tag::WikiSearch
-            | Tag::VisualInspector => TagKind::Tool,
+            | Tag::VisualInspector
+            | Tag::ToolCall => TagKind::Tool,
             Tag::Observation => TagKind::Environment,
         }
     }

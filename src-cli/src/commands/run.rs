@@ -137,6 +137,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub search: setup::SearchArgs,
 
+    #[command(flatten)]
+    pub mcp: crate::mcp_servers::McpArgs,
+
     /// Run the model at an OpenAI-compatible server instead of in this process
     /// (`http://HOST:PORT/v1`: llama.cpp's llama-server, vLLM, another `catena serve`, a hosted
     /// API), its key from CATENA_ENGINE_KEY. A Chain-of-Agents run (--mode coa) needs llama.cpp's
@@ -164,6 +167,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     };
     let mut tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
     args.search.add_to(&mut tools, &profile, paths)?;
+    let profile = add_external_tools(&args, paths, profile, &mut tools)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     // First Ctrl-C stops the run cleanly (the summary is still printed); a second one exits.
@@ -238,6 +242,29 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         print_notes(&backend, recorder.as_ref(), paths);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the MCP servers the run may use and offers their tools (`<tool_call>`): the profile
+/// describes them after the system message. The multi-agent system has one agent per protocol
+/// tool and none for these, so it runs without them.
+fn add_external_tools(
+    args: &RunArgs,
+    paths: &Paths,
+    profile: Profile,
+    tools: &mut catena_agent::tools::ToolBox,
+) -> Result<Profile> {
+    if args.mode == Mode::Mas {
+        if args.mcp.mcp_config.is_some() {
+            eprintln!("warning: --mode mas runs without MCP servers; --mcp-config is ignored");
+        }
+        return Ok(profile);
+    }
+    let Some(external) = args.mcp.start(paths)? else {
+        return Ok(profile);
+    };
+    let profile = profile.with_external_tools(&external.specs());
+    tools.add(Box::new(external));
+    Ok(profile)
 }
 
 /// The session store, unless `--no-store`; a store that does not open costs the record, not

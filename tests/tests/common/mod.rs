@@ -309,3 +309,38 @@ fn prepare_test_python() -> PathBuf {
     drop(lock);
     python
 }
+
+/// The MCP servers the tests start as external tools (`tests/npm`, pinned), installed with
+/// `npm ci` into the cache directory once, under the same kind of lock as [`test_python`];
+/// returns the `node_modules` folder.
+pub fn test_npm_modules() -> PathBuf {
+    static MODULES: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    MODULES.get_or_init(prepare_test_npm).clone()
+}
+
+fn prepare_test_npm() -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("npm");
+    let lock_text = std::fs::read_to_string(source.join("package-lock.json")).unwrap();
+    let cache = paths().cache_dir;
+    std::fs::create_dir_all(&cache).unwrap();
+    let lock = std::fs::File::create(cache.join("test-npm.lock")).unwrap();
+    lock.lock().expect("lock the test npm folder");
+    let folder = cache.join("test-npm");
+    let marker = folder.join("catena-package-lock.json");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(lock_text.as_str()) {
+        let _ = std::fs::remove_dir_all(&folder);
+        std::fs::create_dir_all(&folder).unwrap();
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(source.join(file), folder.join(file)).unwrap();
+        }
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&folder)
+            .status()
+            .expect("npm ci (Node.js is installed by scripts/setup/packages.sh)");
+        assert!(status.success(), "cannot install the test MCP servers");
+        std::fs::write(&marker, &lock_text).unwrap();
+    }
+    drop(lock);
+    folder.join("node_modules")
+}

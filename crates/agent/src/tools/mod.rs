@@ -118,6 +118,10 @@ pub fn unavailable_reason(tag: Tag) -> &'static str {
             "no passage index is chosen: build one with `catena index add FILE` (a JSONL file of \
              passages, such as the wiki-18 corpus) and run with --wiki-index NAME"
         }
+        Tag::ToolCall => {
+            "no MCP server is listed: name an mcp.json with --mcp-config FILE, or put one in \
+             Catena's data folder"
+        }
         _ => "no vision model is configured",
     }
 }

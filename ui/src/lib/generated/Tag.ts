@@ -3,4 +3,4 @@
 /**
  * One block kind of a CoA trajectory.
  */
-export type Tag = "think" | "plan" | "reflection" | "suggested_answer" | "double_check" | "answer" | "code" | "web_search" | "crawl_page" | "wiki_search" | "visual_inspector" | "observation";
+export type Tag = "think" | "plan" | "reflection" | "suggested_answer" | "double_check" | "answer" | "code" | "web_search" | "crawl_page" | "wiki_search" | "visual_inspector" | "tool_call" | "observation";

@@ -1,0 +1,118 @@
+//! The MCP servers a run may use (`--mcp-config`, or `mcp.json` in the data folder) and the
+//! terminal's way of asking the user before a tool that may change something runs.
+
+use anyhow::{Context, Result};
+use catena_hub::config::Paths;
+use catena_mcp_client::{Approver, ExternalTools, PendingCall, ServerEntry};
+use std::collections::HashSet;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How long a server has to start and list its tools (`npx` may fetch its package first).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct McpArgs {
+    /// The MCP servers whose tools the run may call (a Cursor-style mcp.json of stdio servers;
+    /// default: mcp.json in Catena's data folder, when there is one).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_mcp")]
+    pub mcp_config: Option<PathBuf>,
+
+    /// Start no MCP servers, not even those of the default mcp.json.
+    #[arg(long)]
+    pub no_mcp: bool,
+
+    /// An MCP tool that may run without asking, though it may change something (repeatable).
+    /// Without it such a call asks on the terminal, and is refused when no one can answer.
+    #[arg(long = "allow-tool", value_name = "NAME")]
+    pub allow_tools: Vec<String>,
+}
+
+impl McpArgs {
+    /// The servers to start, if any.
+    fn entries(&self, paths: &Paths) -> Result<Vec<ServerEntry>> {
+        if self.no_mcp {
+            return Ok(Vec::new());
+        }
+        let path = match &self.mcp_config {
+            Some(path) => path.clone(),
+            None => {
+                let default = paths.mcp_servers_file();
+                if !default.exists() {
+                    return Ok(Vec::new());
+                }
+                default
+            }
+        };
+        Ok(catena_mcp_client::load(&path)?)
+    }
+
+    /// Starts the listed servers, saying on stderr what each offers and what could not start.
+    /// `None` when no server is listed.
+    pub fn start(&self, paths: &Paths) -> Result<Option<ExternalTools>> {
+        let entries = self.entries(paths)?;
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let approver = TerminalApprover {
+            allowed: self.allow_tools.iter().cloned().collect(),
+            asking: Mutex::new(()),
+        };
+        let (tools, problems) = ExternalTools::start(&entries, Box::new(approver), START_TIMEOUT)
+            .context("cannot start the MCP client")?;
+        for problem in problems {
+            eprintln!("warning: {problem}");
+        }
+        for (server, count) in tools.started() {
+            eprintln!("MCP server `{server}`: {count} tools offered to the model.");
+        }
+        Ok(Some(tools))
+    }
+}
+
+/// Asks on the terminal: the question on stderr, the answer a line on stdin.
+struct TerminalApprover {
+    /// Tools the user allowed up front (`--allow-tool`).
+    allowed: HashSet<String>,
+    /// One question at a time.
+    asking: Mutex<()>,
+}
+
+impl Approver for TerminalApprover {
+    fn approve(&self, call: &PendingCall<'_>) -> bool {
+        if self.allowed.contains(call.tool) {
+            return true;
+        }
+        let _one_at_a_time = self.asking.lock();
+        let arguments = serde_json::Value::Object(call.arguments.clone());
+        let mut stderr = std::io::stderr().lock();
+        let _ = write!(
+            stderr,
+            "\nThe model asks to call `{}` of the MCP server `{}`, which may change something, \
+             with:\n{arguments:#}\nAllow it? [y/N] ",
+            call.tool, call.server
+        );
+        let _ = stderr.flush();
+        let mut answer = String::new();
+        let read = std::io::stdin().lock().read_line(&mut answer);
+        let allowed = matches!(read, Ok(n) if n > 0)
+            && matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+        let _ = writeln!(
+            stderr,
+            "{}",
+            match (
+                allowed,
+                std::io::stdin().is_terminal() || !answer.is_empty()
+            ) {
+                (true, _) => "Allowed.",
+                (false, true) => "Not allowed.",
+                (false, false) =>
+                    "Not allowed: no one answered (stdin is closed). Use \
+                                   --allow-tool NAME to allow a tool without asking.",
+            }
+        );
+        allowed
+    }
+}
