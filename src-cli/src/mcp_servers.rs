@@ -3,11 +3,12 @@
 
 use anyhow::{Context, Result};
 use catena_hub::config::Paths;
-use catena_mcp_client::{Approver, ExternalTools, PendingCall, ServerEntry};
+use catena_mcp_client::{Approver, ExternalTools, McpServers, PendingCall, ServerEntry};
+use catena_protocol::ExternalTool;
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a server has to start and list its tools (`npx` may fetch its package first).
@@ -49,9 +50,9 @@ impl McpArgs {
         Ok(catena_mcp_client::load(&path)?)
     }
 
-    /// Starts the listed servers, saying on stderr what each offers and what could not start.
-    /// `None` when no server is listed.
-    pub fn start(&self, paths: &Paths) -> Result<Option<ExternalTools>> {
+    /// Starts the listed servers, saying on stderr what each offers and what could not start,
+    /// with the terminal approving their calls. `None` when no server is listed.
+    pub fn start(&self, paths: &Paths) -> Result<Option<(ExternalTools, Vec<ExternalTool>)>> {
         let entries = self.entries(paths)?;
         if entries.is_empty() {
             return Ok(None);
@@ -60,15 +61,17 @@ impl McpArgs {
             allowed: self.allow_tools.iter().cloned().collect(),
             asking: Mutex::new(()),
         };
-        let (tools, problems) = ExternalTools::start(&entries, Box::new(approver), START_TIMEOUT)
-            .context("cannot start the MCP client")?;
+        let (servers, problems) =
+            McpServers::start(&entries, START_TIMEOUT).context("cannot start the MCP client")?;
         for problem in problems {
             eprintln!("warning: {problem}");
         }
-        for (server, count) in tools.started() {
+        for (server, count) in servers.started() {
             eprintln!("MCP server `{server}`: {count} tools offered to the model.");
         }
-        Ok(Some(tools))
+        let specs = servers.specs();
+        let tools = ExternalTools::new(Arc::new(servers), Arc::new(approver));
+        Ok(Some((tools, specs)))
     }
 }
 

@@ -8,6 +8,7 @@ use catena_protocol::fence::fenced_blocks;
 use catena_protocol::{ExternalTool, Tag};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The longest one call may take when the run itself has no deadline.
@@ -29,21 +30,19 @@ pub trait Approver: Send + Sync {
     fn approve(&self, call: &PendingCall<'_>) -> bool;
 }
 
-/// The external tools of one run: the started servers, answering `<tool_call>` blocks.
-pub struct ExternalTools {
+/// The started servers, shared by every run of a process (`catena serve` starts them once).
+pub struct McpServers {
     servers: Servers,
-    approver: Box<dyn Approver>,
 }
 
-impl ExternalTools {
+impl McpServers {
     /// Starts the servers of `entries`; those that fail are returned as problems, not errors.
     pub fn start(
         entries: &[ServerEntry],
-        approver: Box<dyn Approver>,
         start_timeout: Duration,
-    ) -> std::io::Result<(ExternalTools, Vec<StartProblem>)> {
+    ) -> std::io::Result<(McpServers, Vec<StartProblem>)> {
         let (servers, problems) = Servers::start(entries, start_timeout)?;
-        Ok((ExternalTools { servers, approver }, problems))
+        Ok((McpServers { servers }, problems))
     }
 
     /// The tools, for [`catena_protocol::Profile::with_external_tools`].
@@ -59,9 +58,32 @@ impl ExternalTools {
     pub fn started(&self) -> Vec<(&str, usize)> {
         self.servers.started()
     }
+}
+
+/// The external tools as one run has them: the shared servers, answering its `<tool_call>`
+/// blocks, and whoever approves its calls.
+pub struct ExternalTools {
+    shared: Arc<McpServers>,
+    approver: Arc<dyn Approver>,
+}
+
+impl ExternalTools {
+    pub fn new(servers: Arc<McpServers>, approver: Arc<dyn Approver>) -> ExternalTools {
+        ExternalTools {
+            shared: servers,
+            approver,
+        }
+    }
+
+    fn servers(&self) -> &Servers {
+        &self.shared.servers
+    }
 
     fn find(&self, name: &str) -> Option<&Offered> {
-        self.servers.offered().iter().find(|o| o.spec.name == name)
+        self.servers()
+            .offered()
+            .iter()
+            .find(|o| o.spec.name == name)
     }
 
     /// The observation for a call, and whether the tool did what was asked.
@@ -72,7 +94,7 @@ impl ExternalTools {
         };
         let Some(tool) = self.find(&name) else {
             let names: Vec<&str> = self
-                .servers
+                .servers()
                 .offered()
                 .iter()
                 .map(|o| o.spec.name.as_str())
@@ -85,7 +107,7 @@ impl ExternalTools {
                 false,
             );
         };
-        let server = self.servers.server_name(tool);
+        let server = self.servers().server_name(tool);
         if !tool.read_only {
             let pending = PendingCall {
                 server,
@@ -106,7 +128,7 @@ impl ExternalTools {
                 d.saturating_duration_since(Instant::now())
             })
             .min(CALL_TIMEOUT);
-        match self.servers.call(tool, arguments, timeout) {
+        match self.servers().call(tool, arguments, timeout) {
             Ok(result) => observe(&result),
             Err(e) => (format!("The call of `{name}` failed: {e}."), false),
         }

@@ -259,10 +259,10 @@ fn add_external_tools(
         }
         return Ok(profile);
     }
-    let Some(external) = args.mcp.start(paths)? else {
+    let Some((external, specs)) = args.mcp.start(paths)? else {
         return Ok(profile);
     };
-    let profile = profile.with_external_tools(&external.specs());
+    let profile = profile.with_external_tools(&specs);
     tools.add(Box::new(external));
     Ok(profile)
 }
