@@ -569,3 +569,89 @@ fn the_responses_api_is_behind_the_same_boundary() {
     let (status, body) = post(&[("Host", &ours), key]);
     assert_eq!(status, 404, "{body}");
 }
+
+#[test]
+fn the_messages_api_is_behind_the_same_boundary() {
+    let server = Served::start(Some("s3cret"));
+    let request = json!({
+        "model": "x",
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": "hi"}],
+    })
+    .to_string();
+    let ours = server.ours();
+    let evil = format!("evil.example:{}", server.port());
+    // Anthropic's clients send the key as `x-api-key`, and say which API they speak.
+    let key = ("x-api-key", "s3cret");
+    let version = ("anthropic-version", "2023-06-01");
+    let post = |headers: &[(&str, &str)]| {
+        let mut all = vec![("Content-Type", "application/json")];
+        all.extend_from_slice(headers);
+        let (status, body) = server.raw("POST", "/v1/messages", &all, &request);
+        let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        (status, body)
+    };
+    // Refused in Anthropic's shape, which the client's SDK raises as its typed errors.
+    let refused_as = |(status, body): (u16, Value), expected: u16, kind: &str| {
+        assert_eq!(status, expected, "{body}");
+        assert_eq!(body["type"], "error", "{body}");
+        assert_eq!(body["error"]["type"], kind, "{body}");
+    };
+    refused_as(
+        post(&[("Host", &evil), key, version]),
+        403,
+        "permission_error",
+    );
+    for origin in ["http://evil.example", "null"] {
+        refused_as(
+            post(&[("Host", &ours), ("Origin", origin), key, version]),
+            403,
+            "permission_error",
+        );
+    }
+    refused_as(
+        post(&[("Host", &ours), version]),
+        401,
+        "authentication_error",
+    );
+    for wrong in [
+        ("x-api-key", "wrong"),
+        ("x-api-key", "Bearer s3cret"),
+        ("Authorization", "Bearer wrong"),
+    ] {
+        refused_as(
+            post(&[("Host", &ours), wrong, version]),
+            401,
+            "authentication_error",
+        );
+    }
+    // A client that does not say it speaks Anthropic's API is refused in OpenAI's shape.
+    let (status, body) = post(&[("Host", &ours)]);
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
+    // Past the boundary (the key as `x-api-key` or as a bearer token), a request is checked as
+    // usual: an unknown model, in Anthropic's shape whatever the headers.
+    refused_as(post(&[("Host", &ours), key]), 404, "not_found_error");
+    refused_as(
+        post(&[("Host", &ours), ("Authorization", "Bearer s3cret")]),
+        404,
+        "not_found_error",
+    );
+    // A path that names no route, asked by an Anthropic client: its shape too.
+    let (status, body) = server.raw(
+        "POST",
+        "/v1/messages/nowhere",
+        &[
+            ("Host", &ours),
+            ("Content-Type", "application/json"),
+            key,
+            version,
+        ],
+        &request,
+    );
+    refused_as(
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null)),
+        404,
+        "not_found_error",
+    );
+}

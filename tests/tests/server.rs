@@ -1,6 +1,6 @@
 //! `catena serve` end to end: the real binary on loopback with the default model, the official
-//! OpenAI Python client, the agent API, a SIGKILL in the middle of a run, a bounded load test, and
-//! parallel slots (`--parallel N`) serving requests side by side.
+//! OpenAI and Anthropic Python clients, the agent API, a SIGKILL in the middle of a run, a bounded
+//! load test, and parallel slots (`--parallel N`) serving requests side by side.
 
 mod common;
 
@@ -75,14 +75,15 @@ fn http() -> reqwest::blocking::Client {
         .unwrap()
 }
 
-#[test]
-fn function_calling_and_the_responses_api_hold_for_the_official_client() {
-    let store = tempfile::tempdir().unwrap();
-    let server = Served::start(store.path(), &[], Some("test-key"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_tools.py");
+/// Runs one of the client scripts (`tests/python/<script>`) against `base_url`: every check it
+/// makes must pass, and `checks` of them must have run.
+fn client_checks(server: &Served, script: &str, base_url: &str, checks: usize) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python")
+        .join(script);
     let output = Command::new(common::test_python())
         .arg(&script)
-        .arg(server.url("/v1"))
+        .arg(base_url)
         .arg(&server.model)
         .arg("test-key")
         .output()
@@ -96,7 +97,25 @@ fn function_calling_and_the_responses_api_hold_for_the_official_client() {
     );
     let out: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(out["failed"], json!({}));
-    assert_eq!(out["passed"].as_object().unwrap().len(), 11, "{out}");
+    assert_eq!(out["passed"].as_object().unwrap().len(), checks, "{out}");
+}
+
+#[test]
+fn function_calling_and_the_responses_api_hold_for_the_official_client() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &[], Some("test-key"));
+    client_checks(&server, "openai_tools.py", &server.url("/v1"), 11);
+}
+
+/// Anthropic's Messages API through Anthropic's official SDK (which sends the key as
+/// `x-api-key`): plain and streamed messages, tool calls and results, `tool_choice`, structured
+/// output, and its typed errors for bad requests, a too-long prompt and a wrong key.
+#[test]
+fn the_messages_api_holds_for_the_official_anthropic_client() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &[], Some("test-key"));
+    // The SDK adds `/v1/messages` to the server's root.
+    client_checks(&server, "anthropic_client.py", &server.url(""), 15);
 }
 
 #[test]

@@ -7,14 +7,18 @@
 //! - a request that changes something (any method but GET, HEAD and OPTIONS) is refused when a
 //!   browser says it comes from another origin (`Origin`, `Sec-Fetch-Site`) or has the shape of a
 //!   cross-site form post (a form content type with no `Origin`);
-//! - under `/v1`, when the server has an API key, the request must carry it, or the per-launch
-//!   token that the web UI is handed through the address `catena serve` prints.
+//! - under `/v1`, when the server has an API key, the request must carry it (as
+//!   `Authorization: Bearer`, or as `x-api-key` the way Anthropic's clients send it), or the
+//!   per-launch token that the web UI is handed through the address `catena serve` prints.
+//!
+//! A refusal is worded in the shape the client speaks (Anthropic's when it sends
+//! `anthropic-version`), so each official client raises its usual exception.
 
 use super::error::ApiError;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use std::sync::Arc;
 
 /// The rules of one listening server.
@@ -118,18 +122,22 @@ impl Boundary {
         }
     }
 
+    /// Whether the request carries the key (or the launch token): as `Authorization: Bearer`,
+    /// which OpenAI's clients send, or as `x-api-key`, which Anthropic's clients send. Either
+    /// header that carries it is enough.
     fn key_given(&self, headers: &HeaderMap) -> bool {
         let Some(key) = &self.api_key else {
             return true;
         };
-        let given = headers
+        let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        given.is_some_and(|g| {
-            constant_time_eq(g.as_bytes(), key.as_bytes())
-                || constant_time_eq(g.as_bytes(), self.launch_token.as_bytes())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        [bearer, x_api_key].into_iter().flatten().any(|given| {
+            let given = given.trim().as_bytes();
+            constant_time_eq(given, key.as_bytes())
+                || constant_time_eq(given, self.launch_token.as_bytes())
         })
     }
 }
@@ -143,7 +151,7 @@ pub async fn guard(State(rules): State<Arc<Boundary>>, request: Request, next: N
              A page that reaches it under another name (DNS rebinding) is refused.",
             port = rules.port
         ))
-        .into_response();
+        .for_client(headers);
     }
     let reads_only = matches!(
         *request.method(),
@@ -154,7 +162,7 @@ pub async fn guard(State(rules): State<Arc<Boundary>>, request: Request, next: N
             "Refused: {why}. Only Catena's own pages and programs on this machine may change \
              anything here."
         ))
-        .into_response();
+        .for_client(headers);
     }
     next.run(request).await
 }
@@ -166,7 +174,7 @@ pub async fn require_key(
     next: Next,
 ) -> Response {
     if !rules.key_given(request.headers()) {
-        return ApiError::unauthorized().into_response();
+        return ApiError::unauthorized().for_client(request.headers());
     }
     next.run(request).await
 }
@@ -330,6 +338,40 @@ mod tests {
                 .unwrap()
                 .ui_token()
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn anthropic_clients_send_the_key_as_x_api_key() {
+        let rules = Boundary::new(8420, true, Some("k".into())).unwrap();
+        let token = rules.ui_token().unwrap().to_string();
+        assert!(rules.key_given(&headers(&[("x-api-key", "k")])));
+        assert!(rules.key_given(&headers(&[("x-api-key", " k ")])));
+        assert!(rules.key_given(&headers(&[("x-api-key", &token)])));
+        assert!(!rules.key_given(&headers(&[("x-api-key", "x")])));
+        assert!(!rules.key_given(&headers(&[("x-api-key", "")])));
+        // `x-api-key` is the key itself, not a bearer token.
+        assert!(!rules.key_given(&headers(&[("x-api-key", "Bearer k")])));
+        // Either header carrying the key is enough, whatever the other one says.
+        assert!(rules.key_given(&headers(&[
+            ("x-api-key", "k"),
+            ("authorization", "Bearer wrong")
+        ])));
+        assert!(rules.key_given(&headers(&[
+            ("x-api-key", "wrong"),
+            ("authorization", "Bearer k")
+        ])));
+        assert!(!rules.key_given(&headers(&[
+            ("x-api-key", "wrong"),
+            ("authorization", "Bearer wrong")
+        ])));
+        // `anthropic-version` is no credential.
+        assert!(!rules.key_given(&headers(&[("anthropic-version", "2023-06-01")])));
+        // Without a key on the server, nothing is asked.
+        assert!(
+            Boundary::new(8420, true, None)
+                .unwrap()
+                .key_given(&HeaderMap::new())
         );
     }
 }

@@ -1,9 +1,12 @@
 //! Errors in the OpenAI shape: `{"error": {"message", "type", "param", "code"}}`, with the HTTP
 //! status OpenAI uses for the same failure, so the official clients raise their usual exceptions.
+//! The same errors render in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`)
+//! for `/v1/messages` and for any client that says it speaks Anthropic's API: one taxonomy, two
+//! renderings, told apart by the HTTP status both APIs give the same failure.
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use catena_service::{ErrorKind, ServiceError};
 use serde_json::json;
@@ -73,7 +76,7 @@ impl ApiError {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_request_error",
-            "Incorrect API key provided. Pass the key this server was started with as `Authorization: Bearer <key>`.",
+            "Incorrect API key provided. Pass the key this server was started with as `Authorization: Bearer <key>` or `x-api-key: <key>`.",
         )
         .code("invalid_api_key")
     }
@@ -110,17 +113,66 @@ impl ApiError {
             }
         })
     }
-}
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
+    /// The error object in Anthropic's shape, as it also appears inside a stream (`event: error`).
+    /// Anthropic's error types follow the HTTP status, as its clients' exceptions do.
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        let kind = match self.status.as_u16() {
+            400 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            529 => "overloaded_error",
+            _ => "api_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": self.message}})
+    }
+
+    fn respond(self, body: serde_json::Value) -> Response {
+        let mut response = (self.status, Json(body)).into_response();
         if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+
+    /// The response in the shape the client speaks: Anthropic's when it sends
+    /// `anthropic-version` (Anthropic's SDKs and Claude Code always do), else OpenAI's. For the
+    /// refusals made before a route is known (the key, `Host`, `Origin`).
+    pub fn for_client(self, headers: &HeaderMap) -> Response {
+        if headers.contains_key("anthropic-version") {
+            AnthropicError(self).into_response()
+        } else {
+            self.into_response()
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body();
+        self.respond(body)
+    }
+}
+
+/// An [`ApiError`] answered in Anthropic's shape (the errors of `/v1/messages`).
+#[derive(Debug)]
+pub struct AnthropicError(pub ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        AnthropicError(e)
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let body = self.0.anthropic_body();
+        self.0.respond(body)
     }
 }
 
@@ -235,5 +287,43 @@ mod tests {
         let broken = ApiError::from(ServiceError::internal("disk full"));
         assert_eq!(broken.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(broken.kind, "server_error");
+    }
+
+    #[test]
+    fn the_same_errors_render_in_anthropics_shape() {
+        let kind = |e: ApiError| e.anthropic_body()["error"]["type"].clone();
+        assert_eq!(
+            ApiError::invalid("`x` is wrong.").anthropic_body(),
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "`x` is wrong."}})
+        );
+        assert_eq!(kind(ApiError::unauthorized()), "authentication_error");
+        assert_eq!(kind(ApiError::forbidden("no")), "permission_error");
+        assert_eq!(kind(ApiError::unknown_model("m")), "not_found_error");
+        assert_eq!(kind(ApiError::too_large()), "request_too_large");
+        assert_eq!(
+            kind(ApiError::from(ServiceError::queue_full(4))),
+            "rate_limit_error"
+        );
+        assert_eq!(kind(ApiError::internal("disk full")), "api_error");
+        let long = ApiError::from(ServiceError::context_length(4096, 20_000));
+        assert_eq!(kind(long.clone()), "invalid_request_error");
+        assert!(
+            long.anthropic_body()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--ctx-size")
+        );
+
+        // The shape follows what the client says it speaks; the status and `Retry-After` stay.
+        let mut anthropic = HeaderMap::new();
+        anthropic.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        let busy = ApiError::from(ServiceError::queue_full(4));
+        let answered = busy.clone().for_client(&anthropic);
+        assert_eq!(answered.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(answered.headers()[header::RETRY_AFTER], "1");
+        let answered = AnthropicError(busy).into_response();
+        assert_eq!(answered.headers()[header::RETRY_AFTER], "1");
+        let plain = ApiError::unauthorized().for_client(&HeaderMap::new());
+        assert_eq!(plain.status(), StatusCode::UNAUTHORIZED);
     }
 }

@@ -7,6 +7,9 @@
 pub struct StopHoldback {
     stops: Vec<String>,
     held: String,
+    /// The stop sequence that ended the text, once [`StopHoldback::finish`] found it (Anthropic's
+    /// API names it in `stop_sequence`).
+    matched: Option<String>,
 }
 
 impl StopHoldback {
@@ -14,6 +17,7 @@ impl StopHoldback {
         StopHoldback {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             held: String::new(),
+            matched: None,
         }
     }
 
@@ -33,8 +37,14 @@ impl StopHoldback {
             && let Some(stop) = self.stops.iter().find(|s| rest.ends_with(s.as_str()))
         {
             rest.truncate(rest.len() - stop.len());
+            self.matched = Some(stop.clone());
         }
         rest
+    }
+
+    /// The stop sequence that ended the text (after [`StopHoldback::finish`]).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// The byte offset from which the held text may still become a stop sequence.
@@ -72,6 +82,21 @@ mod tests {
         let (shown, end) = stream(&["\n\nUser:"], &["Hello", "\n", "\nUs", "er:"], true);
         assert_eq!(shown, ["Hello", "", "", ""]);
         assert_eq!(end, "");
+    }
+
+    #[test]
+    fn the_stop_that_ended_the_text_is_named() {
+        let stops = ["END".to_string(), "STOP".to_string()];
+        let mut h = StopHoldback::new(&stops);
+        let shown = h.push("done ST") + &h.push("OP");
+        assert_eq!(shown + &h.finish(true), "done ");
+        assert_eq!(h.matched(), Some("STOP"));
+
+        // Ended for another reason: nothing is named, even if the text ends like a stop.
+        let mut h = StopHoldback::new(&stops);
+        let shown = h.push("the END");
+        assert_eq!(shown + &h.finish(false), "the END");
+        assert_eq!(h.matched(), None);
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! `catena serve`: the local server. An OpenAI-compatible API for editors, scripts and the official
-//! clients, an agent API for Chain-of-Agents runs with an event stream, Catena's tools as an MCP
-//! server (`/mcp`, Streamable HTTP), and health. It binds to
-//! loopback unless told otherwise, can require an API key, bounds request bodies, and queues
-//! requests for the one model with a clear limit.
+//! clients (and Anthropic's Messages API for the clients that speak it), an agent API for
+//! Chain-of-Agents runs with an event stream, Catena's tools as an MCP server (`/mcp`,
+//! Streamable HTTP), and health. It binds to loopback unless told otherwise, can require an API
+//! key, bounds request bodies, and queues requests for the one model with a clear limit.
 
 mod agent_api;
 mod boundary;
 mod error;
 mod holdback;
 mod listen;
+mod messages;
 mod openai;
 mod responses;
 mod tool_request;
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 pub struct ServeConfig {
     pub host: String,
     pub port: u16,
-    /// When set, every `/v1` request needs `Authorization: Bearer <key>`.
+    /// When set, every `/v1` request needs `Authorization: Bearer <key>` (or `x-api-key: <key>`).
     pub api_key: Option<String>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
@@ -164,6 +165,7 @@ fn router(
         .route("/models/{id}", get(openai::get_model))
         .route("/chat/completions", post(openai::chat_completions))
         .route("/responses", post(responses::responses))
+        .route("/messages", post(messages::messages))
         .route("/connection", get(connection))
         .route("/profiles", get(agent_api::profiles))
         .route("/tools", get(tools))
@@ -330,10 +332,12 @@ async fn stop_training(
     Ok(axum::Json(app.catena.stop_training(&id).await?))
 }
 
-async fn not_found(request: Request) -> ApiError {
+/// A path under `/v1` that names no route, answered in the shape the client speaks.
+async fn not_found(request: Request) -> axum::response::Response {
     ApiError::not_found(format!(
         "No route {} {}.",
         request.method(),
         request.uri().path()
     ))
+    .for_client(request.headers())
 }

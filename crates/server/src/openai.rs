@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
-/// Most stop sequences a request may give (as OpenAI).
-const MAX_STOPS: usize = 4;
+/// Most stop sequences a request may give (as OpenAI; the Messages API keeps the same bound).
+pub(super) const MAX_STOPS: usize = 4;
 
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
@@ -291,8 +291,8 @@ pub async fn chat_completions(
 }
 
 /// Queues a checked chat request (rendered by the model's template when it needs one): its
-/// events, how its answer is read, and the guard that cancels it when dropped. Both the Chat
-/// Completions and the Responses API answer through this.
+/// events, how its answer is read, and the guard that cancels it when dropped. The Chat
+/// Completions, Responses and Messages APIs all answer through this.
 pub(super) fn submit(
     app: &AppState,
     checked: Checked,
@@ -378,6 +378,8 @@ pub(super) struct Whole {
     pub content: Option<String>,
     pub calls: Vec<catena_chat_format::ToolCall>,
     pub finish_reason: FinishReason,
+    /// The stop sequence that ended it, if one did.
+    pub stop_sequence: Option<String>,
     pub usage: ChatUsage,
 }
 
@@ -402,6 +404,7 @@ pub(super) async fn collect(
                     content,
                     calls,
                     finish_reason,
+                    stop_sequence: holdback.matched().map(str::to_string),
                     usage,
                 });
             }

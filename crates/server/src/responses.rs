@@ -292,7 +292,8 @@ fn tooling(request: &ResponsesRequest) -> Result<Tooling, ApiError> {
     )
 }
 
-fn stored_message(turn: &Turn) -> ChatMessage {
+/// A turn as the engine's plain chat message (when no template is needed).
+pub(super) fn stored_message(turn: &Turn) -> ChatMessage {
     let role = match turn.role {
         Role::System => "system",
         Role::User => "user",

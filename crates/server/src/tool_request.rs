@@ -229,6 +229,15 @@ pub fn calls(i: usize, calls: &[RequestToolCall]) -> Result<Vec<ToolCall>, ApiEr
 
 /// Every tool message answers a call an earlier assistant message made.
 pub fn check_answers(turns: &[Turn]) -> Result<(), ApiError> {
+    check_answers_at(turns, |i| format!("messages[{i}].tool_call_id"))
+}
+
+/// [`check_answers`], with `answer_at(i)` naming the request's field that gave turn `i`'s call
+/// id (the Messages API gives it as a `tool_result` block's `tool_use_id`).
+pub fn check_answers_at(
+    turns: &[Turn],
+    answer_at: impl Fn(usize) -> String,
+) -> Result<(), ApiError> {
     let mut made: HashSet<&str> = HashSet::new();
     for (i, turn) in turns.iter().enumerate() {
         made.extend(turn.tool_calls.iter().map(|c| c.id.as_str()));
@@ -238,13 +247,15 @@ pub fn check_answers(turns: &[Turn]) -> Result<(), ApiError> {
         match &turn.tool_call_id {
             None => {
                 return Err(ApiError::invalid(format!(
-                    "messages[{i}]: a `tool` message needs the `tool_call_id` of the call it answers."
+                    "{} is missing: a tool's result needs the id of the call it answers.",
+                    answer_at(i)
                 ))
                 .param("messages"));
             }
             Some(id) if !made.contains(id.as_str()) => {
                 return Err(ApiError::invalid(format!(
-                    "messages[{i}].tool_call_id `{id}` answers no tool call of an earlier assistant message."
+                    "{} `{id}` answers no tool call of an earlier assistant message.",
+                    answer_at(i)
                 ))
                 .param("messages"));
             }

@@ -26,8 +26,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8420)]
     pub port: u16,
 
-    /// Require this key as `Authorization: Bearer KEY` (on `/v1` and `/mcp`). Prefer the
-    /// environment variable, which other users of the machine cannot read from the process list.
+    /// Require this key as `Authorization: Bearer KEY` or `x-api-key: KEY` (on `/v1` and `/mcp`).
+    /// Prefer the environment variable, which other users of the machine cannot read from the
+    /// process list.
     #[arg(long, env = "CATENA_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
 

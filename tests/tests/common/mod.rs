@@ -263,7 +263,8 @@ pub fn installed_files(mut catena: Command) -> Vec<String> {
 }
 
 /// A Python with the official clients the tests drive Catena with (`tests/python/requirements.txt`:
-/// the OpenAI SDK, the MCP SDK), in a virtual environment in the cache directory.
+/// the OpenAI SDK, the Anthropic SDK, the MCP SDK), in a virtual environment in the cache
+/// directory.
 ///
 /// Prepared once: the tests of a binary run on parallel threads, and other test processes may
 /// want the same environment, so the first caller builds it under an exclusive file lock and the
