@@ -100,29 +100,28 @@ fn an_editor_finds_the_address_key_and_context_and_a_too_long_prompt_says_how_to
         .unwrap_or_else(|| panic!("no prompt size in {message:?}"));
     assert!(prompt_tokens > 19_000, "{message}");
 
-    // Streamed, the headers are sent before the prompt is read: the same error is the stream's
-    // one event before its end.
+    // Streamed, the stream starts only once the model does: the same 400 and the same error, on
+    // Chat Completions and on the Responses API.
     let mut streamed = request.clone();
     streamed["stream"] = json!(true);
-    let text = client
+    let response = client
         .post(format!("{base}/v1/chat/completions"))
         .bearer_auth(KEY)
         .json(&streamed)
         .send()
-        .unwrap()
-        .text()
         .unwrap();
-    let events: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    let last_error = events
-        .iter()
-        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .find(|e| e.get("error").is_some())
-        .unwrap_or_else(|| panic!("no error event in {text}"));
-    assert_eq!(last_error["error"]["code"], "context_length_exceeded");
-    assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().unwrap();
+    assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
+    let response = client
+        .post(format!("{base}/v1/responses"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": streamed["model"], "input": streamed["messages"], "stream": true}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().unwrap();
+    assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
 
     // The server goes on answering prompts that fit.
     let small: Value = client

@@ -10,7 +10,7 @@ use super::AppState;
 use super::error::{AnthropicError, ApiError, ApiJson};
 use super::holdback::StopHoldback;
 use super::openai::{Answer, CancelOnDrop, Checked, MAX_STOPS, Whole, collect, sampling_of};
-use super::openai::{split, submit};
+use super::openai::{Started, split, submit};
 use super::responses::stored_message;
 use super::tool_request::{
     self, JsonSchemaParam, NamedFunction, ResponseFormat, ToolChoiceParam, ToolParam, Tooling,
@@ -25,7 +25,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// A request. Fields this server has no use for (`metadata`, `thinking`, `cache_control` inside
 /// blocks, ...) are ignored, as Anthropic ignores what it does not know.
@@ -123,22 +122,17 @@ pub async fn messages(
         return Err(ApiError::unknown_model(&request.model).into());
     }
     let checked = check(&request)?;
-    let (mut rx, mut answer, guard) =
-        submit(&app, checked, Some(request.max_tokens), request.stream)?;
+    let (rx, mut answer, guard) = submit(&app, checked, Some(request.max_tokens), request.stream)?;
     answer.id = format!("msg_{}", uuid::Uuid::now_v7().simple());
     if !request.stream {
         let whole = collect(rx, &answer).await?;
         drop(guard);
         return Ok(Json(whole_message(&answer, &whole)?).into_response());
     }
-    // The stream starts once the model does: a prompt that cannot be answered (longer than the
-    // context) is then a plain 400, as without streaming, which a client can act on (Claude Code
-    // compacts its conversation) rather than a failure in the middle of a stream.
-    let first = match rx.recv().await {
-        Some(ChatEvent::Failed(error)) => return Err(ApiError::from(error).into()),
-        first => first,
-    };
-    Ok(Sse::new(event_stream(first, rx, answer, guard))
+    // The stream starts once the model does (`Started`): a prompt longer than the context is a
+    // plain 400, as without streaming.
+    let started = Started::wait(rx).await?;
+    Ok(Sse::new(event_stream(started, answer, guard))
         .keep_alive(KeepAlive::default())
         .into_response())
 }
@@ -603,8 +597,7 @@ impl Blocks {
 /// Anthropic's event order: `message_start`, each block's start, deltas and stop,
 /// `message_delta` (why it ended, the usage), `message_stop`.
 fn event_stream(
-    first: Option<ChatEvent>,
-    mut rx: mpsc::UnboundedReceiver<ChatEvent>,
+    mut rx: Started,
     answer: Answer,
     guard: CancelOnDrop,
 ) -> impl futures_util::Stream<Item = Result<Event, Infallible>> {
@@ -614,22 +607,15 @@ fn event_stream(
         .map(|(format, tools)| CallStream::new(format, tools));
     async_stream::stream! {
         let _guard = guard;
-        let mut first = first;
         let mut blocks = Blocks::default();
         let usage = usage_json(&ChatUsage::default());
         yield event("message_start", json!({"message": message_json(&answer, Vec::new(), json!({}), usage)}));
         yield event("ping", json!({}));
         let mut holdback = StopHoldback::new(&answer.stops);
         loop {
-            let received = match first.take() {
-                Some(received) => received,
-                None => match rx.recv().await {
-                    Some(received) => received,
-                    None => {
-                        yield error_event(&ApiError::internal("the generation ended without a result"));
-                        break;
-                    }
-                },
+            let Some(received) = rx.recv().await else {
+                yield error_event(&ApiError::internal("the generation ended without a result"));
+                break;
             };
             let (deltas, end) = match received {
                 ChatEvent::Text(text) => (split(&mut reader, &holdback.push(&text)), None),

@@ -281,7 +281,7 @@ pub async fn chat_completions(
     answer.id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
-        let stream = chat_stream(rx, answer, include_usage, guard);
+        let stream = chat_stream(Started::wait(rx).await?, answer, include_usage, guard);
         Ok(Sse::new(stream)
             .keep_alive(KeepAlive::default())
             .into_response())
@@ -334,6 +334,34 @@ pub(super) fn submit(
         reader,
     };
     Ok((rx, answer, CancelOnDrop(cancel)))
+}
+
+/// A generation that has begun: its first event has come, and it was not a refusal.
+///
+/// A stream waits for it before it starts, so that a request the model cannot begin (a prompt
+/// longer than the context) gets its own status and error body, as it would without streaming,
+/// and a client can act on it (an agent shortens its conversation) instead of reading a failure
+/// inside a stream that began with 200.
+pub(super) struct Started {
+    first: Option<ChatEvent>,
+    rest: mpsc::UnboundedReceiver<ChatEvent>,
+}
+
+impl Started {
+    pub async fn wait(mut rx: mpsc::UnboundedReceiver<ChatEvent>) -> Result<Started, ApiError> {
+        match rx.recv().await {
+            Some(ChatEvent::Failed(error)) => Err(error.into()),
+            first => Ok(Started { first, rest: rx }),
+        }
+    }
+
+    /// The next event, the first one included.
+    pub async fn recv(&mut self) -> Option<ChatEvent> {
+        match self.first.take() {
+            Some(first) => Some(first),
+            None => self.rest.recv().await,
+        }
+    }
 }
 
 /// Stops the generation when the client is gone (the handler or its stream is dropped).
@@ -456,7 +484,7 @@ fn delta_json(delta: CallDelta) -> Value {
 }
 
 fn chat_stream(
-    mut rx: mpsc::UnboundedReceiver<ChatEvent>,
+    mut rx: Started,
     answer: Answer,
     include_usage: bool,
     guard: CancelOnDrop,

@@ -7,7 +7,7 @@
 use super::AppState;
 use super::error::{ApiError, ApiJson};
 use super::holdback::StopHoldback;
-use super::openai::{Answer, CancelOnDrop, Checked, collect, sampling_of, split, submit};
+use super::openai::{Answer, CancelOnDrop, Checked, Started, collect, sampling_of, split, submit};
 use super::tool_request::{self, ResponseFormat, ToolChoiceParam, ToolParam, Tooling};
 use axum::Json;
 use axum::extract::State;
@@ -109,7 +109,8 @@ pub async fn responses(
         kept_from,
     };
     if request.stream {
-        Ok(Sse::new(event_stream(rx, answer, record, guard))
+        let started = Started::wait(rx).await?;
+        Ok(Sse::new(event_stream(started, answer, record, guard))
             .keep_alive(KeepAlive::default())
             .into_response())
     } else {
@@ -463,7 +464,7 @@ struct Output {
 }
 
 fn event_stream(
-    mut rx: mpsc::UnboundedReceiver<ChatEvent>,
+    mut rx: Started,
     answer: Answer,
     record: Record,
     guard: CancelOnDrop,
