@@ -1,9 +1,10 @@
-//! The MCP servers a run may use (`--mcp-config`, or `mcp.json` in the data folder) and the
-//! terminal's way of asking the user before a tool that may change something runs.
+//! The MCP servers a run may use (`--mcp-config`, or `mcp.json` in the data folder), for
+//! `catena run` and `catena serve` alike, and the terminal's way of asking the user before a tool
+//! that may change something runs (`catena serve` asks in the web UI: catena-service's approvals).
 
 use anyhow::{Context, Result};
 use catena_hub::config::Paths;
-use catena_mcp_client::{Approver, ExternalTools, McpServers, PendingCall, ServerEntry};
+use catena_mcp_client::{Approval, Approver, ExternalTools, McpServers, PendingCall, ServerEntry};
 use catena_protocol::ExternalTool;
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
@@ -26,7 +27,8 @@ pub struct McpArgs {
     pub no_mcp: bool,
 
     /// An MCP tool that may run without asking, though it may change something (repeatable).
-    /// Without it such a call asks on the terminal, and is refused when no one can answer.
+    /// Without it such a call asks the user first (on the terminal in `catena run`, in the web UI
+    /// in `catena serve`), and is refused when no one answers.
     #[arg(long = "allow-tool", value_name = "NAME")]
     pub allow_tools: Vec<String>,
 }
@@ -50,17 +52,13 @@ impl McpArgs {
         Ok(catena_mcp_client::load(&path)?)
     }
 
-    /// Starts the listed servers, saying on stderr what each offers and what could not start,
-    /// with the terminal approving their calls. `None` when no server is listed.
-    pub fn start(&self, paths: &Paths) -> Result<Option<(ExternalTools, Vec<ExternalTool>)>> {
+    /// Starts the listed servers once, saying on stderr what each offers and what could not
+    /// start. `None` when no server is listed.
+    pub fn start_servers(&self, paths: &Paths) -> Result<Option<Arc<McpServers>>> {
         let entries = self.entries(paths)?;
         if entries.is_empty() {
             return Ok(None);
         }
-        let approver = TerminalApprover {
-            allowed: self.allow_tools.iter().cloned().collect(),
-            asking: Mutex::new(()),
-        };
         let (servers, problems) =
             McpServers::start(&entries, START_TIMEOUT).context("cannot start the MCP client")?;
         for problem in problems {
@@ -69,8 +67,25 @@ impl McpArgs {
         for (server, count) in servers.started() {
             eprintln!("MCP server `{server}`: {count} tools offered to the model.");
         }
+        Ok(Some(Arc::new(servers)))
+    }
+
+    /// The tools allowed up front (`--allow-tool`).
+    pub fn allowed(&self) -> HashSet<String> {
+        self.allow_tools.iter().cloned().collect()
+    }
+
+    /// Starts the listed servers with the terminal approving their calls (`catena run`).
+    pub fn start(&self, paths: &Paths) -> Result<Option<(ExternalTools, Vec<ExternalTool>)>> {
+        let Some(servers) = self.start_servers(paths)? else {
+            return Ok(None);
+        };
+        let approver = TerminalApprover {
+            allowed: self.allowed(),
+            asking: Mutex::new(()),
+        };
         let specs = servers.specs();
-        let tools = ExternalTools::new(Arc::new(servers), Arc::new(approver));
+        let tools = ExternalTools::new(servers, Arc::new(approver));
         Ok(Some((tools, specs)))
     }
 }
@@ -84,9 +99,9 @@ struct TerminalApprover {
 }
 
 impl Approver for TerminalApprover {
-    fn approve(&self, call: &PendingCall<'_>) -> bool {
+    fn approve(&self, call: &PendingCall<'_>) -> Approval {
         if self.allowed.contains(call.tool) {
-            return true;
+            return Approval::Allowed;
         }
         let _one_at_a_time = self.asking.lock();
         let arguments = serde_json::Value::Object(call.arguments.clone());
@@ -116,6 +131,10 @@ impl Approver for TerminalApprover {
                                    --allow-tool NAME to allow a tool without asking.",
             }
         );
-        allowed
+        if allowed {
+            Approval::Allowed
+        } else {
+            Approval::Denied
+        }
     }
 }

@@ -212,6 +212,8 @@ impl EventSink for HumanPrinter {
                 let _ = writeln!(self.err, "{yellow}warning: {message}{yellow:#}");
             }
             AgentEvent::ToolCall { .. } => {}
+            // `catena run` asks on the terminal itself (mcp_servers.rs); served runs ask the UI.
+            AgentEvent::ApprovalRequested { .. } | AgentEvent::ApprovalAnswered { .. } => {}
             AgentEvent::Observation {
                 tool,
                 text,

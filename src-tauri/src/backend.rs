@@ -4,9 +4,10 @@
 use catena_engine_api::{SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_hub::installed;
+use catena_mcp_client::McpServers;
 use catena_sandbox::Limits;
 use catena_service::Service;
-use catena_service::{InferenceConfig, ServiceError};
+use catena_service::{InferenceConfig, McpHost, ServiceError};
 use catena_store::Store;
 use catena_worker::WorkerCommand;
 use std::path::PathBuf;
@@ -32,6 +33,8 @@ pub struct Backend {
 const CONTEXT_TOKENS: u32 = 8192;
 const KEPT_SESSIONS: usize = 4;
 const QUEUE_LIMIT: usize = 32;
+/// How long an MCP server has to start and list its tools (`npx` may fetch its package first).
+const MCP_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Backend {
     pub fn new(paths: Paths) -> Backend {
@@ -90,8 +93,35 @@ impl Backend {
             sandbox_limits: Limits::default(),
             worker: WorkerCommand::current_exe(0)
                 .context("cannot find the app's executable to start the model worker")?,
+            mcp_host: self.mcp_host()?,
         };
         Ok(Service::start(config, store)?)
+    }
+
+    /// The MCP servers of `mcp.json` in the data folder, as `catena serve` starts them by
+    /// default: their tools are offered to every run, and a call that may change something
+    /// waits for the user's answer in the window. None listed, none started.
+    fn mcp_host(&self) -> anyhow::Result<Option<McpHost>> {
+        use anyhow::Context;
+        let file = self.paths.mcp_servers_file();
+        if !file.exists() {
+            return Ok(None);
+        }
+        let entries = catena_mcp_client::load(&file)?;
+        self.state
+            .send_replace(Loading::Starting("Starting the MCP servers".into()));
+        let (servers, problems) = McpServers::start(&entries, MCP_START_TIMEOUT)
+            .context("cannot start the MCP client")?;
+        for problem in problems {
+            tracing::warn!("{problem}");
+        }
+        for (server, tools) in servers.started() {
+            tracing::info!(server, tools, "an MCP server lends its tools to runs");
+        }
+        Ok(Some(McpHost {
+            servers: Arc::new(servers),
+            allowed: Arc::default(),
+        }))
     }
 
     /// The model the user chose with `catena models default`, else the built-in default model

@@ -267,6 +267,20 @@ pub async fn cancel_run(backend: State<'_, Backend>, run_id: String) -> Reply<()
     Ok(backend.service().await?.cancel(&run_id).await?)
 }
 
+/// The user's answer to a run's question: may the external tool's call run?
+#[tauri::command]
+pub async fn answer_approval(
+    backend: State<'_, Backend>,
+    run_id: String,
+    ask: u64,
+    allow: bool,
+) -> Reply<()> {
+    Ok(backend
+        .service()
+        .await?
+        .answer_approval(&run_id, ask, allow)?)
+}
+
 #[tauri::command]
 pub async fn rate_run(
     backend: State<'_, Backend>,

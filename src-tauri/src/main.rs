@@ -96,6 +96,7 @@ fn run() -> anyhow::Result<ExitCode> {
             commands::follow_run,
             commands::unfollow_run,
             commands::cancel_run,
+            commands::answer_approval,
             commands::rate_run,
             commands::sessions,
             commands::session,

@@ -1,12 +1,13 @@
 // The web UI served by a real `catena serve`: a real task on the default model, the chain with the
-// sandbox's observation and the answer, the other views, connecting an editor (against a second
-// server with a key too), themes, zoom, keys and accessible names.
+// sandbox's observation and the answer, an external MCP tool's call waiting for the user's yes,
+// the other views, connecting an editor (against a second server with a key too), themes, zoom,
+// keys and accessible names.
 // Screenshots of every view in both themes go to docs/screenshots/.
 
 import { expect, test, type Page } from '@playwright/test';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { homedir, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -377,5 +378,64 @@ test('connecting an editor to a server with a key: the key shown on request, eve
   } finally {
     server.kill('SIGTERM');
     rmSync(store, { recursive: true, force: true });
+  }
+});
+
+test('an MCP tool that writes asks first: the approval card, allowed from the keyboard, the file written', async ({ page }) => {
+  const bin = process.env.CATENA_BIN ?? resolve(import.meta.dirname, '../../target/release/catena');
+  // The official filesystem server, as the Rust e2e suite installs it (tests/npm).
+  const cache = process.env.CATENA_CACHE_DIR ?? join(homedir(), '.cache', 'catena');
+  const serverJs = join(cache, 'test-npm', 'node_modules', '@modelcontextprotocol', 'server-filesystem', 'dist', 'index.js');
+  expect(existsSync(serverJs), `${serverJs} is missing: the Rust e2e suite installs it (tests/npm)`).toBe(true);
+  const dir = mkdtempSync(join(tmpdir(), 'catena-ui-mcp-'));
+  const allowed = join(dir, 'notes');
+  mkdirSync(allowed);
+  const config = join(dir, 'mcp.json');
+  writeFileSync(config, JSON.stringify({ mcpServers: { filesystem: { command: 'node', args: [serverJs, allowed] } } }));
+  const server = spawn(
+    bin,
+    ['serve', '--port', '0', '--store-dir', join(dir, 'store'), '--ctx-size', '4096', '--sessions', '1', '--mcp-config', config],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  try {
+    const served = await new Promise<string>((ok, fail) => {
+      const timer = setTimeout(() => fail(new Error('catena serve did not start within 120 s')), 120_000);
+      server.once('exit', (code) => fail(new Error(`catena serve exited with ${code}`)));
+      createInterface({ input: server.stdout! }).on('line', (line) => {
+        const match = / on (http:\/\/\S+)/.exec(line);
+        if (match) {
+          clearTimeout(timer);
+          ok(match[1]);
+        }
+      });
+    });
+    const todo = join(allowed, 'todo.txt');
+    await page.goto(served);
+    await go(page, 'Run');
+    await page.getByRole('textbox', { name: 'Task' }).fill('Add "buy milk" to my to-do list');
+    await page.getByLabel('Profile').selectOption('code');
+    await page.getByText('Start the answer with…').click();
+    const call = JSON.stringify({ name: 'write_file', arguments: { path: todo, content: 'buy milk' } });
+    await page.getByLabel(/Prefill/).fill(`<think>Write it to the list.</think>\n<tool_call>\n${call}\n</tool_call>`);
+    await page.getByRole('textbox', { name: 'Task' }).press('Control+Enter');
+
+    const card = page.getByRole('region', { name: 'Approval for write_file' });
+    await expect(card).toContainText('filesystem', { timeout: 120_000 });
+    await expect(page.getByTestId('approval-arguments')).toContainText(`"path": "${todo}"`);
+    expect(existsSync(todo), 'written before the user allowed it').toBe(false);
+    await expectNamedControls(page);
+    await theme(page, 'light');
+    await page.evaluate(() => document.documentElement.setAttribute('data-theme', 'light'));
+    await shoot(page, 'mcp-approval-light');
+
+    // Reached and pressed from the keyboard.
+    await card.getByRole('button', { name: 'Allow write_file' }).focus();
+    await page.keyboard.press('Enter');
+    await expect(card.getByRole('status')).toHaveText('Allowed: the call ran.', { timeout: 30_000 });
+    await expect(page.getByTestId('observation').first()).toContainText('Successfully wrote', { timeout: 60_000 });
+    expect(readFileSync(todo, 'utf8')).toBe('buy milk');
+  } finally {
+    server.kill('SIGTERM');
+    rmSync(dir, { recursive: true, force: true });
   }
 });

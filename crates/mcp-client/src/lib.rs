@@ -14,4 +14,4 @@ mod tool;
 
 pub use config::{ConfigError, MAX_SERVERS, ServerEntry, load};
 pub use servers::{CallError, MAX_TOOLS, StartProblem};
-pub use tool::{Approver, CALL_TIMEOUT, ExternalTools, McpServers, PendingCall};
+pub use tool::{Approval, Approver, CALL_TIMEOUT, ExternalTools, McpServers, PendingCall};

@@ -23,11 +23,21 @@ pub struct PendingCall<'a> {
     pub arguments: &'a Map<String, Value>,
 }
 
+/// What became of a call that waited for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    Allowed,
+    /// The user said no.
+    Denied,
+    /// No one decided (no answer in time, the run was stopped); says why, for the model.
+    Unanswered(String),
+}
+
 /// Who decides whether a tool that may change something runs. Asked for every call of a tool
 /// that does not declare itself read-only (`readOnlyHint`), since MCP's default is that a tool may
 /// write.
 pub trait Approver: Send + Sync {
-    fn approve(&self, call: &PendingCall<'_>) -> bool;
+    fn approve(&self, call: &PendingCall<'_>) -> Approval;
 }
 
 /// The started servers, shared by every run of a process (`catena serve` starts them once).
@@ -114,11 +124,17 @@ impl ExternalTools {
                 tool: &name,
                 arguments: &arguments,
             };
-            if !self.approver.approve(&pending) {
-                return (
-                    format!("The user did not allow this call of `{name}`; it did not run."),
-                    false,
-                );
+            match self.approver.approve(&pending) {
+                Approval::Allowed => {}
+                Approval::Denied => {
+                    return (
+                        format!("The user did not allow this call of `{name}`; it did not run."),
+                        false,
+                    );
+                }
+                Approval::Unanswered(why) => {
+                    return (format!("This call of `{name}` did not run: {why}."), false);
+                }
             }
         }
         let timeout = context

@@ -12,6 +12,19 @@ pub enum Source {
     Prefill,
 }
 
+/// Who settled a question about an external tool's call ([`AgentEvent::ApprovalAnswered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// The user answered.
+    User,
+    /// No one answered in time; the call was declined.
+    Timeout,
+    /// The run was stopped while it waited; the call was declined.
+    Cancelled,
+}
+
 /// One event of a run, in order. Serialised with a `type` field (`block_started`, ...).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -69,5 +82,22 @@ pub enum AgentEvent {
         /// The call repeated an earlier one and was answered by the duplicate guard.
         duplicate: bool,
         elapsed_ms: f64,
+    },
+    /// An external tool that may change something waits for the user's yes (catena serve: the
+    /// UI answers through `/v1/agent/runs/{id}/approvals/{ask}`).
+    ApprovalRequested {
+        /// Names the question within the run, for the answer.
+        ask: u64,
+        /// The MCP server, as named in mcp.json.
+        server: String,
+        /// The tool, as the model called it.
+        tool: String,
+        /// The call's arguments, as JSON text.
+        arguments: String,
+    },
+    ApprovalAnswered {
+        ask: u64,
+        allowed: bool,
+        decided_by: DecidedBy,
     },
 }

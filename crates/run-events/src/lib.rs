@@ -6,5 +6,5 @@
 mod events;
 mod summary;
 
-pub use events::{AgentEvent, Source};
+pub use events::{AgentEvent, DecidedBy, Source};
 pub use summary::{RunSummary, StopReason, Timings};

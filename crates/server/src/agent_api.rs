@@ -1,5 +1,6 @@
 //! The agent API over HTTP: start a Chain-of-Agents run, follow its events (SSE, replayed from
-//! the store and then live, resumable with `Last-Event-ID`), cancel it, give feedback; list, read
+//! the store and then live, resumable with `Last-Event-ID`), answer its questions (may an external
+//! tool's call run?), cancel it, give feedback; list, read
 //! and delete sessions; export runs for training. The work itself is [`catena_service`]'s.
 
 use super::AppState;
@@ -94,6 +95,24 @@ pub async fn cancel_run(
 ) -> Result<Json<Value>, ApiError> {
     app.catena.cancel(&id).await?;
     Ok(Json(json!({"id": id, "cancelling": true})))
+}
+
+/// The user's answer to a question a run asked: may the external tool's call run?
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalBody {
+    pub allow: bool,
+}
+
+pub async fn answer_approval(
+    State(app): State<Arc<AppState>>,
+    Path((id, ask)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ApprovalBody>,
+) -> Result<Json<Value>, ApiError> {
+    // Questions are numbered; anything else names none that waits.
+    let number = ask.parse().unwrap_or(0);
+    app.catena.answer_approval(&id, number, body.allow)?;
+    Ok(Json(json!({"id": id, "ask": number, "allow": body.allow})))
 }
 
 #[derive(Debug, Deserialize)]

@@ -174,6 +174,10 @@ fn router(
         .route("/agent/runs/{id}", get(agent_api::get_run))
         .route("/agent/runs/{id}/events", get(agent_api::run_events))
         .route("/agent/runs/{id}/cancel", post(agent_api::cancel_run))
+        .route(
+            "/agent/runs/{id}/approvals/{ask}",
+            post(agent_api::answer_approval),
+        )
         .route("/agent/runs/{id}/feedback", post(agent_api::feedback))
         .route("/sessions", get(agent_api::list_sessions))
         .route(

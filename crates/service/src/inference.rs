@@ -6,6 +6,7 @@
 //! ones. A model switch waits until the requests already running have finished.
 
 use crate::ServiceError;
+use crate::approvals::{McpHost, RunQuestions};
 use crate::live::LiveRuns;
 use crate::sandbox::SharedSandbox;
 use catena_agent::Budgets;
@@ -28,6 +29,7 @@ use parking_lot::{Mutex, RwLock};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 use tokio::sync::mpsc;
 
 /// How the model is loaded and served.
@@ -54,6 +56,8 @@ pub struct InferenceConfig {
     pub sandbox_limits: Limits,
     /// How to start the model worker process.
     pub worker: WorkerCommand,
+    /// The external MCP servers agent runs may call, started once by the caller.
+    pub mcp_host: Option<McpHost>,
 }
 
 /// A chat completion to run.
@@ -522,7 +526,7 @@ impl Worker {
         job: &AgentJob,
         recorder: &mut Recorder<'_>,
     ) -> Result<(), String> {
-        let tools = self.jobs.tools(&job.profile)?;
+        let tools = self.jobs.tools(job)?;
         self.ready().map_err(|e| e.to_string())?;
         let client = self.client.read();
         let mut session = client.lane(lane).map_err(|e| e.to_string())?;
@@ -644,9 +648,26 @@ impl JobContext {
         self.store.run(&id).ok().map(|r| r.session_id)
     }
 
-    /// The tools of a profile.
-    fn tools(&self, profile: &Profile) -> Result<ToolBox, String> {
-        profile_toolbox(&self.sandbox, &self.config.paths, profile)
+    /// The tools of a run: its profile's, and the external MCP servers' when there are some
+    /// (the run's profile then describes them: [`crate::Service::start_run`]).
+    fn tools(&self, job: &AgentJob) -> Result<ToolBox, String> {
+        let mut tools = profile_toolbox(&self.sandbox, &self.config.paths, &job.profile)?;
+        if let Some(host) = &self.config.mcp_host {
+            tools.add(Box::new(
+                host.tools_for_run(RunQuestions {
+                    run: job.run_id.clone(),
+                    store: self.store.clone(),
+                    live: self.live.clone(),
+                    cancel: job.cancel.clone(),
+                    // A limit too far off to reach is no limit.
+                    deadline: job
+                        .budgets
+                        .max_time
+                        .and_then(|limit| Instant::now().checked_add(limit)),
+                }),
+            ));
+        }
+        Ok(tools)
     }
 }
 

@@ -3,6 +3,7 @@
 //! sessions, list models, report health. `catena serve` maps these onto HTTP (catena-server), the
 //! desktop app onto Tauri commands and channels; neither adds behaviour of its own.
 
+mod approvals;
 mod contract;
 mod downloads;
 mod error;
@@ -15,6 +16,7 @@ mod training;
 mod typescript;
 mod web;
 
+pub use approvals::{APPROVAL_TIMEOUT, McpHost};
 pub use contract::{
     Connection, DataFile, Health, LibraryModels, List, ProfileInfo, RunFeedback, RunView,
     ServedModel, Serving, SessionRuns, StartedRun, StartedStatus, TrainingData, WorkerHealth,
@@ -63,6 +65,8 @@ pub struct Service {
     paths: catena_hub::config::Paths,
     downloads: Downloads,
     training: Training,
+    /// The external MCP servers agent runs may call.
+    mcp_host: Option<McpHost>,
 }
 
 /// A run to start.
@@ -117,6 +121,7 @@ impl Service {
         let training = Training::new(config.worker.program.clone(), paths.clone());
         // Downloads quantise in a child of the same program too (`worker`), never in the server.
         let downloads = Downloads::new(config.worker.clone());
+        let mcp_host = config.mcp_host.clone();
         let inference = Inference::start(config, store.clone(), live.clone())?;
         Ok(Service {
             inference,
@@ -126,6 +131,7 @@ impl Service {
             paths,
             downloads,
             training,
+            mcp_host,
         })
     }
 
@@ -347,6 +353,11 @@ impl Service {
             sampling,
             budgets,
         } = CheckedRun::from_request(&start)?;
+        // Every run may use the external tools; its stored system prompt shows them.
+        let profile = match &self.mcp_host {
+            Some(host) => host.extend(&profile),
+            None => profile,
+        };
         let user_prompt = profile.user_message(&task);
         let options = serde_json::to_value(AgentRunOptions {
             temperature: sampling.temperature,
@@ -492,6 +503,7 @@ impl Service {
         let id = id.to_string();
         self.with_store(move |store, live| {
             let run = store.run(&id)?;
+            approvals::decline_questions(store, live, &id);
             if !live.cancel(&id) {
                 return Err(ServiceError::conflict(format!(
                     "Run `{id}` is not running (it is {}).",
@@ -501,6 +513,18 @@ impl Service {
             Ok(())
         })
         .await
+    }
+
+    /// Answers question `ask` of live run `id` (may an external tool's call run?); the run
+    /// records the answer. Not found when no such question waits.
+    pub fn answer_approval(&self, id: &str, ask: u64, allow: bool) -> Result<(), ServiceError> {
+        if self.live.answer(id, ask, allow) {
+            Ok(())
+        } else {
+            Err(ServiceError::not_found(format!(
+                "Run `{id}` has no question {ask} waiting for an answer."
+            )))
+        }
     }
 
     /// Rates a run (`None` clears the rating); returns the stored rating and note.
@@ -552,6 +576,7 @@ impl Service {
         let id = id.to_string();
         self.with_store(move |store, live| {
             for run in store.session_runs(&id)? {
+                approvals::decline_questions(store, live, &run.id);
                 live.cancel(&run.id);
             }
             store.delete_session(&id)?;

@@ -1,5 +1,5 @@
-//! Runs in progress: their cancel flags, and a broadcast of each event as it is stored, for the
-//! clients following them.
+//! Runs in progress: their cancel flags, a broadcast of each event as it is stored, for the
+//! clients following them, and the questions they wait on the user for (approvals).
 
 use catena_engine_api::CancelFlag;
 use catena_store::StoredEvent;
@@ -7,6 +7,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use tokio::sync::broadcast;
 
 /// Events a slow follower may fall behind by before it re-reads from the store.
@@ -15,6 +16,18 @@ const FOLLOW_BUFFER: usize = 1024;
 struct LiveRun {
     cancel: CancelFlag,
     events: broadcast::Sender<Arc<StoredEvent>>,
+    /// Questions waiting for the user, by number, each with where its answer goes. They go
+    /// with the run: once it has ended, its waiting asker hears that no answer will come.
+    questions: HashMap<u64, mpsc::Sender<Answer>>,
+}
+
+/// What a waiting question hears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The user allowed the call (`true`) or not.
+    User(bool),
+    /// The run is being stopped; the answer event is recorded already.
+    Declined,
 }
 
 /// The registry of live runs.
@@ -37,6 +50,7 @@ impl LiveRuns {
             LiveRun {
                 cancel: cancel.clone(),
                 events,
+                questions: HashMap::new(),
             },
         );
         cancel
@@ -70,6 +84,46 @@ impl LiveRuns {
     pub fn cancel_all(&self) {
         for r in self.lock().values() {
             r.cancel.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Opens question `ask` of a live run; the user's answer (allow or not) arrives on the
+    /// receiver, which disconnects when the run ends. `None` when the run is not live.
+    pub fn ask(&self, run: &str, ask: u64) -> Option<mpsc::Receiver<Answer>> {
+        let (answer, answers) = mpsc::channel();
+        let mut runs = self.lock();
+        runs.get_mut(run)?.questions.insert(ask, answer);
+        Some(answers)
+    }
+
+    /// Answers a pending question; false when the run has no such question waiting.
+    pub fn answer(&self, run: &str, ask: u64, allow: bool) -> bool {
+        let question = self
+            .lock()
+            .get_mut(run)
+            .and_then(|r| r.questions.remove(&ask));
+        // The asker may have stopped waiting since: the question was pending, so it was answered.
+        question.is_some_and(|answer| {
+            let _ = answer.send(Answer::User(allow));
+            true
+        })
+    }
+
+    /// Takes every question a run has waiting, for whoever stops the run to decline them.
+    pub fn take_questions(&self, run: &str) -> Vec<(u64, mpsc::Sender<Answer>)> {
+        let mut questions: Vec<_> = self
+            .lock()
+            .get_mut(run)
+            .map(|r| r.questions.drain().collect())
+            .unwrap_or_default();
+        questions.sort_by_key(|(ask, _)| *ask);
+        questions
+    }
+
+    /// Closes a question its asker no longer waits for (no answer in time).
+    pub fn withdraw(&self, run: &str, ask: u64) {
+        if let Some(r) = self.lock().get_mut(run) {
+            r.questions.remove(&ask);
         }
     }
 

@@ -41,6 +41,11 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub workspace: WorkspaceArgs,
+
+    /// External MCP servers whose tools every agent run may call; a call that may change
+    /// something waits for an answer in the web UI.
+    #[command(flatten)]
+    pub mcp_servers: crate::mcp_servers::McpArgs,
 }
 
 /// How the served model is loaded and shared: `catena serve`'s and `catena mcp`'s.
@@ -150,12 +155,21 @@ impl ModelArgs {
             },
             worker: WorkerCommand::current_exe(verbosity)
                 .context("cannot find the catena executable to start the model worker")?,
+            mcp_host: None,
         })
     }
 }
 
 pub fn run(args: ServeArgs, paths: &Paths, verbosity: u8) -> Result<ExitCode> {
-    let inference = args.served.inference(paths, verbosity)?;
+    let mut inference = args.served.inference(paths, verbosity)?;
+    // Started once, before the server: every run shares them.
+    inference.mcp_host =
+        args.mcp_servers
+            .start_servers(paths)?
+            .map(|servers| catena_service::McpHost {
+                servers,
+                allowed: Arc::new(args.mcp_servers.allowed()),
+            });
     let mcp = args.workspace.options()?;
     let store =
         Arc::new(Store::open_in(&paths.store_dir).context("cannot open the session store")?);

@@ -146,6 +146,10 @@ export class HttpTransport implements Transport {
     await this.post(`/v1/agent/runs/${encodeURIComponent(runId)}/cancel`, {});
   }
 
+  async answerApproval(runId: string, ask: number, allow: boolean): Promise<void> {
+    await this.post(`/v1/agent/runs/${encodeURIComponent(runId)}/approvals/${ask}`, { allow });
+  }
+
   async rateRun(runId: string, rating: Rating): Promise<void> {
     await this.post(`/v1/agent/runs/${encodeURIComponent(runId)}/feedback`, { rating });
   }

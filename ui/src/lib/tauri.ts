@@ -139,6 +139,10 @@ export class TauriTransport implements Transport {
     await this.command('cancel_run', { runId });
   }
 
+  async answerApproval(runId: string, ask: number, allow: boolean): Promise<void> {
+    await this.command('answer_approval', { runId, ask, allow });
+  }
+
   async rateRun(runId: string, rating: Rating): Promise<void> {
     await this.command('rate_run', { runId, rating });
   }

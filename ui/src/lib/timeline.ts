@@ -1,13 +1,28 @@
 // Folds a run's event stream into the chain as the UI shows it: one item per block (plan, think,
-// code, reflection, verification, answer, ...), each tool call with its observation, and the end.
+// code, reflection, verification, answer, ...), each tool call with its observation, each question
+// about an external tool's call with its answer, and the end.
 
-import type { RunEvent, Source } from './types';
+import type { DecidedBy, RunEvent, Source } from './types';
+
+/** A question the run asked the user: may this external (MCP) tool's call run? */
+export interface Approval {
+  kind: 'approval';
+  /** The question's number within the run, for the answer. */
+  ask: number;
+  server: string;
+  tool: string;
+  /** The call's arguments, as JSON text. */
+  arguments: string;
+  /** Set once it was answered (or declined for the user). */
+  decision?: { allowed: boolean; decidedBy: DecidedBy };
+}
 
 export type Item =
   | { kind: 'block'; tag: string; text: string; closed: boolean; open: boolean; source: Source }
   | { kind: 'text'; text: string }
   | { kind: 'observation'; index: number; tool: string; text: string; success: boolean; duplicate: boolean; elapsedMs: number }
-  | { kind: 'issue'; message: string };
+  | { kind: 'issue'; message: string }
+  | Approval;
 
 export interface Chain {
   items: Item[];
@@ -70,6 +85,14 @@ export function apply(chain: Chain, event: RunEvent, seq: number | null): Chain 
         elapsedMs: event.elapsed_ms,
       });
       break;
+    case 'approval_requested':
+      chain.items.push({ kind: 'approval', ask: event.ask, server: event.server, tool: event.tool, arguments: event.arguments });
+      break;
+    case 'approval_answered': {
+      const asked = chain.items.find((item): item is Approval => item.kind === 'approval' && item.ask === event.ask);
+      if (asked) asked.decision = { allowed: event.allowed, decidedBy: event.decided_by };
+      break;
+    }
     case 'summary':
       chain.summary = event;
       break;
@@ -89,4 +112,25 @@ export function foldedByDefault(tag: string): boolean {
 export function programOf(block: string): string {
   const fence = /```[a-zA-Z0-9_+-]*\n([\s\S]*?)```/.exec(block);
   return (fence ? fence[1] : block).replace(/^\n+|\s+$/g, '');
+}
+
+/** A call's arguments for reading: indented JSON, or the text as it came. */
+export function prettyArguments(text: string): string {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
+/** What became of a question, in words. */
+export function decisionText(decision: NonNullable<Approval['decision']>): string {
+  switch (decision.decidedBy) {
+    case 'user':
+      return decision.allowed ? 'Allowed: the call ran.' : 'Denied: the call did not run.';
+    case 'timeout':
+      return 'Declined: no one answered in time, so the call did not run.';
+    case 'cancelled':
+      return 'Declined: the run was stopped, so the call did not run.';
+  }
 }

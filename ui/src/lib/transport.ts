@@ -45,6 +45,8 @@ export interface Transport {
   /** Streams a run's events: stored ones first, then live ones until it ends. */
   runEvents(runId: string, handlers: EventHandlers, after?: number): Unsubscribe;
   cancelRun(runId: string): Promise<void>;
+  /** Answers a run's question `ask`: may the external tool's call run? */
+  answerApproval(runId: string, ask: number, allow: boolean): Promise<void>;
   rateRun(runId: string, rating: Rating): Promise<void>;
   sessions(search?: string): Promise<SessionInfo[]>;
   session(id: string): Promise<SessionRuns>;

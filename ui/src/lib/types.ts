@@ -7,6 +7,7 @@
 export type { AgentEvent } from './generated/AgentEvent';
 export type { Connection } from './generated/Connection';
 export type { DataFile } from './generated/DataFile';
+export type { DecidedBy } from './generated/DecidedBy';
 export type { DownloadState } from './generated/DownloadState';
 export type { DownloadStatus } from './generated/DownloadStatus';
 export type { Feedback } from './generated/Feedback';

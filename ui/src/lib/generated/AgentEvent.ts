@@ -1,4 +1,5 @@
 // Generated from the Rust types by ts-rs (`scripts/setup/ui.sh types`). Do not edit by hand.
+import type { DecidedBy } from "./DecidedBy";
 import type { ParseIssue } from "./ParseIssue";
 import type { Source } from "./Source";
 import type { Tag } from "./Tag";
@@ -30,4 +31,20 @@ text: string, success: boolean,
 /**
  * The call repeated an earlier one and was answered by the duplicate guard.
  */
-duplicate: boolean, elapsed_ms: number, };
+duplicate: boolean, elapsed_ms: number, } | { "type": "approval_requested", 
+/**
+ * Names the question within the run, for the answer.
+ */
+ask: number, 
+/**
+ * The MCP server, as named in mcp.json.
+ */
+server: string, 
+/**
+ * The tool, as the model called it.
+ */
+tool: string, 
+/**
+ * The call's arguments, as JSON text.
+ */
+arguments: string, } | { "type": "approval_answered", ask: number, allowed: boolean, decided_by: DecidedBy, };
