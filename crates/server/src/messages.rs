@@ -13,7 +13,7 @@ use super::openai::{Answer, CancelOnDrop, Checked, MAX_STOPS, Whole, collect, sa
 use super::openai::{Started, split, submit};
 use super::responses::stored_message;
 use super::tool_request::{
-    self, JsonSchemaParam, NamedFunction, ResponseFormat, ToolChoiceParam, ToolParam, Tooling,
+    self, JsonSchemaParam, NamedFunction, ResponseFormat, ToolChoiceParam, Tooling,
 };
 use axum::Json;
 use axum::extract::State;
@@ -385,16 +385,7 @@ fn tooling(request: &MessagesRequest) -> Result<Tooling, ApiError> {
             tracing::debug!(index = i, kind, "a server tool is left out");
             continue;
         }
-        let function = serde_json::from_value(json!({
-            "name": tool.get("name").cloned().unwrap_or(Value::Null),
-            "description": tool.get("description").cloned().unwrap_or(Value::Null),
-            "parameters": tool.get("input_schema").cloned().unwrap_or(Value::Null),
-        }))
-        .map_err(|e| ApiError::invalid(format!("tools[{i}]: {e}")).param("tools"))?;
-        tools.push(ToolParam {
-            kind: "function".into(),
-            function,
-        });
+        tools.push(tool_request::flat_tool(i, tool, "input_schema")?);
     }
     let choice = request.tool_choice.as_ref();
     let mode = |mode: &str| Some(ToolChoiceParam::Mode(mode.to_string()));

@@ -8,7 +8,7 @@ use super::AppState;
 use super::error::{ApiError, ApiJson};
 use super::holdback::StopHoldback;
 use super::openai::{Answer, CancelOnDrop, Checked, Started, collect, sampling_of, split, submit};
-use super::tool_request::{self, ResponseFormat, ToolChoiceParam, ToolParam, Tooling};
+use super::tool_request::{self, ResponseFormat, ToolChoiceParam, Tooling};
 use axum::Json;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -238,17 +238,7 @@ fn tooling(request: &ResponsesRequest) -> Result<Tooling, ApiError> {
             tracing::debug!(index = i, kind, "a non-function tool is left out");
             continue;
         }
-        // The flat shape (`name` beside `type`) as the nested one Chat Completions uses.
-        let function = serde_json::from_value(json!({
-            "name": tool.get("name").cloned().unwrap_or(Value::Null),
-            "description": tool.get("description").cloned().unwrap_or(Value::Null),
-            "parameters": tool.get("parameters").cloned().unwrap_or(Value::Null),
-        }))
-        .map_err(|e| ApiError::invalid(format!("tools[{i}]: {e}")).param("tools"))?;
-        tools.push(ToolParam {
-            kind: "function".into(),
-            function,
-        });
+        tools.push(tool_request::flat_tool(i, tool, "parameters")?);
     }
     let choice = match &request.tool_choice {
         None => None,

@@ -287,3 +287,20 @@ pub fn format_error(e: FormatError) -> ApiError {
         .code("invalid_tool_call"),
     }
 }
+
+/// A tool given in the flat shape (`name`, `description` and the schema beside `type`: the
+/// Responses and Messages APIs) as the nested one Chat Completions uses; `schema` names the field
+/// that holds its JSON Schema there (`parameters`, `input_schema`).
+pub fn flat_tool(i: usize, tool: &Value, schema: &str) -> Result<ToolParam, ApiError> {
+    let field = |name: &str| tool.get(name).cloned().unwrap_or(Value::Null);
+    let function = serde_json::from_value(serde_json::json!({
+        "name": field("name"),
+        "description": field("description"),
+        "parameters": field(schema),
+    }))
+    .map_err(|e| ApiError::invalid(format!("tools[{i}]: {e}")).param("tools"))?;
+    Ok(ToolParam {
+        kind: "function".into(),
+        function,
+    })
+}
