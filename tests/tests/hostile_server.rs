@@ -258,6 +258,40 @@ fn cross_site_shapes_change_nothing() {
     assert_eq!(status, 404);
 }
 
+/// A page the user visits must not answer a run's question for them: an approval lets a model's
+/// call change something on this machine.
+#[test]
+fn another_site_cannot_answer_an_approval() {
+    let server = Served::start(None);
+    let path = "/v1/agent/runs/some-run/approvals/1";
+    let allow = json!({"allow": true});
+    for extra in [
+        ("Origin", "http://evil.example"),
+        ("Origin", "null"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ] {
+        let (status, body) = server.post_json(path, &allow, &[extra]);
+        assert_eq!(status, 403, "{extra:?}: {body}");
+    }
+    let evil = format!("evil.example:{}", server.port());
+    let (status, _) = server.raw("POST", path, &[("Host", &evil)], &allow.to_string());
+    assert_eq!(status, 403);
+    // A form post that smuggles the JSON as text.
+    let host = server.ours();
+    let (status, body) = server.raw(
+        "POST",
+        path,
+        &[("Host", &host), ("Content-Type", "text/plain")],
+        &allow.to_string(),
+    );
+    assert_eq!(status, 403, "{body}");
+    // The server's own page gets through the boundary, to the route's own 404: no such question.
+    let own = format!("http://127.0.0.1:{}", server.port());
+    let (status, body) = server.post_json(path, &allow, &[("Origin", &own)]);
+    assert_eq!(status, 404);
+    assert!(message(&body).contains("no question 1 waiting"), "{body}");
+}
+
 #[test]
 fn training_takes_names_not_paths() {
     let server = Served::start(None);
