@@ -139,9 +139,10 @@ pub fn stand_in_note(paths: &Paths, adapted: bool) -> String {
     match fits {
         Some((name, id, quant, size)) => note.push_str(&format!(
             " The agent model that fits this machine is {name} ({quant}, about {}). Its \
-             publishers release it as safetensors only: `catena models pull {id}` cannot fetch \
-             and convert it yet, but `catena models import FOLDER --quant {quant}` converts its \
-             checkpoint folder once you have it.",
+             publishers release it as safetensors only: `catena models pull {id}` fetches the \
+             checkpoint from the model hub and converts and quantises it here (tried against a \
+             hub on loopback, not the public one), and `catena models import FOLDER --quant \
+             {quant}` does the same from a checkpoint folder you have.",
             size.map(human_bytes)
                 .unwrap_or_else(|| "size unknown".into()),
         )),
