@@ -100,20 +100,20 @@ fn run_python(code: &str) -> Value {
     json!({"name": "run_python", "arguments": {"code": code}})
 }
 
-/// Runs the Python client with `plan`; returns what it printed.
-fn client(plan: &Value) -> Value {
+/// Runs the Python client with `plan` for at most `limit`; `what` names it if it overruns.
+fn run_client(plan: &Value, limit: Duration, what: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("plan.json");
     std::fs::write(&file, plan.to_string()).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
     let mut command = Command::new(common::test_python());
     command.arg(&script).arg(&file);
-    let output = common::output_within(
-        &mut command,
-        dir.path(),
-        Duration::from_secs(900),
-        "the MCP client",
-    );
+    common::output_within(&mut command, dir.path(), limit, what)
+}
+
+/// Runs the Python client with `plan`; returns what it printed.
+fn client(plan: &Value) -> Value {
+    let output = run_client(plan, Duration::from_secs(900), "the MCP client");
     assert!(
         output.status.success(),
         "the MCP client failed: {}",
@@ -350,16 +350,9 @@ fn the_official_mcp_client_uses_slash_mcp_with_the_key_on_both_revisions() {
             .exists()
     );
     // Without the key the client gets nothing.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("plan.json");
     let plan = json!({"transport": "http", "url": url, "key": null, "mode": "legacy", "calls": []});
-    std::fs::write(&file, plan.to_string()).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
-    let mut command = Command::new(common::test_python());
-    command.arg(&script).arg(&file);
-    let output = common::output_within(
-        &mut command,
-        dir.path(),
+    let output = run_client(
+        &plan,
         Duration::from_secs(120),
         "the MCP client without a key",
     );
