@@ -15,10 +15,9 @@ BASE_URL is the server's root (the SDK adds `/v1/messages`).
 """
 
 import json
-import sys
-import traceback
 
 import anthropic
+import checks
 import jsonschema
 
 WEATHER = {
@@ -369,23 +368,10 @@ CHECKS = [
 
 
 def main():
-    base_url, model, api_key = sys.argv[1:4]
-    wanted = set(sys.argv[4:])
-    unknown = wanted - {c.__name__ for c in CHECKS}
-    if unknown:
-        sys.exit(f"unknown checks: {sorted(unknown)}")
-    client = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=300)
-    out = {"passed": {}, "failed": {}}
-    for check in CHECKS:
-        if wanted and check.__name__ not in wanted:
-            continue
-        try:
-            out["passed"][check.__name__] = check(client, model)
-        except Exception as e:  # noqa: BLE001 - every failure is reported, and the others still run
-            out["failed"][check.__name__] = f"{type(e).__name__}: {e}"
-            print(traceback.format_exc(), file=sys.stderr)
-    print(json.dumps(out, default=str))
-    sys.exit(1 if out["failed"] else 0)
+    checks.run(
+        CHECKS,
+        lambda base_url, api_key: anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=300),
+    )
 
 
 if __name__ == "__main__":

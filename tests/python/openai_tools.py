@@ -12,9 +12,8 @@ usage: openai_tools.py BASE_URL MODEL API_KEY [CHECK ...]   (no CHECK: all of th
 """
 
 import json
-import sys
-import traceback
 
+import checks
 import jsonschema
 import openai
 
@@ -332,23 +331,10 @@ CHECKS = [
 
 
 def main():
-    base_url, model, api_key = sys.argv[1:4]
-    wanted = set(sys.argv[4:])
-    unknown = wanted - {c.__name__ for c in CHECKS}
-    if unknown:
-        sys.exit(f"unknown checks: {sorted(unknown)}")
-    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=300)
-    out = {"passed": {}, "failed": {}}
-    for check in CHECKS:
-        if wanted and check.__name__ not in wanted:
-            continue
-        try:
-            out["passed"][check.__name__] = check(client, model)
-        except Exception as e:  # noqa: BLE001 - every failure is reported, and the others still run
-            out["failed"][check.__name__] = f"{type(e).__name__}: {e}"
-            print(traceback.format_exc(), file=sys.stderr)
-    print(json.dumps(out, default=str))
-    sys.exit(1 if out["failed"] else 0)
+    checks.run(
+        CHECKS,
+        lambda base_url, api_key: openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=300),
+    )
 
 
 if __name__ == "__main__":
