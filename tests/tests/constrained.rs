@@ -108,3 +108,101 @@ fn a_bad_grammar_is_refused_before_decoding() {
     }
     assert!(session.tokens().is_empty());
 }
+
+#[test]
+fn text_already_written_is_checked_and_continued() {
+    let grammar = r#"start: "The answer is " ("7" | "8") "!""#;
+    let mut session = engine().session(&SessionOptions::default()).unwrap();
+    session
+        .append(
+            &engine()
+                .chat_prompt("You are terse.", "Pick 7 or 8.")
+                .unwrap(),
+        )
+        .unwrap();
+    let before = session.tokens().len();
+    // Text that leaves the grammar is refused before anything is generated.
+    match session.constrain(&Constraint::strict(grammar).continuing("The result")) {
+        Err(EngineError::OutsideGrammar(message)) => {
+            assert!(message.contains("The result"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(session.tokens().len(), before);
+    // Text that fits is continued: only the rest is generated.
+    session
+        .append(&[catena_engine_api::PromptPart::plain("The answer")])
+        .unwrap();
+    session
+        .constrain(&Constraint::strict(grammar).continuing("The answer"))
+        .unwrap();
+    let generation = session
+        .generate(
+            &StopMatcher::default(),
+            GenerateLimits::tokens(20),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert!(
+        generation.text == " is 7!" || generation.text == " is 8!",
+        "{:?}",
+        generation.text
+    );
+}
+
+#[test]
+fn sequences_decoded_together_each_follow_their_grammar() {
+    let options = SessionOptions {
+        context_size: Some(1024),
+        sampling: SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 5,
+        },
+        ..SessionOptions::default()
+    };
+    let grammars = [r#"start: "yes" | "no""#, PERSON, r#"start: /[0-9]{3}/"#];
+    let texts = engine()
+        .with_sequences(&options, grammars.len(), |sessions| {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = sessions
+                    .into_iter()
+                    .zip(grammars)
+                    .map(|(mut session, grammar)| {
+                        scope.spawn(move || {
+                            session
+                                .append(
+                                    &engine()
+                                        .chat_prompt("You are a poet.", "Write a long poem.")
+                                        .unwrap(),
+                                )
+                                .unwrap();
+                            session.constrain(&Constraint::strict(grammar)).unwrap();
+                            session
+                                .generate(
+                                    &StopMatcher::default(),
+                                    GenerateLimits::tokens(120),
+                                    &mut |_| {},
+                                )
+                                .unwrap()
+                                .text
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .unwrap();
+    assert!(texts[0] == "yes" || texts[0] == "no", "{texts:?}");
+    let person: Value =
+        serde_json::from_str(&texts[1]).unwrap_or_else(|e| panic!("{e}: {texts:?}"));
+    assert_eq!(person.as_object().unwrap().len(), 3, "{texts:?}");
+    assert!(
+        texts[2].len() == 3 && texts[2].chars().all(|c| c.is_ascii_digit()),
+        "{texts:?}"
+    );
+}

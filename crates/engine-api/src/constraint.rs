@@ -13,6 +13,13 @@ pub struct Constraint {
     /// until its text contains `t`; the text after `t` must then match the grammar (a lazy
     /// grammar: an answer in prose stays prose, a tool call is held to its schema).
     pub trigger: Option<String>,
+    /// Text already in the context that the constrained text begins with: a prefill, or the
+    /// part of a chain's segment written before this generation. It is checked against the
+    /// grammar before anything is sampled (a [`crate::EngineError::OutsideGrammar`] if it
+    /// does not fit) and never sampled again. With a trigger, it is searched for the trigger
+    /// like sampled text.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub given: String,
 }
 
 impl Constraint {
@@ -21,6 +28,7 @@ impl Constraint {
         Constraint {
             grammar: grammar.into(),
             trigger: None,
+            given: String::new(),
         }
     }
 
@@ -29,6 +37,13 @@ impl Constraint {
         Constraint {
             grammar: grammar.into(),
             trigger: Some(trigger.into()),
+            given: String::new(),
         }
+    }
+
+    /// The same constraint, continuing after `given` (see [`Constraint::given`]).
+    pub fn continuing(mut self, given: impl Into<String>) -> Self {
+        self.given = given.into();
+        self
     }
 }

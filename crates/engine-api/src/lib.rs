@@ -90,6 +90,16 @@ pub struct TokenRecord {
     pub logprob: Option<f32>,
 }
 
+/// Mean log-probability of the sampled tokens among `tokens` (those that carry one); `None`
+/// when none does (log-probabilities were not recorded, or nothing was sampled).
+pub fn mean_logprob(tokens: &[TokenRecord]) -> Option<f64> {
+    let (sum, count) = tokens
+        .iter()
+        .filter_map(|t| t.logprob)
+        .fold((0.0, 0usize), |(sum, n), l| (sum + f64::from(l), n + 1));
+    (count > 0).then(|| sum / count as f64)
+}
+
 /// The counters of a session.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionStats {
@@ -433,6 +443,10 @@ pub enum EngineError {
     /// error); nothing was generated.
     #[error("the output's grammar cannot be used: {0}")]
     BadGrammar(String),
+    /// The text a constrained generation continues ([`Constraint::given`]: a prefill, a chain
+    /// so far) does not fit the grammar; nothing was generated.
+    #[error("the text written so far does not fit the grammar it must follow: {0}")]
+    OutsideGrammar(String),
     /// This engine cannot do what was asked (e.g. constrained decoding on a remote server).
     #[error("{0}")]
     Unsupported(String),

@@ -380,8 +380,8 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
         open.session.set_sampling(sampling);
         if let Some(constraint) = &constraint {
             match open.session.constrain(constraint) {
-                // A lazy grammar only guards a call the model starts: without it the call is
-                // parsed as written (batched lanes cannot constrain yet).
+                // A lazy grammar only guards a call the model starts: an engine that cannot
+                // constrain answers without it, and the call is parsed as written.
                 Err(EngineError::Unsupported(why)) if constraint.trigger.is_some() => {
                     tracing::debug!(why, "answering without the lazy grammar");
                 }

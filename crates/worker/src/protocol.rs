@@ -183,6 +183,7 @@ pub enum Reply {
 pub enum WireError {
     ContextOverflow { context_size: usize, needed: usize },
     BadGrammar { message: String },
+    OutsideGrammar { message: String },
     Unsupported { message: String },
     Other { message: String },
 }
@@ -198,6 +199,9 @@ impl From<&EngineError> for WireError {
                 needed,
             },
             EngineError::BadGrammar(ref message) => WireError::BadGrammar {
+                message: message.clone(),
+            },
+            EngineError::OutsideGrammar(ref message) => WireError::OutsideGrammar {
                 message: message.clone(),
             },
             EngineError::Unsupported(ref message) => WireError::Unsupported {
@@ -221,6 +225,7 @@ impl From<WireError> for EngineError {
                 needed,
             },
             WireError::BadGrammar { message } => EngineError::BadGrammar(message),
+            WireError::OutsideGrammar { message } => EngineError::OutsideGrammar(message),
             WireError::Unsupported { message } => EngineError::Unsupported(message),
             WireError::Other { message } => EngineError::Worker(message),
         }

@@ -19,6 +19,7 @@
 //! evaluated in the same step waits one step to share it.
 
 use super::LlamaEngine;
+use super::guide::{self, Guide};
 use super::session::{
     build_sampler, check_ids, context_size, kept_prefix, new_context, pick_token,
 };
@@ -72,6 +73,7 @@ impl LlamaEngine {
                 evaluated: 0,
                 threads: options.threads,
                 reseed: false,
+                guide: None,
             })
             .collect();
         drop(requests);
@@ -130,6 +132,8 @@ pub struct BatchedSession<'m> {
     threads: Option<i32>,
     /// The next generation starts a new sampler from the seed (set by a restart).
     reseed: bool,
+    /// The grammar the next generation follows, if one was set.
+    guide: Option<Guide>,
 }
 
 impl catena_engine_api::StartChat for BatchedSession<'_> {
@@ -183,6 +187,8 @@ struct Request {
     pending: Vec<i32>,
     /// Start the sampler again from its seed.
     reseed: bool,
+    /// The grammar this generation follows (its own sampler chain, seeded like the sequence's).
+    guide: Option<Guide>,
     stops: StopMatcher,
     limits: GenerateLimits,
     sampling: SamplingParams,
@@ -215,12 +221,9 @@ struct Finished {
 }
 
 impl Session for BatchedSession<'_> {
-    fn constrain(&mut self, _: &crate::Constraint) -> Result<(), EngineError> {
-        Err(EngineError::Unsupported(
-            "sequences decoded together cannot follow a grammar yet: serve with `--parallel 1` \
-             for `tool_choice` `required` or a named function, and for `response_format`"
-                .into(),
-        ))
+    fn constrain(&mut self, constraint: &crate::Constraint) -> Result<(), EngineError> {
+        self.guide = Some(guide::build(self.engine, constraint, self.state.sampling)?);
+        Ok(())
     }
 
     fn append(&mut self, parts: &[PromptPart]) -> Result<usize, EngineError> {
@@ -261,6 +264,7 @@ impl Session for BatchedSession<'_> {
                 .map(|t| t.id)
                 .collect(),
             reseed: std::mem::take(&mut self.reseed),
+            guide: self.guide.take(),
             stops: stops.clone(),
             limits,
             sampling: self.state.sampling,
@@ -559,27 +563,34 @@ impl Scheduler<'_> {
         let active = &mut self.active[index];
         let seq = active.request.seq;
         let sampling = active.request.sampling;
-        let slot = &mut self.samplers[seq];
-        let record = pick_token(&self.ctx, at, &sampling, self.logprobs, || {
-            if slot.as_ref().is_none_or(|(built, _)| *built != sampling) {
-                *slot = Some((sampling, build_sampler(&sampling)));
+        let record = match active.request.guide.as_mut().and_then(Guide::sampler) {
+            Some(guided) => guide::pick(&self.ctx, at, guided, &sampling, self.logprobs)?,
+            None => {
+                let slot = &mut self.samplers[seq];
+                pick_token(&self.ctx, at, &sampling, self.logprobs, || {
+                    if slot.as_ref().is_none_or(|(built, _)| *built != sampling) {
+                        *slot = Some((sampling, build_sampler(&sampling)));
+                    }
+                    slot.as_mut()
+                        .map(|(_, sampler)| sampler)
+                        .ok_or_else(|| EngineError::Decode("no sampler".into()))
+                })?
             }
-            slot.as_mut()
-                .map(|(_, sampler)| sampler)
-                .ok_or_else(|| EngineError::Decode("no sampler".into()))
-        })?;
+        };
         let token = LlamaToken(record.id);
         active.records.push(record);
         active.sampled += 1;
         active.pending.push(token.0);
-        let vocab = self.engine.model().vocab();
+        let engine = self.engine;
+        let vocab = engine.model().vocab();
         if vocab.is_eog(token) {
             return Ok(Some(GenerationStop::EndOfTurn));
         }
-        match active.text.push(
-            &vocab.token_to_piece(token, false, None),
-            &active.request.stops,
-        ) {
+        let piece = vocab.token_to_piece(token, false, None);
+        if let Some(guide) = active.request.guide.as_mut() {
+            guide.observe(&piece, |past| guide::grammar_tokens(engine, past));
+        }
+        match active.text.push(&piece, &active.request.stops) {
             TokenText::Streamed(piece) => {
                 if !piece.is_empty() {
                     let _ = active.request.replies.send(Reply::Text(piece));

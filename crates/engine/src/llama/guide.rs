@@ -45,11 +45,13 @@ enum GuideState {
 }
 
 impl Guide {
-    /// Builds the grammar now, so a bad one fails before anything is generated.
-    pub(super) fn new(
+    /// Builds the grammar now, so a bad one fails before anything is generated, and checks the
+    /// constraint's given text against it (`tokenize` turns text into the model's tokens).
+    fn new(
         factory: &ParserFactory,
         constraint: &Constraint,
         sampling: SamplingParams,
+        tokenize: impl Fn(&str) -> Vec<u32>,
     ) -> Result<Guide, EngineError> {
         let parser = factory
             .create_parser(TopLevelGrammar::from_lark(constraint.grammar.clone()))
@@ -63,13 +65,22 @@ impl Guide {
             sampling,
             state: GuideState::Released,
         };
-        guide.state = match &constraint.trigger {
-            Some(trigger) => GuideState::Waiting {
-                trigger: trigger.clone(),
-                text: String::new(),
-            },
-            None => guide.activate(),
-        };
+        match &constraint.trigger {
+            Some(trigger) => {
+                guide.state = GuideState::Waiting {
+                    trigger: trigger.clone(),
+                    text: String::new(),
+                };
+                guide.observe(constraint.given.as_bytes(), &tokenize);
+            }
+            None => {
+                let given = &constraint.given;
+                if !given.is_empty() && guide.matcher.consume_tokens(&tokenize(given)).is_err() {
+                    return Err(EngineError::OutsideGrammar(refusal(&guide.matcher, given)));
+                }
+                guide.state = guide.activate();
+            }
+        }
         Ok(guide)
     }
 
@@ -110,6 +121,41 @@ impl Guide {
             return;
         }
         self.state = self.activate();
+    }
+}
+
+/// The model's tokens of `text`, as the grammar's matcher counts them.
+pub(super) fn grammar_tokens(engine: &LlamaEngine, text: &str) -> Vec<u32> {
+    engine
+        .model()
+        .vocab()
+        .tokenize(text.as_bytes(), false, false)
+        .into_iter()
+        .map(|t| t.0.cast_unsigned())
+        .collect()
+}
+
+/// Builds `constraint`'s guide for `engine`'s model (its grammar compiler is made once).
+pub(super) fn build(
+    engine: &LlamaEngine,
+    constraint: &Constraint,
+    sampling: SamplingParams,
+) -> Result<Guide, EngineError> {
+    let factory = engine.grammar_factory()?;
+    Guide::new(&factory, constraint, sampling, |text| {
+        grammar_tokens(engine, text)
+    })
+}
+
+/// Where `given` leaves the grammar, in words: the end of the text it could not go past.
+fn refusal(matcher: &Matcher, given: &str) -> String {
+    let tail: String = {
+        let chars: Vec<char> = given.chars().collect();
+        chars[chars.len().saturating_sub(80)..].iter().collect()
+    };
+    match matcher.get_error() {
+        Some(error) => format!("{error}; the text ends {tail:?}"),
+        None => format!("the text ends {tail:?}"),
     }
 }
 

@@ -260,13 +260,7 @@ impl<'m> LlamaSession<'m> {
             }
             let piece = vocab.token_to_piece(token, false, None);
             if let Some(guide) = self.guide.as_mut() {
-                guide.observe(&piece, |past| {
-                    vocab
-                        .tokenize(past.as_bytes(), false, false)
-                        .into_iter()
-                        .map(|t| t.0.cast_unsigned())
-                        .collect()
-                });
+                guide.observe(&piece, |past| guide::grammar_tokens(engine, past));
             }
             match text.push(&piece, stops) {
                 TokenText::Streamed(piece) => {
@@ -369,8 +363,7 @@ impl Session for LlamaSession<'_> {
     }
 
     fn constrain(&mut self, constraint: &Constraint) -> Result<(), EngineError> {
-        let factory = self.engine.grammar_factory()?;
-        self.guide = Some(Guide::new(&factory, constraint, self.state.sampling)?);
+        self.guide = Some(guide::build(self.engine, constraint, self.state.sampling)?);
         Ok(())
     }
 
