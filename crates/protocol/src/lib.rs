@@ -5,6 +5,7 @@
 pub mod answer;
 pub mod external;
 pub mod fence;
+pub mod grammar;
 pub mod names;
 pub mod parser;
 pub mod profile;
@@ -14,6 +15,7 @@ pub mod units;
 
 pub use answer::{boxed, final_answer, last_suggested_answer};
 pub use external::ExternalTool;
+pub use grammar::{ChainGrammar, Segment};
 pub use parser::{Block, ParseEvent, ParseIssue, Parser, parse_all};
 pub use profile::{AnswerFormat, Profile, ProfileError};
 pub use render::{render_block, render_blocks, render_observation};

@@ -2,7 +2,7 @@
 //! task (PROTOCOL.md §4). Profiles are data files, so a user can drop in the exact text published
 //! with a checkpoint (`--profile-file`).
 
-use super::tag::Tag;
+use super::tag::{Tag, TagKind};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -52,6 +52,10 @@ pub struct Profile {
     pub max_tool_calls: u32,
     /// The user message; `{question}` is replaced by the task.
     pub user_template: String,
+    /// The role blocks a chain opens with, in order (the code profile's one `<plan>`); the
+    /// protocol's grammar holds the model to them (PROTOCOL.md §8).
+    #[serde(default)]
+    pub opens_with: Vec<Tag>,
 }
 
 fn default_system() -> String {
@@ -117,6 +121,15 @@ impl Profile {
         }
         if let Some(tag) = self.tools.iter().find(|t| !t.is_tool()) {
             return Err(format!("`tools` lists <{tag}>, which is not a tool"));
+        }
+        if let Some(tag) = self
+            .opens_with
+            .iter()
+            .find(|t| t.kind() != TagKind::Role || !self.user_template.contains(&t.open()))
+        {
+            return Err(format!(
+                "`opens_with` lists <{tag}>, which is not a role block the instructions describe"
+            ));
         }
         if !self.user_template.contains(QUESTION_PLACEHOLDER) {
             return Err(format!(
