@@ -12,6 +12,7 @@ mod report;
 pub mod reward;
 mod source;
 mod tasks;
+pub mod vote;
 
 pub use report::{FamilyStats, Report, TaskResult};
 pub use reward::CodeTests;

@@ -268,6 +268,7 @@ mod tests {
             f1: None,
             model_calls: 1,
             total_tokens: tokens,
+            mean_logprob: None,
         };
         let reports = [
             Report::new("m".into(), None, "p".into(), "coa", Vec::new(), 0.0),

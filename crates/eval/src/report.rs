@@ -36,6 +36,9 @@ pub struct TaskResult {
     /// CoA run its whole context (prompt, generation, observations), each token once.
     #[serde(default)]
     pub total_tokens: usize,
+    /// Mean log-probability of the run's sampled tokens, when it was recorded (`--vote`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_logprob: Option<f64>,
 }
 
 /// Pass rates of one task family.
@@ -89,6 +92,9 @@ pub struct Report {
     /// what a solved task costs.
     #[serde(default)]
     pub total_tokens_per_solved: Option<f64>,
+    /// maj@K (`--vote K`): the share of tasks whose K runs' vote picks a solved run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maj_at_k: Option<f64>,
 }
 
 fn coa() -> String {
@@ -140,6 +146,7 @@ impl Report {
             mode: mode.to_string(),
             mean_model_calls: model_calls as f64 / runs,
             total_tokens_per_solved: (solved > 0).then(|| total_tokens as f64 / solved as f64),
+            maj_at_k: None,
             results,
         }
     }
@@ -165,6 +172,14 @@ impl Report {
             self.samples,
             100.0 * self.pass_at_k,
         ));
+        if let Some(majority) = self.maj_at_k {
+            out.push_str(&format!(
+                "- maj@{}: {:.1}% (the vote of each task's runs)
+",
+                self.samples,
+                100.0 * majority
+            ));
+        }
         if let Some(f1) = self.mean_f1 {
             out.push_str(&format!("- mean F1: {:.1}%\n", 100.0 * f1));
         }
@@ -306,6 +321,7 @@ mod tests {
             f1: None,
             model_calls: 1,
             total_tokens: 3 * tokens,
+            mean_logprob: None,
         }
     }
 

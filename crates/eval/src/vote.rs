@@ -1,0 +1,314 @@
+//! Test-time scaling by vote: many chains of one task, their answers grouped by the task's own
+//! verifier, the largest group wins (docs/ARCHITECTURE.md, "Samples and votes"). Two answers are
+//! the same when the verifier could not tell them apart: math answers that are equal as values
+//! (the math reward's equivalence), QA answers equal after its normalisation, programs that
+//! print the same on the same inputs. A tie goes to the group whose chains the model found more
+//! likely (the higher mean log-probability per sampled token).
+
+use crate::reward::CodeTests;
+use crate::reward::{answer_program, math_equivalent, qa_normalise};
+use crate::{EvalTask, TaskKind, TaskResult};
+use catena_protocol::fence::fenced_blocks;
+use catena_protocol::{Tag, parse_all};
+use catena_sandbox::{Exit, Sandbox};
+use serde::Serialize;
+
+/// One chain's say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ballot {
+    /// The chain's answer (the content of its last `<answer>`); a chain without one abstains.
+    pub answer: Option<String>,
+    /// Mean log-probability of the chain's sampled tokens.
+    pub mean_logprob: f64,
+}
+
+/// Answers that count as one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VoteGroup {
+    /// The answer of the group's most likely chain, as it wrote it.
+    pub answer: String,
+    /// That chain (its ballot's index): where the verifier could tell members apart (programs
+    /// that print the same on every input tried), it speaks for the group.
+    pub best: usize,
+    /// The ballots (their indices) in this group.
+    pub members: Vec<usize>,
+    /// Mean of the members' mean log-probabilities.
+    pub mean_logprob: f64,
+}
+
+/// The count of one vote.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tally {
+    /// Largest first; among equals, the more likely first. The first one is the winner.
+    pub groups: Vec<VoteGroup>,
+    /// Ballots without an answer (or, for code, without a program that could run).
+    pub abstained: Vec<usize>,
+}
+
+impl Tally {
+    pub fn winner(&self) -> Option<&VoteGroup> {
+        self.groups.first()
+    }
+}
+
+/// How two answers are compared.
+pub enum Equivalence<'s> {
+    /// Equal as mathematical values.
+    Math,
+    /// Equal after QA normalisation (case, punctuation, articles).
+    Qa,
+    /// Programs that print the same on each input (a failed run counts as its own output).
+    Outputs {
+        inputs: Vec<String>,
+        sandbox: &'s Sandbox,
+    },
+}
+
+impl<'s> Equivalence<'s> {
+    /// The verifier's equivalence for a task of `kind`; a code task's needs the inputs to run
+    /// the programs on and the sandbox to run them in.
+    pub fn for_kind(kind: TaskKind, inputs: Vec<String>, sandbox: &'s Sandbox) -> Self {
+        match kind {
+            TaskKind::Math => Equivalence::Math,
+            TaskKind::Qa => Equivalence::Qa,
+            TaskKind::Code => Equivalence::Outputs { inputs, sandbox },
+        }
+    }
+}
+
+/// Groups `ballots` by `equivalence` and orders the groups; see the module's doc.
+pub fn tally(ballots: &[Ballot], equivalence: &Equivalence<'_>) -> Tally {
+    let mut abstained = Vec::new();
+    // (comparison key, ballot index)
+    let mut keyed: Vec<(Key, usize)> = Vec::new();
+    for (index, ballot) in ballots.iter().enumerate() {
+        match ballot.answer.as_deref().and_then(|a| key(a, equivalence)) {
+            Some(key) => keyed.push((key, index)),
+            None => abstained.push(index),
+        }
+    }
+    let mut groups: Vec<(Key, VoteGroup)> = Vec::new();
+    for (key, index) in keyed {
+        match groups.iter_mut().find(|(k, _)| k.same(&key)) {
+            Some((_, group)) => group.members.push(index),
+            None => groups.push((
+                key,
+                VoteGroup {
+                    answer: String::new(),
+                    best: index,
+                    members: vec![index],
+                    mean_logprob: 0.0,
+                },
+            )),
+        }
+    }
+    let mut groups: Vec<VoteGroup> = groups.into_iter().map(|(_, g)| g).collect();
+    for group in &mut groups {
+        let sum: f64 = group.members.iter().map(|&i| ballots[i].mean_logprob).sum();
+        group.mean_logprob = sum / group.members.len() as f64;
+        group.best = group
+            .members
+            .iter()
+            .copied()
+            .max_by(|&a, &b| {
+                ballots[a]
+                    .mean_logprob
+                    .total_cmp(&ballots[b].mean_logprob)
+                    // The earlier ballot among equals.
+                    .then(b.cmp(&a))
+            })
+            .unwrap_or(group.best);
+        group.answer = ballots[group.best].answer.clone().unwrap_or_default();
+    }
+    groups.sort_by(|a, b| {
+        b.members
+            .len()
+            .cmp(&a.members.len())
+            .then(b.mean_logprob.total_cmp(&a.mean_logprob))
+    });
+    Tally { groups, abstained }
+}
+
+/// What an answer is compared by.
+enum Key {
+    /// Compared pairwise with the math equivalence (it is not a normal form).
+    Math(String),
+    Exact(String),
+    /// Each input's output, or how the run ended when it did not exit with status 0.
+    Outputs(Vec<String>),
+}
+
+impl Key {
+    fn same(&self, other: &Key) -> bool {
+        match (self, other) {
+            (Key::Math(a), Key::Math(b)) => math_equivalent(a, b) || math_equivalent(b, a),
+            (Key::Exact(a), Key::Exact(b)) => a == b,
+            (Key::Outputs(a), Key::Outputs(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+fn key(answer: &str, equivalence: &Equivalence<'_>) -> Option<Key> {
+    if answer.trim().is_empty() {
+        return None;
+    }
+    match equivalence {
+        Equivalence::Math => Some(Key::Math(answer.to_string())),
+        Equivalence::Qa => Some(Key::Exact(qa_normalise(answer))),
+        Equivalence::Outputs { inputs, sandbox } => {
+            let program = answer_program(answer)?;
+            let outputs = inputs
+                .iter()
+                .map(|input| match sandbox.run(program, input.as_bytes()) {
+                    Ok(run) if run.exit == Exit::Status(0) => {
+                        normalised_output(&run.stdout.to_text())
+                    }
+                    Ok(run) => format!("(ended: {:?})", run.exit),
+                    Err(e) => format!("(not run: {e})"),
+                })
+                .collect();
+            Some(Key::Outputs(outputs))
+        }
+    }
+}
+
+/// The standard inputs the chains gave their test programs (the ```` ```sh ```` fences of their
+/// `<code>` calls), each once, after the empty input: what programs are compared on when a task
+/// has no inputs of its own.
+pub fn tested_inputs<'t>(trajectories: impl IntoIterator<Item = &'t str>) -> Vec<String> {
+    let mut inputs = vec![String::new()];
+    for trajectory in trajectories {
+        let (blocks, _) = parse_all(trajectory);
+        for block in blocks.iter().filter(|b| b.tag == Tag::Code) {
+            for fence in fenced_blocks(&block.content) {
+                if fence.closed && fence.lang == "sh" && !inputs.iter().any(|i| i == fence.body) {
+                    inputs.push(fence.body.to_string());
+                }
+            }
+        }
+    }
+    inputs
+}
+
+/// maj@K of an evaluation: the share of tasks whose vote, over their K runs in `results`, picks
+/// a solved run (the winning group's most likely chain). Code tasks compare programs on their
+/// tests' inputs; a task with assert tests has none, so its programs are compared on no input
+/// (where they all print the same, the vote falls to the most likely chain).
+pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option<&Sandbox>) -> f64 {
+    let mut solved = 0usize;
+    for task in tasks {
+        let runs: Vec<&TaskResult> = results.iter().filter(|r| r.id == task.id).collect();
+        let ballots: Vec<Ballot> = runs
+            .iter()
+            .map(|r| Ballot {
+                answer: r.answer.clone(),
+                mean_logprob: r.mean_logprob.unwrap_or(f64::NEG_INFINITY),
+            })
+            .collect();
+        let kind = task.kind.unwrap_or_default();
+        let equivalence = match (kind, sandbox) {
+            (TaskKind::Code, Some(sandbox)) => {
+                let inputs = match &task.tests {
+                    Some(CodeTests::Io { inputs, .. }) => inputs.clone(),
+                    _ => vec![String::new()],
+                };
+                Equivalence::Outputs { inputs, sandbox }
+            }
+            // Without the sandbox no program ran, and none was solved either.
+            (TaskKind::Code, None) => continue,
+            (TaskKind::Math, _) => Equivalence::Math,
+            (TaskKind::Qa, _) => Equivalence::Qa,
+        };
+        let counted = tally(&ballots, &equivalence);
+        if counted.winner().is_some_and(|g| runs[g.best].solved) {
+            solved += 1;
+        }
+    }
+    solved as f64 / tasks.len().max(1) as f64
+}
+
+/// Output lines without trailing white space or trailing blank lines, as `same_output` reads
+/// them.
+fn normalised_output(text: &str) -> String {
+    let mut lines: Vec<&str> = text.split('\n').map(str::trim_end).collect();
+    while lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ballot(answer: Option<&str>, mean_logprob: f64) -> Ballot {
+        Ballot {
+            answer: answer.map(str::to_string),
+            mean_logprob,
+        }
+    }
+
+    #[test]
+    fn equal_values_vote_together_and_the_largest_group_wins() {
+        let ballots = [
+            ballot(Some("\\boxed{1229}"), -0.5),
+            ballot(Some("\\boxed{5000}"), -0.1),
+            ballot(Some("There are \\boxed{1,229} primes."), -0.4),
+            ballot(None, -0.2),
+            ballot(Some("\\boxed{1229.0}"), -0.9),
+        ];
+        let tally = tally(&ballots, &Equivalence::Math);
+        let winner = tally.winner().unwrap();
+        assert_eq!(winner.members, [0, 2, 4]);
+        assert_eq!(
+            winner.best, 2,
+            "the most likely member speaks for the group"
+        );
+        assert_eq!(winner.answer, "There are \\boxed{1,229} primes.");
+        assert!((winner.mean_logprob + 0.6).abs() < 1e-9);
+        assert_eq!(tally.groups[1].members, [1]);
+        assert_eq!(tally.abstained, [3]);
+    }
+
+    #[test]
+    fn a_tie_goes_to_the_more_likely_group() {
+        let ballots = [
+            ballot(Some("\\boxed{1/2}"), -1.0),
+            ballot(Some("\\boxed{3}"), -0.2),
+            ballot(Some("\\boxed{0.5}"), -1.0),
+            ballot(Some("\\boxed{3}"), -0.3),
+        ];
+        let tally = tally(&ballots, &Equivalence::Math);
+        assert_eq!(tally.winner().unwrap().members, [1, 3]);
+        assert_eq!(tally.groups[1].members, [0, 2], "1/2 and 0.5 are one value");
+    }
+
+    #[test]
+    fn qa_answers_vote_after_normalisation() {
+        let ballots = [
+            ballot(Some("The Eiffel Tower"), -1.0),
+            ballot(Some("eiffel tower."), -1.0),
+            ballot(Some("Louvre"), -0.1),
+        ];
+        let tally = tally(&ballots, &Equivalence::Qa);
+        assert_eq!(tally.winner().unwrap().members, [0, 1]);
+    }
+
+    #[test]
+    fn programs_are_compared_on_the_inputs_the_chains_tried() {
+        let chain = "<code>\n```py\nprint(input())\n```\n```sh\n3 4\n```\n</code>";
+        let again = "<code>\n```py\nprint(1)\n```\n```sh\n3 4\n```\n</code><code>\n```py\nx\n```\n```sh\n5\n```\n</code>";
+        assert_eq!(tested_inputs([chain, again]), ["", "3 4\n", "5\n"]);
+    }
+
+    #[test]
+    fn nobody_answered() {
+        let tally = tally(
+            &[ballot(None, 0.0), ballot(Some("  "), 0.0)],
+            &Equivalence::Math,
+        );
+        assert!(tally.winner().is_none());
+        assert_eq!(tally.abstained, [0, 1]);
+    }
+}
