@@ -11,12 +11,12 @@ pub use catena_run_events::{AgentEvent, RunSummary, Source, StopReason, Timings}
 use crate::summarize::SideModel;
 use crate::tools::{CallContext, CallLimits, Interruption, ToolBox, call_watched};
 use catena_engine_api::{
-    CancelFlag, EngineError, GenerateLimits, GenerationStop, PromptPart, PromptStart,
+    CancelFlag, Constraint, EngineError, GenerateLimits, GenerationStop, PromptPart, PromptStart,
     SamplingParams, Session, StartChat, StopMatcher,
 };
 use catena_protocol::{
-    Block, ParseEvent, Parser, Profile, Tag, final_answer, last_suggested_answer,
-    render_observation,
+    Block, ChainGrammar, ParseEvent, Parser, Profile, Segment, Tag, final_answer,
+    last_suggested_answer, render_observation,
 };
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -29,6 +29,18 @@ pub struct Budgets {
     pub max_tokens: usize,
     /// Wall time of the whole run.
     pub max_time: Option<Duration>,
+}
+
+/// How the model's text is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Decoding {
+    /// Every generation held to the profile's chain grammar (PROTOCOL.md §8): the chain cannot
+    /// leave the protocol. Observations and prefills are never constrained.
+    #[default]
+    Protocol,
+    /// The model writes freely; the parser takes whatever it wrote (`--free`, and engines that
+    /// cannot constrain, such as a remote server).
+    Free,
 }
 
 /// What to run.
@@ -45,6 +57,7 @@ pub struct RunRequest<'a> {
     pub budgets: Budgets,
     /// Set it to stop the run between two tokens, or during a tool call.
     pub cancel: Option<CancelFlag>,
+    pub decoding: Decoding,
 }
 
 /// Puts `task`'s prompt (`profile`'s system and user messages in the model's chat template) into
@@ -92,6 +105,9 @@ pub fn run_chain(
         cancel: request.cancel,
     };
     let mut chain = Chain::new(request.profile, tools, request.budgets, limits);
+    if request.decoding == Decoding::Protocol {
+        chain.grammar = Some(ChainGrammar::for_profile(request.profile));
+    }
     let prefill_done = match request.prefill {
         Some(prefill) if !prefill.is_empty() => chain.prefill(session, prefill, emit)?,
         _ => None,
@@ -126,6 +142,13 @@ struct Chain<'a> {
     generated: usize,
     /// The run's deadline and cancel flag, which generation and tool calls both watch.
     limits: CallLimits,
+    /// The protocol's grammars, when every generation is held to them.
+    grammar: Option<ChainGrammar>,
+    /// Where in `trajectory` the current segment began: the turn's start, or the end of the
+    /// last observation (PROTOCOL.md §8).
+    segment_start: usize,
+    /// Whether an observation was appended: the chain's opening is behind it.
+    observed: bool,
 }
 
 impl<'a> Chain<'a> {
@@ -145,7 +168,32 @@ impl<'a> Chain<'a> {
             seen: HashSet::new(),
             generated: 0,
             limits,
+            grammar: None,
+            segment_start: 0,
+            observed: false,
         }
+    }
+
+    /// Holds the next generation to the grammar of the segment it continues, the text already
+    /// written in that segment given (a prefill is checked here, before anything runs).
+    fn constrain(&self, session: &mut dyn Session, given: &str) -> Result<(), EngineError> {
+        let Some(grammar) = &self.grammar else {
+            return Ok(());
+        };
+        let segment = if !self.observed {
+            Segment::Opening
+        } else if self.tool_calls >= self.budgets.max_tool_calls as usize {
+            Segment::AnswerOnly
+        } else {
+            Segment::Resuming
+        };
+        session.constrain(&Constraint::strict(grammar.segment(segment)).continuing(given))
+    }
+
+    /// The next segment starts after what the runtime just appended (an observation).
+    fn start_segment(&mut self) {
+        self.segment_start = self.trajectory.len();
+        self.observed = true;
     }
 
     /// Appends the prefill; if it ends with complete tool calls, runs them. Returns a stop
@@ -156,6 +204,17 @@ impl<'a> Chain<'a> {
         prefill: &str,
         emit: &mut dyn FnMut(AgentEvent),
     ) -> Result<Option<StopReason>, AgentError> {
+        // Only the part after the prefill's last observation is the model's segment: the
+        // rest, answered calls included, is taken as the user wrote it.
+        let close = Tag::Observation.close();
+        if let Some(at) = prefill.rfind(&close) {
+            let after = at + close.len();
+            let rest = &prefill[after..];
+            self.segment_start = after + (rest.len() - rest.trim_start().len());
+            self.observed = true;
+        }
+        // The prefill precedes the trajectory, so its offsets are the trajectory's.
+        self.constrain(session, &prefill[self.segment_start..])?;
         match session.append(&[PromptPart::plain(prefill)]) {
             Ok(_) => {}
             Err(EngineError::ContextOverflow { .. }) => return Ok(Some(StopReason::ContextFull)),
@@ -189,6 +248,7 @@ impl<'a> Chain<'a> {
                 deadline: self.limits.deadline,
                 cancel: self.limits.cancel.clone(),
             };
+            self.constrain(session, &self.trajectory[self.segment_start..])?;
             let stops = self.stops.clone();
             let generation = session.generate(&stops, limits, &mut |text| {
                 self.feed(text, Source::Model, emit)
@@ -279,6 +339,7 @@ impl<'a> Chain<'a> {
             }
             self.parser.skip_external(&appended);
             self.trajectory.push_str(&appended);
+            self.start_segment();
             self.blocks.push(Block {
                 tag: Tag::Observation,
                 content: format!("\n{text}\n"),

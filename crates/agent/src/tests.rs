@@ -11,6 +11,8 @@ struct Scripted {
     script: Vec<char>,
     cursor: usize,
     appended: Vec<String>,
+    /// The constraints the run set, in order (recorded, not enforced).
+    constraints: Vec<Constraint>,
     /// Its tokens stay empty: the script counts characters, not token ids.
     state: SessionState,
 }
@@ -21,6 +23,7 @@ impl Scripted {
             script: script.chars().collect(),
             cursor: 0,
             appended: Vec::new(),
+            constraints: Vec::new(),
             state: SessionState {
                 context_size: 1 << 20,
                 ..SessionState::default()
@@ -30,6 +33,11 @@ impl Scripted {
 }
 
 impl Session for Scripted {
+    fn constrain(&mut self, constraint: &Constraint) -> Result<(), EngineError> {
+        self.constraints.push(constraint.clone());
+        Ok(())
+    }
+
     fn side_chat(&mut self, _chat: &catena_engine_api::SideChat) -> Result<String, EngineError> {
         Err(EngineError::Backend(
             "the scripted session has no model beside it".into(),
@@ -165,6 +173,17 @@ fn run(
     budgets: Budgets,
     tools: &ToolBox,
 ) -> (RunSummary, Vec<AgentEvent>) {
+    run_decoded(session, profile, prefill, budgets, tools, Decoding::Free)
+}
+
+fn run_decoded(
+    session: &mut Scripted,
+    profile: &str,
+    prefill: Option<&str>,
+    budgets: Budgets,
+    tools: &ToolBox,
+    decoding: Decoding,
+) -> (RunSummary, Vec<AgentEvent>) {
     let profile = Profile::builtin(profile).unwrap();
     let prompt_tokens = session.append(&[PromptPart::plain("PROMPT")]).unwrap();
     let mut events = Vec::new();
@@ -181,6 +200,7 @@ fn run(
             cancel: None,
             prefill,
             budgets,
+            decoding,
         },
         tools,
         &mut |e| events.push(e),
@@ -387,6 +407,7 @@ fn run_stuck(budgets: Budgets, cancel: Option<CancelFlag>) -> (RunSummary, Vec<A
                 cached_tokens: 0,
             },
             cancel,
+            decoding: Decoding::Free,
             prefill: Some("<crawl_page>http://slow.example/</crawl_page>"),
             budgets,
         },
@@ -513,6 +534,7 @@ fn a_generation_that_samples_nothing_ends_the_run() {
                 cancel: None,
                 prefill: None,
                 budgets: b,
+                decoding: Decoding::Free,
             },
             &h.tools,
             &mut |_| {},
@@ -525,4 +547,77 @@ fn a_generation_that_samples_nothing_ends_the_run() {
         .expect("the run ended");
     assert_eq!(stop, StopReason::EndOfTurn);
     assert_eq!(generations, 1);
+}
+
+#[test]
+fn each_generation_follows_the_grammar_of_the_segment_it_continues() {
+    let h = harness(Tag::Code, false);
+    let math = Profile::builtin("math").unwrap();
+    let grammar = ChainGrammar::for_profile(&math);
+    let call = "<code>\n```py\nprint(1)\n```\n</code>";
+    let mut b = budgets();
+    b.max_tool_calls = 2;
+    let mut s = Scripted::new(&format!(
+        "{call}<reflection>again</reflection>{call}<answer>\\boxed{{1}}</answer>"
+    ));
+    let prefill = "<plan>1. Print.</plan>\n";
+    let (summary, _) = run_decoded(
+        &mut s,
+        "math",
+        Some(prefill),
+        b,
+        &h.tools,
+        Decoding::Protocol,
+    );
+    assert_eq!(summary.stop_reason, StopReason::Answer);
+    let seen: Vec<(&str, &str)> = s
+        .constraints
+        .iter()
+        .map(|c| (c.grammar.as_str(), c.given.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            // The prefill is checked before it is appended, then continued.
+            (grammar.segment(Segment::Opening), prefill),
+            (grammar.segment(Segment::Opening), prefill),
+            // After the first observation; after the second, the budget is spent.
+            (grammar.segment(Segment::Resuming), ""),
+            (grammar.segment(Segment::AnswerOnly), ""),
+        ]
+    );
+    assert!(s.constraints.iter().all(|c| c.trigger.is_none()));
+}
+
+#[test]
+fn a_prefill_with_answered_calls_is_continued_from_its_last_observation() {
+    let h = harness(Tag::Code, false);
+    let math = Profile::builtin("math").unwrap();
+    let grammar = ChainGrammar::for_profile(&math);
+    let prefill = "<plan>p</plan><code>\n```py\nprint(1)\n```\n</code>\n<observation>\n1\n</observation>\n\n<think>So";
+    let mut s = Scripted::new(" one.</think><answer>\\boxed{1}</answer>");
+    let (summary, _) = run_decoded(
+        &mut s,
+        "math",
+        Some(prefill),
+        budgets(),
+        &h.tools,
+        Decoding::Protocol,
+    );
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{1}"));
+    let first = &s.constraints[0];
+    assert_eq!(first.grammar, grammar.segment(Segment::Resuming));
+    assert_eq!(first.given, "<think>So");
+    assert!(
+        h.calls.lock().unwrap().is_empty(),
+        "an answered call runs again"
+    );
+}
+
+#[test]
+fn free_decoding_sets_no_grammar() {
+    let h = harness(Tag::Code, false);
+    let mut s = Scripted::new("<plan>p</plan><answer>\\boxed{1}</answer>");
+    run(&mut s, "math", None, budgets(), &h.tools);
+    assert!(s.constraints.is_empty());
 }

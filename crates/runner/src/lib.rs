@@ -12,7 +12,7 @@ mod queue;
 pub use queue::run_queue;
 
 use catena_agent::tools::ToolBox;
-use catena_agent::{AgentError, Budgets, RunRequest, run_chain, start_task};
+use catena_agent::{AgentError, Budgets, Decoding, RunRequest, run_chain, start_task};
 use catena_distill::mas::{MasError, MasRequest, MasSummary, run_multi_agent};
 use catena_engine_api::{CancelFlag, ChatEngine, EngineError, SamplingParams, StartChat};
 use catena_protocol::Profile;
@@ -28,6 +28,9 @@ pub struct RunPlan<'a> {
     pub budgets: Budgets,
     /// Set it to stop the runs between two tokens, or during a tool call.
     pub cancel: Option<CancelFlag>,
+    /// Whether a chain's generations are held to the protocol's grammar (the explicit agents'
+    /// calls are plain chat turns either way).
+    pub decoding: Decoding,
 }
 
 /// One run: the task and how it is sampled.
@@ -142,6 +145,7 @@ fn chain(
         prefill: task.prefill,
         budgets: plan.budgets,
         cancel: plan.cancel.clone(),
+        decoding: plan.decoding,
     };
     let summary = run_chain(session, request, plan.tools, on_event)?;
     Ok(Outcome {

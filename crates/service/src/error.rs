@@ -118,6 +118,10 @@ impl From<EngineError> for ServiceError {
             EngineError::BadGrammar(message) => {
                 ServiceError::invalid(format!("The schema cannot be enforced: {message}"))
             }
+            // A prefill the run's protocol grammar refuses: the request's fault, before decoding.
+            EngineError::OutsideGrammar(message) => ServiceError::invalid(format!(
+                "The prefill breaks the protocol: {message} (send `\"free\": true` to run unconstrained)"
+            )),
             // What this server's engine cannot do as set up (it says how to set it up).
             EngineError::Unsupported(message) => ServiceError::invalid(message),
             other => ServiceError::internal(other.to_string()),

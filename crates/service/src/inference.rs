@@ -9,8 +9,8 @@ use crate::ServiceError;
 use crate::approvals::{McpHost, RunQuestions};
 use crate::live::LiveRuns;
 use crate::sandbox::SharedSandbox;
-use catena_agent::Budgets;
 use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
+use catena_agent::{Budgets, Decoding};
 use catena_chat_format::ChatTemplate;
 use catena_engine_api::ChatMessage;
 use catena_engine_api::{
@@ -151,6 +151,7 @@ pub struct AgentJob {
     pub budgets: Budgets,
     pub sampling: SamplingParams,
     pub cancel: CancelFlag,
+    pub decoding: Decoding,
 }
 
 /// Serve another model (after the jobs queued before it).
@@ -536,6 +537,7 @@ impl Worker {
             model: self.jobs.model_id(),
             budgets: job.budgets,
             cancel: Some(job.cancel.clone()),
+            decoding: job.decoding,
         };
         let run = TaskRun {
             id: &job.run_id,

@@ -39,7 +39,7 @@ use crate::downloads::Downloads;
 use crate::inference::{AgentJob, Inference, Job, SwitchJob};
 use crate::live::LiveRuns;
 use crate::training::Training;
-use catena_agent::Budgets;
+use catena_agent::{Budgets, Decoding};
 use catena_engine_api::{EngineError, SamplingParams};
 use catena_protocol::Profile;
 use catena_store::{
@@ -89,6 +89,9 @@ pub struct StartRun {
     pub top_p: Option<f32>,
     pub top_k: Option<i32>,
     pub seed: Option<u32>,
+    /// Let the model write freely instead of holding its chain to the protocol's grammar.
+    #[serde(default)]
+    pub free: Option<bool>,
 }
 
 /// The settings an agent run was started with, kept with its stored record.
@@ -102,6 +105,7 @@ struct AgentRunOptions<'a> {
     max_tokens: usize,
     max_time: Option<f64>,
     prefill: Option<&'a str>,
+    free: bool,
 }
 
 /// An export, ready to be saved.
@@ -368,6 +372,7 @@ impl Service {
             max_tokens: budgets.max_tokens,
             max_time: start.max_time,
             prefill: start.prefill.as_deref(),
+            free: start.free == Some(true),
         })
         .map_err(|e| ServiceError::internal(format!("recording the run's options: {e}")))?;
         let model = self.inference.model_id();
@@ -402,6 +407,11 @@ impl Service {
             budgets,
             sampling,
             cancel,
+            decoding: if start.free == Some(true) {
+                Decoding::Free
+            } else {
+                Decoding::Protocol
+            },
         });
         if let Err(refused) = self.inference.submit(job) {
             self.live.finish(&run_id);

@@ -6,8 +6,8 @@
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_agent::Budgets;
 use catena_agent::tools::ToolBox;
+use catena_agent::{Budgets, Decoding};
 use catena_distill::{
     FilterConfig, FilterReport, RunLog, TeacherRun, alpaca_item, filter_runs, sft_line,
 };
@@ -359,6 +359,8 @@ impl Teacher<'_> {
                 max_time: None,
             },
             cancel: Some(self.cancel.clone()),
+            // The teacher's agents answer plain chat turns: there is no chain to hold.
+            decoding: Decoding::Free,
         };
         let run = TaskRun {
             id: &task.id,

@@ -5,12 +5,12 @@
 use super::run::Mode;
 use crate::setup;
 use anyhow::{Context, Result, bail};
-use catena_agent::Budgets;
 use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::ToolBox;
+use catena_agent::{Budgets, Decoding};
 use catena_engine::llama::{BatchedSession, LlamaEngine, LocalChat};
 use catena_engine_api::plan::Overrides;
-use catena_engine_api::{SamplingParams, SessionOptions};
+use catena_engine_api::{SamplingParams, SessionOptions, mean_logprob};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
@@ -74,6 +74,15 @@ pub struct EvalArgs {
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     samples: u32,
 
+    /// Runs per task (K), and the vote of each task's runs: the report adds maj@K (the share of
+    /// tasks whose largest group of equivalent answers is right) beside pass@1 and pass@K.
+    #[arg(long, value_name = "K", conflicts_with = "samples", value_parser = clap::value_parser!(u32).range(2..=64))]
+    vote: Option<u32>,
+
+    /// Let the model write freely: do not hold its chains to the protocol's grammar.
+    #[arg(long)]
+    free: bool,
+
     /// Sampling temperature. Default: 0 (greedy, so a report can be reproduced) with one run a
     /// task, 0.6 with --samples above 1 (which needs one above 0).
     #[arg(long)]
@@ -117,8 +126,9 @@ fn temperature(samples: u32, given: Option<f32>) -> Result<f32> {
 }
 
 pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
-    let temperature = temperature(args.samples, args.temperature)?;
-    let samples = args.samples as usize;
+    let samples = args.vote.unwrap_or(args.samples);
+    let temperature = temperature(samples, args.temperature)?;
+    let samples = samples as usize;
     let mut tasks = catena_eval::read_tasks(&args.tasks)?;
     if let Some(limit) = args.limit {
         tasks.truncate(limit);
@@ -154,10 +164,16 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         tasks: &tasks,
         samples,
         print: !args.json,
+        // A server cannot follow the protocol's grammar; the explicit agents have no chain.
+        decoding: if args.free || args.engine.is_some() {
+            Decoding::Free
+        } else {
+            Decoding::Protocol
+        },
     };
     let started = Instant::now();
     let (model_name, adapter, results) = evaluate(&args, paths, &eval)?;
-    let report = Report::new(
+    let mut report = Report::new(
         model_name,
         adapter,
         profile.name.clone(),
@@ -165,6 +181,13 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         results,
         started.elapsed().as_secs_f64(),
     );
+    if args.vote.is_some() {
+        report.maj_at_k = Some(catena_eval::vote::majority_rate(
+            &tasks,
+            &report.results,
+            scoring_sandbox.as_deref(),
+        ));
+    }
     if let Some(out) = &args.out {
         write_report(&report, out)?;
     }
@@ -213,7 +236,11 @@ fn evaluate(
         },
         adapter.as_ref().map(|a| a.options.clone()),
     )?;
-    let options = setup::planned_session(plan.as_ref(), Some(RUN_CONTEXT), base_sampling);
+    let options = SessionOptions {
+        // The vote's tie-break reads each sampled token's log-probability.
+        logprobs: args.vote.is_some(),
+        ..setup::planned_session(plan.as_ref(), Some(RUN_CONTEXT), base_sampling)
+    };
     let name = setup::model_name(&engine, &model_path);
     let results = match args.mode {
         mode if args.parallel > 1 => {
@@ -247,6 +274,7 @@ struct Evaluation<'a> {
     samples: usize,
     /// A progress line per run on stderr.
     print: bool,
+    decoding: Decoding,
 }
 
 impl Evaluation<'_> {
@@ -273,13 +301,14 @@ impl Evaluation<'_> {
             model: model.to_string(),
             budgets: self.budgets,
             cancel: None,
+            decoding: self.decoding,
         }
     }
 
     /// Run `sample` of task `index` on `engine`, scored.
     fn run_one(
         &self,
-        engine: Engine<'_>,
+        mut engine: Engine<'_>,
         plan: &RunPlan<'_>,
         (index, sample): (usize, usize),
     ) -> Result<TaskResult> {
@@ -291,9 +320,13 @@ impl Evaluation<'_> {
             prefill: None,
         };
         let t0 = Instant::now();
-        let outcome = run_task(engine, plan, &run, None, &mut |_| {})
+        let outcome = run_task(engine.reborrow(), plan, &run, None, &mut |_| {})
             .with_context(|| format!("task {}", task.id))?;
-        Ok(self.scored(index, sample, outcome, t0.elapsed()))
+        let mean_logprob = match &engine {
+            Engine::Chain(session) => mean_logprob(session.tokens()),
+            Engine::Agents(_) => None,
+        };
+        Ok(self.scored(index, sample, outcome, t0.elapsed(), mean_logprob))
     }
 
     /// Every run in order on one engine.
@@ -342,7 +375,14 @@ impl Evaluation<'_> {
     }
 
     /// The run scored by the task's reward, with a progress line.
-    fn scored(&self, index: usize, sample: usize, run: Outcome, took: Duration) -> TaskResult {
+    fn scored(
+        &self,
+        index: usize,
+        sample: usize,
+        run: Outcome,
+        took: Duration,
+        mean_logprob: Option<f64>,
+    ) -> TaskResult {
         let task = &self.tasks[index];
         let summary = &run.summary;
         let score = catena_eval::score_run(
@@ -367,6 +407,7 @@ impl Evaluation<'_> {
             f1: score.f1,
             model_calls: run.model_calls,
             total_tokens: run.total_tokens,
+            mean_logprob,
         };
         if self.print {
             progress(index, self.tasks.len(), task, sample, self.samples, &result);
@@ -447,6 +488,10 @@ fn summary_line(report: &Report) -> String {
         )
     } else {
         format!("pass@1 {:.1}%", 100.0 * report.pass_at_1)
+    };
+    let pass = match report.maj_at_k {
+        Some(majority) => format!("{pass}  maj@{} {:.1}%", report.samples, 100.0 * majority),
+        None => pass,
     };
     let f1 = report
         .mean_f1

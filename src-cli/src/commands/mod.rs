@@ -9,6 +9,7 @@ pub mod index;
 pub mod mcp;
 pub mod models;
 pub mod run;
+pub mod samples;
 pub mod sandbox;
 pub mod serve;
 pub mod sessions;

@@ -1,11 +1,12 @@
 //! `catena run`: one task, one Chain-of-Agents trajectory.
 
+use super::samples;
 use crate::render::{EventSink, HumanPrinter, JsonPrinter};
 use crate::setup::{self, AppliedAdapter};
 use anyhow::{Context, Result, bail};
-use catena_agent::Budgets;
 use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::profile_tools;
+use catena_agent::{Budgets, Decoding};
 use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
 use catena_engine_api::plan::{Overrides, Plan};
 use catena_engine_api::{KvCacheType, SamplingParams, SessionOptions};
@@ -74,6 +75,16 @@ pub struct RunArgs {
     /// before the model continues.
     #[arg(long, value_name = "TEXT")]
     pub prefill: Option<String>,
+
+    /// Let the model write freely: do not hold its chain to the protocol's grammar (blocks in
+    /// order, one fenced program per <code>, an answer the profile's verifier can read).
+    #[arg(long)]
+    pub free: bool,
+
+    /// Decode N chains of the task together, each with its own seed (the given one, +1, ...),
+    /// and answer with the largest group of equivalent answers (ties: the more likely chains).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub samples: u16,
 
     /// Most tool calls in the run (default: the profile's budget).
     #[arg(long, value_name = "N")]
@@ -168,14 +179,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
     let mut tools = profile_tools(&profile, || setup::sandbox(paths, limits).map(Arc::new))?;
     args.search.add_to(&mut tools, &profile, paths)?;
     let profile = add_external_tools(&args, paths, profile, &mut tools)?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    let flag = cancel.clone();
-    // First Ctrl-C stops the run cleanly (the summary is still printed); a second one exits.
-    let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
+    let cancel = cancel_on_ctrl_c();
     let plan = RunPlan {
         profile: &profile,
         tools: &tools,
@@ -186,6 +190,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
             max_time: checked.max_time,
         },
         cancel: Some(cancel),
+        decoding: backend.decoding(args.free),
     };
     let run = TaskRun {
         id: "task",
@@ -199,9 +204,18 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         Box::new(HumanPrinter::new())
     };
     let store = open_store(&args, paths);
+    if args.samples > 1 {
+        let chains = Chains {
+            args: &args,
+            backend: &backend,
+            plan: &plan,
+            store: store.as_ref(),
+        };
+        return chains.run_and_vote(&run, checked.sampling, paths, limits);
+    }
     let mut recorder = store
         .as_ref()
-        .and_then(|store| open_record(store, &args, &backend, &plan, &run));
+        .and_then(|store| open_record(store, &args, backend.adapter_name(), &plan, &run));
     let mut backend = backend;
     let mut show = |update: Update<'_>| {
         if let Update::Event(event, _) = update {
@@ -242,6 +256,82 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         print_notes(&backend, recorder.as_ref(), paths);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A flag the first Ctrl-C sets, so the run stops cleanly (the summary is still printed); a
+/// second Ctrl-C exits.
+fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+    cancel
+}
+
+/// `--samples N`: what the chains of one task share.
+struct Chains<'a> {
+    args: &'a RunArgs,
+    backend: &'a Backend,
+    plan: &'a RunPlan<'a>,
+    store: Option<&'a Store>,
+}
+
+impl Chains<'_> {
+    /// Runs the chains together, each saved as a run of its own, and prints them and the vote.
+    fn run_and_vote(
+        &self,
+        run: &TaskRun<'_>,
+        sampling: SamplingParams,
+        paths: &Paths,
+        limits: Limits,
+    ) -> Result<ExitCode> {
+        let Backend::Local {
+            engine,
+            plan: memory,
+            ..
+        } = self.backend
+        else {
+            bail!("--samples decodes its chains together in this process: it cannot use --engine");
+        };
+        let args = self.args;
+        let options = SessionOptions {
+            threads: args.threads,
+            ..setup::planned_session(memory.as_ref(), args.ctx_size, sampling)
+        };
+        let adapter = self.backend.adapter_name();
+        let record = |run: &TaskRun<'_>| open_record(self.store?, args, adapter, self.plan, run);
+        let samples = usize::from(args.samples);
+        let chains = samples::run_samples(
+            engine,
+            &options,
+            self.plan,
+            run,
+            samples,
+            &record,
+            &mut |sample| {
+                if !args.json {
+                    samples::print_sample(sample, samples);
+                }
+            },
+        )
+        .context("the runs failed")?;
+        let answer = self.plan.profile.answer;
+        let sandbox = match answer {
+            catena_protocol::AnswerFormat::Program => Some(setup::sandbox(paths, limits)?),
+            _ => None,
+        };
+        let tally = samples::vote(&chains, answer, sandbox.as_ref())?;
+        if args.json {
+            samples::print_json(&chains, &tally);
+        } else {
+            samples::print_vote(&chains, &tally);
+            print_notes(self.backend, None, paths);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// Starts the MCP servers the run may use and offers their tools (`<tool_call>`): the profile
@@ -319,6 +409,12 @@ impl Checked {
         if args.mode == Mode::Mas && args.prefill.is_some() {
             bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
         }
+        if args.samples > 1 && (args.mode == Mode::Mas || args.engine.is_some()) {
+            bail!(
+                "--samples decodes Chain-of-Agents chains together in this process: it cannot be \
+                 used with --mode mas or --engine"
+            );
+        }
         let profile = match (&args.profile_file, &args.profile) {
             (Some(file), _) => Some(Profile::from_file(file)?),
             (None, Some(name)) => Some(Profile::builtin(name)?),
@@ -390,7 +486,7 @@ impl Backend {
                         context: args.ctx_size,
                         gpu_layers: args.gpu_layers,
                         kv_cache: args.kv_cache,
-                        kv_caches: 1,
+                        kv_caches: u32::from(args.samples),
                     },
                     adapter.as_ref().map(|a| a.options.clone()),
                 )?;
@@ -420,6 +516,31 @@ impl Backend {
         })
     }
 
+    /// The adapter applied to a local model, by name.
+    fn adapter_name(&self) -> Option<&str> {
+        match self {
+            Backend::Local { adapter, .. } => adapter.as_ref().map(|a| a.name.as_str()),
+            _ => None,
+        }
+    }
+
+    /// How the chain is decoded: held to the protocol's grammar unless `--free`, or unless the
+    /// model is at a server, which cannot follow one (said once, here).
+    fn decoding(&self, free: bool) -> Decoding {
+        match self {
+            _ if free => Decoding::Free,
+            Backend::Local { .. } => Decoding::Protocol,
+            Backend::LlamaServer { .. } => {
+                eprintln!(
+                    "note: a model at --engine writes its chain freely (a server cannot follow \
+                     Catena's protocol grammar); the parser reads what it writes"
+                );
+                Decoding::Free
+            }
+            Backend::Chat { .. } => Decoding::Free,
+        }
+    }
+
     fn model_name(&self) -> String {
         match self {
             Backend::Local { engine, path, .. } => setup::model_name(engine, path),
@@ -447,7 +568,7 @@ impl LocalModel<'_> {
 fn open_record<'s>(
     store: &'s Store,
     args: &RunArgs,
-    backend: &Backend,
+    adapter: Option<&str>,
     plan: &RunPlan<'_>,
     run: &TaskRun<'_>,
 ) -> Option<Recorder<'s>> {
@@ -461,11 +582,8 @@ fn open_record<'s>(
         "max_time": args.max_time,
         "prefill": args.prefill,
         "mode": args.mode.name(),
+        "free": plan.decoding == Decoding::Free,
     });
-    let adapter = match backend {
-        Backend::Local { adapter, .. } => adapter.as_ref().map(|a| a.name.as_str()),
-        _ => None,
-    };
     let started = store.start_run(&NewRun {
         session: None,
         kind: RunKind::Agent,

@@ -3,8 +3,8 @@
 //! evaluated and the log-probability each sampled token had when it was drawn.
 
 use crate::{Result, TrainError};
-use catena_agent::Budgets;
 use catena_agent::tools::ToolBox;
+use catena_agent::{Budgets, Decoding};
 use catena_engine::llama::BatchedSession;
 use catena_engine_api::{SamplingParams, Session, TokenRecord};
 use catena_eval::EvalTask;
@@ -92,6 +92,9 @@ pub fn sample_group(
             max_time: None,
         },
         cancel: None,
+        // The recipe's rollouts sample the policy as it is: its ratios compare the trainer's
+        // probabilities with the rollout's, which a grammar's mask would change.
+        decoding: Decoding::Free,
     };
     let group = sessions.len();
     let mut rollouts: Vec<Option<Rollout>> = vec![None; group];

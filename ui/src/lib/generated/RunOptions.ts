@@ -11,4 +11,8 @@ session_id?: string, max_tool_calls?: number, max_tokens?: number,
 /**
  * Seconds.
  */
-max_time?: number, temperature?: number, top_p?: number, top_k?: number, seed?: number, };
+max_time?: number, temperature?: number, top_p?: number, top_k?: number, seed?: number, 
+/**
+ * Let the model write freely instead of holding its chain to the protocol's grammar.
+ */
+free?: boolean, };

@@ -1,0 +1,200 @@
+//! `catena run --samples N`: N chains of one task decoded together in one context (the batched
+//! engine), each with its own seed, and their answers put to a vote (`catena_eval::vote`). The
+//! answer printed is the winning group's; `--json` gives every chain and the tally.
+
+use anyhow::{Result, anyhow};
+use catena_agent::RunSummary;
+use catena_engine::llama::LlamaEngine;
+use catena_engine_api::{Session, SessionOptions, mean_logprob};
+use catena_eval::TaskKind;
+use catena_eval::vote::{Ballot, Equivalence, Tally, tally, tested_inputs};
+use catena_protocol::AnswerFormat;
+use catena_runner::{Engine, RunPlan, TaskRun, Update, run_queue, run_task};
+use catena_sandbox::Sandbox;
+use catena_store::Recorder;
+use std::io::Write;
+
+/// One chain of the vote.
+pub struct Sample {
+    /// 1-based, in seed order.
+    pub sample: usize,
+    pub seed: u32,
+    /// Every block opened and closed in order, and an `<answer>` last.
+    pub valid: bool,
+    /// Mean log-probability of the chain's sampled tokens (the vote's tie-break).
+    pub mean_logprob: f64,
+    /// The stored run, when the run was saved.
+    pub run_id: Option<String>,
+    pub summary: RunSummary,
+}
+
+/// Runs `samples` chains of `task` on `samples` sequences of `engine`: seeds `seed`, `seed+1`,
+/// ... `record` opens each chain's record in the store (`None`: not saved). `done` hears of
+/// each chain as it ends.
+pub fn run_samples<'r>(
+    engine: &LlamaEngine,
+    options: &SessionOptions,
+    plan: &RunPlan<'_>,
+    task: &TaskRun<'_>,
+    samples: usize,
+    record: &(dyn Fn(&TaskRun<'_>) -> Option<Recorder<'r>> + Sync),
+    done: &mut dyn FnMut(&Sample),
+) -> Result<Vec<Sample>> {
+    let options = SessionOptions {
+        // The tie-break reads each sampled token's log-probability.
+        logprobs: true,
+        ..options.clone()
+    };
+    let mut finished: Vec<Sample> = Vec::with_capacity(samples);
+    let boxed = plan.profile.answer == AnswerFormat::Boxed;
+    engine.with_sequences(&options, samples, |sessions| {
+        run_queue(
+            sessions,
+            samples,
+            |session, index| {
+                let mut sampling = task.sampling;
+                sampling.seed = task.sampling.seed.wrapping_add(index as u32);
+                let run = TaskRun { sampling, ..*task };
+                let mut record = record(&run);
+                let outcome = run_task(
+                    Engine::Chain(session),
+                    plan,
+                    &run,
+                    record.as_mut(),
+                    &mut |_: Update<'_>| {},
+                )?;
+                let mean_logprob = mean_logprob(session.tokens()).unwrap_or(f64::NEG_INFINITY);
+                let summary = outcome.summary;
+                Ok::<_, anyhow::Error>(Some(Sample {
+                    sample: index + 1,
+                    seed: sampling.seed,
+                    valid: catena_eval::well_formed(&summary.trajectory, boxed),
+                    mean_logprob,
+                    run_id: record.map(|r| r.run_id().to_string()),
+                    summary,
+                }))
+            },
+            |_, sample| {
+                done(&sample);
+                finished.push(sample);
+                Ok(())
+            },
+        )
+    })??;
+    finished.sort_by_key(|s| s.sample);
+    Ok(finished)
+}
+
+/// The vote over `samples` by the verifier of the profile's answers: math values, QA strings,
+/// or for programs their outputs on the inputs the chains tested them with (and on no input).
+pub fn vote(samples: &[Sample], answer: AnswerFormat, sandbox: Option<&Sandbox>) -> Result<Tally> {
+    let ballots: Vec<Ballot> = samples
+        .iter()
+        .map(|s| Ballot {
+            answer: s.summary.answer.clone(),
+            mean_logprob: s.mean_logprob,
+        })
+        .collect();
+    let equivalence = match answer {
+        AnswerFormat::Boxed => Equivalence::Math,
+        AnswerFormat::Short | AnswerFormat::Multi => Equivalence::Qa,
+        AnswerFormat::Program => {
+            let sandbox = sandbox.ok_or_else(|| anyhow!("comparing programs needs the sandbox"))?;
+            let inputs = tested_inputs(samples.iter().map(|s| s.summary.trajectory.as_str()));
+            Equivalence::for_kind(TaskKind::Code, inputs, sandbox)
+        }
+    };
+    Ok(tally(&ballots, &equivalence))
+}
+
+/// The tally for people, on stderr, and the winning answer on stdout.
+pub fn print_vote(samples: &[Sample], tally: &Tally) {
+    let mut err = anstream::stderr();
+    let chains = |members: &[usize]| {
+        members
+            .iter()
+            .map(|&i| samples[i].sample.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(err, "\nVote over {} chains:", samples.len());
+    for (rank, group) in tally.groups.iter().enumerate() {
+        let _ = writeln!(
+            err,
+            "  {} × {}   chains {}   mean log-prob {:.3}{}",
+            group.members.len(),
+            one_line(&group.answer),
+            chains(&group.members),
+            group.mean_logprob,
+            if rank == 0 { "   ← the answer" } else { "" }
+        );
+    }
+    if !tally.abstained.is_empty() {
+        let _ = writeln!(err, "  no answer: chains {}", chains(&tally.abstained));
+    }
+    match tally.winner() {
+        Some(group) => println!("{}", group.answer.trim()),
+        None => {
+            let _ = writeln!(err, "No chain gave an answer.");
+        }
+    }
+}
+
+/// One line per chain as it ends, on stderr.
+pub fn print_sample(sample: &Sample, of: usize) {
+    let s = &sample.summary;
+    eprintln!(
+        "chain {}/{of} (seed {}): {} · stop {} · {} tool calls · {} tokens · {}",
+        sample.sample,
+        sample.seed,
+        s.answer
+            .as_deref()
+            .map(one_line)
+            .unwrap_or("(no answer)".into()),
+        s.stop_reason,
+        s.tool_calls,
+        s.generated_tokens,
+        if sample.valid {
+            "valid chain"
+        } else {
+            "malformed chain"
+        },
+    );
+}
+
+/// `--json`: one `sample` object per chain, then the `vote`.
+pub fn print_json(samples: &[Sample], tally: &Tally) {
+    let mut out = std::io::stdout().lock();
+    for sample in samples {
+        let value = serde_json::json!({
+            "type": "sample",
+            "sample": sample.sample,
+            "seed": sample.seed,
+            "valid": sample.valid,
+            "mean_logprob": sample.mean_logprob,
+            "run_id": sample.run_id,
+            "summary": sample.summary,
+        });
+        let _ = writeln!(out, "{value}");
+    }
+    let vote = serde_json::json!({
+        "type": "vote",
+        "answer": tally.winner().map(|g| g.answer.clone()),
+        "groups": tally.groups.iter().map(|g| serde_json::json!({
+            "answer": g.answer,
+            "samples": g.members.iter().map(|&i| samples[i].sample).collect::<Vec<_>>(),
+            "mean_logprob": g.mean_logprob,
+        })).collect::<Vec<_>>(),
+        "abstained": tally.abstained.iter().map(|&i| samples[i].sample).collect::<Vec<_>>(),
+    });
+    let _ = writeln!(out, "{vote}");
+}
+
+fn one_line(text: &str) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() > 80 {
+        format!("{}…", line.chars().take(79).collect::<String>())
+    } else {
+        line
+    }
+}
