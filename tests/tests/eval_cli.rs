@@ -161,3 +161,56 @@ fn runs_decoded_together_give_the_report_of_runs_one_at_a_time() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+#[test]
+fn a_vote_of_three_runs_a_task_adds_maj_at_k() {
+    common::default_model();
+    let out = tempfile::tempdir().unwrap();
+    let output = eval(&[
+        "--vote",
+        "3",
+        "--limit",
+        "2",
+        "--max-tokens",
+        "64",
+        "--parallel",
+        "3",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "catena eval failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report as JSON");
+    assert_eq!(report["samples"], 3);
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 6);
+    // The tie-break's log-probabilities were recorded for every run.
+    for r in results {
+        let logprob = r["mean_logprob"].as_f64().unwrap_or_else(|| panic!("{r}"));
+        assert!(logprob <= 0.0, "{r}");
+    }
+    // A vote picks one of a task's runs: never more tasks than pass@K, never fewer than the
+    // tasks whose every run is solved.
+    let majority = report["maj_at_k"].as_f64().unwrap();
+    let all_solved = ["0", "1"]
+        .iter()
+        .filter(|id| {
+            results
+                .iter()
+                .filter(|r| r["id"] == **id)
+                .all(|r| r["solved"] == true)
+        })
+        .count() as f64
+        / 2.0;
+    assert!(all_solved <= majority, "{report}");
+    assert!(majority <= report["pass_at_k"].as_f64().unwrap(), "{report}");
+    let markdown = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(markdown.contains("- maj@3: "), "{markdown}");
+    // --vote sets the runs a task: with --samples too it is refused.
+    let refused = eval(&["--vote", "3", "--samples", "2"]);
+    assert!(!refused.status.success());
+}
