@@ -207,7 +207,10 @@ fn a_vote_of_three_runs_a_task_adds_maj_at_k() {
         .count() as f64
         / 2.0;
     assert!(all_solved <= majority, "{report}");
-    assert!(majority <= report["pass_at_k"].as_f64().unwrap(), "{report}");
+    assert!(
+        majority <= report["pass_at_k"].as_f64().unwrap(),
+        "{report}"
+    );
     let markdown = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(markdown.contains("- maj@3: "), "{markdown}");
     // --vote sets the runs a task: with --samples too it is refused.
