@@ -147,8 +147,9 @@ struct Chain<'a> {
     /// Where in `trajectory` the current segment began: the turn's start, or the end of the
     /// last observation (PROTOCOL.md §8).
     segment_start: usize,
-    /// Whether an observation was appended: the chain's opening is behind it.
-    observed: bool,
+    /// Whether the chain's opening is behind it: an observation was appended, or the user
+    /// wrote the opening (a prefill).
+    opened: bool,
 }
 
 impl<'a> Chain<'a> {
@@ -170,7 +171,7 @@ impl<'a> Chain<'a> {
             limits,
             grammar: None,
             segment_start: 0,
-            observed: false,
+            opened: false,
         }
     }
 
@@ -180,7 +181,7 @@ impl<'a> Chain<'a> {
         let Some(grammar) = &self.grammar else {
             return Ok(());
         };
-        let segment = if !self.observed {
+        let segment = if !self.opened {
             Segment::Opening
         } else if self.tool_calls >= self.budgets.max_tool_calls as usize {
             Segment::AnswerOnly
@@ -193,7 +194,7 @@ impl<'a> Chain<'a> {
     /// The next segment starts after what the runtime just appended (an observation).
     fn start_segment(&mut self) {
         self.segment_start = self.trajectory.len();
-        self.observed = true;
+        self.opened = true;
     }
 
     /// Appends the prefill; if it ends with complete tool calls, runs them. Returns a stop
@@ -204,14 +205,15 @@ impl<'a> Chain<'a> {
         prefill: &str,
         emit: &mut dyn FnMut(AgentEvent),
     ) -> Result<Option<StopReason>, AgentError> {
-        // Only the part after the prefill's last observation is the model's segment: the
-        // rest, answered calls included, is taken as the user wrote it.
+        // The user wrote the chain's opening. Only the part after the prefill's last
+        // observation is the segment the model continues: the rest, answered calls included,
+        // is taken as the user wrote it.
+        self.opened = true;
         let close = Tag::Observation.close();
         if let Some(at) = prefill.rfind(&close) {
             let after = at + close.len();
             let rest = &prefill[after..];
             self.segment_start = after + (rest.len() - rest.trim_start().len());
-            self.observed = true;
         }
         // The prefill precedes the trajectory, so its offsets are the trajectory's.
         self.constrain(session, &prefill[self.segment_start..])?;

@@ -578,9 +578,10 @@ fn each_generation_follows_the_grammar_of_the_segment_it_continues() {
     assert_eq!(
         seen,
         [
-            // The prefill is checked before it is appended, then continued.
-            (grammar.segment(Segment::Opening), prefill),
-            (grammar.segment(Segment::Opening), prefill),
+            // The prefill is checked before it is appended, then continued (the user wrote
+            // the opening).
+            (grammar.segment(Segment::Resuming), prefill),
+            (grammar.segment(Segment::Resuming), prefill),
             // After the first observation; after the second, the budget is spent.
             (grammar.segment(Segment::Resuming), ""),
             (grammar.segment(Segment::AnswerOnly), ""),

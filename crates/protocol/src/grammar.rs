@@ -24,9 +24,10 @@ use crate::tag::{Tag, TagKind};
 /// Where in the chain a generation starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Segment {
-    /// The start of the assistant turn: the profile's opening blocks come first.
+    /// The start of the assistant turn, written by the model: the profile's opening blocks
+    /// come first.
     Opening,
-    /// After an observation, with tool calls left in the budget.
+    /// After an observation or a prefill, with tool calls left in the budget.
     Resuming,
     /// After the last tool call the budget allows: only role blocks and the answer.
     AnswerOnly,
@@ -53,8 +54,17 @@ impl ChainGrammar {
             }
             last.push(Tag::Answer);
             let last = alternatives(last.into_iter());
-            match role {
-                Some(role) => format!("({role})* ({last})", last = last.unwrap_or_default()),
+            // Calls may come before the last block too: a generation stops at the first one
+            // (its closing tag is a stop string), but a prefill may hold several (§2).
+            let between = match (role, with_tools) {
+                (Some(role), true) => alternatives(tools.iter().copied())
+                    .map(|t| format!("{role} | {t}"))
+                    .or(Some(role)),
+                (role, true) => alternatives(tools.iter().copied()).or(role),
+                (role, false) => role,
+            };
+            match between {
+                Some(between) => format!("({between})* ({last})", last = last.unwrap_or_default()),
                 None => last.unwrap_or_default(),
             }
         };

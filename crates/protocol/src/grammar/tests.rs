@@ -155,6 +155,19 @@ fn code_calls_take_one_program_and_optional_stdin() {
 }
 
 #[test]
+fn a_prefill_may_hold_several_calls() {
+    let resuming = grammar("math", Segment::Resuming);
+    assert!(accepts(
+        &resuming,
+        &format!("<think>Two.</think>\n{CODE}\n{CODE}")
+    ));
+    assert!(accepts(
+        &resuming,
+        &format!("{CODE}\n<think>Then.</think>\n{CODE}")
+    ));
+}
+
+#[test]
 fn the_last_call_of_the_budget_leaves_only_the_answer() {
     let last = grammar("math", Segment::AnswerOnly);
     assert!(accepts(
