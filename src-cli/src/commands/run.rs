@@ -409,6 +409,14 @@ impl Checked {
         if args.mode == Mode::Mas && args.prefill.is_some() {
             bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
         }
+        if args.samples > 1 && (args.temperature.is_nan() || args.temperature <= 0.0) {
+            bail!(
+                "--samples {} needs sampling, but --temperature {} is greedy: every chain would be \
+                 the same. Give a temperature above 0 (the default is 0.6).",
+                args.samples,
+                args.temperature
+            );
+        }
         if args.samples > 1 && (args.mode == Mode::Mas || args.engine.is_some()) {
             bail!(
                 "--samples decodes Chain-of-Agents chains together in this process: it cannot be \
