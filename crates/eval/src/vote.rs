@@ -6,7 +6,7 @@
 //! likely (the higher mean log-probability per sampled token).
 
 use crate::reward::CodeTests;
-use crate::reward::{answer_program, math_equivalent, qa_normalise};
+use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
 use crate::{EvalTask, TaskKind, TaskResult};
 use catena_protocol::fence::fenced_blocks;
 use catena_protocol::{Tag, parse_all};
@@ -162,7 +162,7 @@ fn key(answer: &str, equivalence: &Equivalence<'_>) -> Option<Key> {
                 .iter()
                 .map(|input| match sandbox.run(program, input.as_bytes()) {
                     Ok(run) if run.exit == Exit::Status(0) => {
-                        normalised_output(&run.stdout.to_text())
+                        output_lines(&run.stdout.to_text()).join("\n")
                     }
                     Ok(run) => format!("(ended: {:?})", run.exit),
                     Err(e) => format!("(not run: {e})"),
@@ -226,16 +226,6 @@ pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option
         }
     }
     solved as f64 / tasks.len().max(1) as f64
-}
-
-/// Output lines without trailing white space or trailing blank lines, as `same_output` reads
-/// them.
-fn normalised_output(text: &str) -> String {
-    let mut lines: Vec<&str> = text.split('\n').map(str::trim_end).collect();
-    while lines.last().is_some_and(|l| l.is_empty()) {
-        lines.pop();
-    }
-    lines.join("\n")
 }
 
 #[cfg(test)]

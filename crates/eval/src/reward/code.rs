@@ -45,14 +45,17 @@ pub fn answer_program(answer: &str) -> Option<&str> {
 /// Whether `actual` (a program's stdout) is `expected`, ignoring whitespace at the end of each
 /// line and blank lines at the end, as judges of competitive programming do.
 pub fn same_output(actual: &str, expected: &str) -> bool {
-    fn lines(text: &str) -> Vec<&str> {
-        let mut lines: Vec<&str> = text.split('\n').map(str::trim_end).collect();
-        while lines.last().is_some_and(|l| l.is_empty()) {
-            lines.pop();
-        }
-        lines
+    output_lines(actual) == output_lines(expected)
+}
+
+/// A program's output as judges compare it: its lines without trailing whitespace, without
+/// blank lines at the end.
+pub fn output_lines(text: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = text.split('\n').map(str::trim_end).collect();
+    while lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
     }
-    lines(actual) == lines(expected)
+    lines
 }
 
 pub use run::code_passes;
