@@ -150,7 +150,8 @@ impl SideChat {
 /// between samples of one task).
 pub trait StartPrompt: Session {
     /// Replaces the context with the prompt `ids` and returns how many of them were already
-    /// evaluated. The prompt's last token is always evaluated again, for its logits.
+    /// evaluated. The prompt's last token is always evaluated again, for its logits. The
+    /// session's counters ([`SessionStats`]) start again: from here they count this prompt.
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError>;
 }
 

@@ -136,7 +136,6 @@ fn chain(
     on_event: &mut dyn FnMut(AgentEvent),
 ) -> Result<Outcome, RunError> {
     let prompt = start_task(session, plan.profile, task.question)?;
-    let generated_before = session.stats().generated_tokens;
     let request = RunRequest {
         profile: plan.profile,
         model: plan.model.clone(),
@@ -151,7 +150,8 @@ fn chain(
     Ok(Outcome {
         model_calls: 1,
         total_tokens: summary.context_tokens,
-        generated_tokens: summary.generated_tokens.saturating_sub(generated_before),
+        // The session's counters started again with the task's prompt.
+        generated_tokens: summary.generated_tokens,
         cached_tokens: prompt.cached_tokens,
         summary,
         agents: None,

@@ -29,7 +29,7 @@ use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, SideChat, StartPrompt, TokenRecord,
 };
-use catena_engine_api::SessionState;
+use catena_engine_api::{SessionState, SessionStats};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
@@ -151,8 +151,9 @@ impl StartPrompt for BatchedSession<'_> {
     /// Keeps the KV cells of the prefix `ids` shares with what this sequence holds; evaluation
     /// waits for the next generation, where the scheduler may copy a longer prefix from another
     /// sequence (the same prompt in a group of samples) instead of evaluating it. The sampler
-    /// starts again from its seed, so a run does not depend on which runs the sequence did
-    /// before. Returns the tokens kept from this sequence's own cells.
+    /// and the counters start again, so a run does not depend on which runs the sequence did
+    /// before and its summary counts its own work. Returns the tokens kept from this
+    /// sequence's own cells.
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
         check_ids(self.engine, ids)?;
         if ids.len() > self.state.context_size {
@@ -169,9 +170,13 @@ impl StartPrompt for BatchedSession<'_> {
                 .map(|&id| TokenRecord { id, logprob: None }),
         );
         self.evaluated = kept;
-        self.state.stats.context_tokens = kept;
-        self.state.stats.cached_tokens += kept;
-        self.state.stats.appended_tokens += ids.len() - kept;
+        // The counters start again with the prompt: a run's summary counts its own work.
+        self.state.stats = SessionStats {
+            context_tokens: kept,
+            cached_tokens: kept,
+            appended_tokens: ids.len() - kept,
+            ..SessionStats::default()
+        };
         self.reseed = true;
         Ok(kept)
     }

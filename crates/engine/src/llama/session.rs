@@ -13,7 +13,7 @@ use crate::{
     Constraint, EngineError, GenerateLimits, Generation, GenerationStop, PromptPart,
     SamplingParams, Session, SessionOptions, StartPrompt, TokenRecord,
 };
-use catena_engine_api::{SessionState, argmax, greedy_pick, token_logprob};
+use catena_engine_api::{SessionState, SessionStats, argmax, greedy_pick, token_logprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -322,10 +322,15 @@ impl catena_engine_api::StartChat for LlamaSession<'_> {
 impl StartPrompt for LlamaSession<'_> {
     /// Keeps the KV cache of the prefix `ids` shares with the current context and evaluates
     /// only the rest now. The sampler starts again from its seed, so a run does not depend on
-    /// the runs before it (nor on which sequence of a batch it lands on).
+    /// the runs before it (nor on which sequence of a batch it lands on); the counters start
+    /// again too, so a run's summary counts its own work.
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
         self.sampler = build_sampler(&self.state.sampling);
         let shared = kept_prefix(&self.state.tokens, ids);
+        self.state.stats = SessionStats {
+            context_tokens: self.state.stats.context_tokens,
+            ..SessionStats::default()
+        };
         self.truncate(shared)?;
         self.append_tokens(&ids[shared..])?;
         self.state.stats.cached_tokens += shared;
