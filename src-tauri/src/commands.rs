@@ -6,7 +6,7 @@ use crate::backend::{Backend, Loading};
 use catena_service::{
     DownloadStatus, Health, LibraryModels, List, ProfileInfo, RunFeedback, ServedModel,
     ServiceError, SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus, TrainingData,
-    TrainingStatus,
+    TrainingStatus, Vote, VoteRequest,
 };
 use catena_store::{Feedback, SessionInfo};
 use futures_util::StreamExt;
@@ -203,6 +203,11 @@ pub async fn stop_training(backend: State<'_, Backend>, id: String) -> Reply<Tra
 #[tauri::command]
 pub async fn start_run(backend: State<'_, Backend>, options: StartRun) -> Reply<StartedRun> {
     Ok(backend.service().await?.start_run(options).await?)
+}
+
+#[tauri::command]
+pub async fn vote(backend: State<'_, Backend>, request: VoteRequest) -> Reply<Vote> {
+    Ok(backend.service().await?.vote(request).await?)
 }
 
 /// The runs the UI follows, so it can stop following one.

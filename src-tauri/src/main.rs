@@ -93,6 +93,7 @@ fn run() -> anyhow::Result<ExitCode> {
             commands::training_run,
             commands::stop_training,
             commands::start_run,
+            commands::vote,
             commands::follow_run,
             commands::unfollow_run,
             commands::cancel_run,

@@ -857,3 +857,173 @@ fn the_default_model_is_served_with_its_adapter_unless_told_not_to() {
         );
     }
 }
+
+/// Posts `body` and returns the status and the JSON answer.
+fn post(
+    client: &reqwest::blocking::Client,
+    server: &Served,
+    path: &str,
+    body: &Value,
+) -> (u16, Value) {
+    let response = client.post(server.url(path)).json(body).send().unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().unwrap())
+}
+
+#[test]
+fn samples_of_one_task_run_side_by_side_and_are_put_to_a_vote() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &["--parallel", "3"], None);
+    let client = http();
+    let task = json!({
+        "task": "What is 17 times 23?",
+        "profile": "math",
+        "prefill": "<plan>compute it</plan>\n<code>\n```py\nprint(17*23)\n```\n</code>",
+        "max_tokens": 120,
+        "temperature": 0.8,
+        "seed": 11,
+        "samples": 3,
+    });
+    let (status, started) = post(&client, &server, "/v1/agent/runs", &task);
+    assert_eq!(status, 202, "{started}");
+    let runs: Vec<String> = started["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(runs.len(), 3, "{started}");
+    assert_eq!(started["id"], runs[0]);
+    for run in &runs {
+        let events = all_events(&client, &server, run);
+        let summary = events.last().unwrap();
+        assert_eq!(summary["type"], "summary", "{events:?}");
+        // The sandbox ran the prefilled program in every chain.
+        assert!(
+            events.iter().any(|e| e["type"] == "observation"),
+            "{events:?}"
+        );
+        // What the vote breaks ties with: the sampled tokens' mean log-probability.
+        let logprob = summary["mean_logprob"].as_f64().unwrap();
+        assert!(logprob < 0.0 && logprob.is_finite(), "{summary}");
+    }
+    // The three runs are one session's.
+    let view: Value = client
+        .get(server.url(&format!("/v1/agent/runs/{}", runs[2])))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(view["session_id"], started["session_id"], "{view}");
+
+    let (status, vote) = post(
+        &client,
+        &server,
+        "/v1/agent/votes",
+        &json!({ "runs": runs }),
+    );
+    assert_eq!(status, 200, "{vote}");
+    let seeds: Vec<u64> = vote["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["seed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seeds, [11, 12, 13], "{vote}");
+    // Every run is counted once: in one group or among those without an answer.
+    let mut counted: Vec<String> = vote["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["runs"].as_array().unwrap().clone())
+        .chain(vote["abstained"].as_array().unwrap().clone())
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    counted.sort();
+    let mut expected = runs.clone();
+    expected.sort();
+    assert_eq!(counted, expected, "{vote}");
+    let sizes: Vec<usize> = vote["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["runs"].as_array().unwrap().len())
+        .collect();
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{vote}");
+    // Each group holds answers the math verifier finds equal, under its most likely one.
+    for group in vote["groups"].as_array().unwrap() {
+        let best = &group["best"];
+        assert!(group["runs"].as_array().unwrap().contains(best), "{group}");
+        let chain = vote["chains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| &c["run_id"] == best)
+            .unwrap();
+        assert_eq!(chain["answer"], group["answer"], "{vote}");
+    }
+    match vote["groups"].as_array().unwrap().first() {
+        Some(winner) => assert_eq!(vote["answer"], winner["answer"], "{vote}"),
+        None => assert!(vote["answer"].is_null(), "{vote}"),
+    }
+
+    // What cannot be voted on, or started, says why.
+    let refused = |path: &str, body: Value, code: u16, needle: &str| {
+        let (status, answer) = post(&client, &server, path, &body);
+        assert_eq!(status, code, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{answer}");
+    };
+    let greedy = json!({ "task": "What is 2+2?", "samples": 3, "temperature": 0 });
+    refused("/v1/agent/runs", greedy, 400, "temperature");
+    let too_many = json!({ "task": "What is 2+2?", "samples": 17 });
+    refused("/v1/agent/runs", too_many, 400, "between 1 and 16");
+    refused(
+        "/v1/agent/votes",
+        json!({ "runs": [runs[0]] }),
+        400,
+        "2 to 16 runs",
+    );
+    let other = start_run(
+        &client,
+        &server,
+        &json!({"task": "What is 2+2?", "max_tokens": 4, "temperature": 0}),
+    );
+    // Its lane's session served a chain before: the summary counts this run's own work.
+    let summary = all_events(&client, &server, &other).pop().unwrap();
+    assert_eq!(summary["type"], "summary", "{summary}");
+    assert!(
+        summary["generated_tokens"].as_u64().unwrap() <= 4,
+        "{summary}"
+    );
+    refused(
+        "/v1/agent/votes",
+        json!({ "runs": [runs[0], other] }),
+        400,
+        "different tasks",
+    );
+    // Runs still decoding (each may write 2,000 tokens) are not counted yet.
+    let long = json!({
+        "task": "Write a long story about a river.",
+        "profile": "web",
+        "max_tokens": 2000,
+        "temperature": 0.7,
+        "samples": 2,
+    });
+    let (status, started) = post(&client, &server, "/v1/agent/runs", &long);
+    assert_eq!(status, 202, "{started}");
+    refused(
+        "/v1/agent/votes",
+        json!({ "runs": started["samples"] }),
+        409,
+        "still running",
+    );
+    for run in started["samples"].as_array().unwrap() {
+        let run = run.as_str().unwrap();
+        client
+            .post(server.url(&format!("/v1/agent/runs/{run}/cancel")))
+            .send()
+            .unwrap();
+        all_events(&client, &server, run);
+    }
+}

@@ -81,6 +81,41 @@ test('a real task streams its chain: code, the sandbox observation, the answer',
   }
 });
 
+test('chains of one task side by side, then their vote', async ({ page }) => {
+  await page.goto(base());
+  await go(page, 'Settings');
+  for (const [label, value] of [['Temperature', '0.8'], ['Seed', '11'], ['Tokens', '120']]) {
+    await page.getByLabel(label, { exact: true }).fill(value);
+    await page.getByLabel(label, { exact: true }).dispatchEvent('change');
+  }
+  await go(page, 'Run');
+  await page.getByRole('textbox', { name: 'Task' }).fill('What is 17 times 23?');
+  await page.getByLabel('Profile').selectOption('math');
+  await page.getByText('Start the answer with…').click();
+  await page.getByLabel(/Prefill/).fill('<plan>compute it</plan>\n<code>\n```py\nprint(17*23)\n```\n</code>');
+  await page.getByLabel('Chains').fill('3');
+  await page.getByRole('textbox', { name: 'Task' }).press('Control+Enter');
+
+  for (const n of [1, 2, 3]) await expect(page.getByRole('article', { name: `Chain ${n}` })).toBeVisible();
+  // The server here has one lane: the chains run one after another, each its own run.
+  await expect(page.getByTestId('vote').getByRole('list', { name: 'Tally' })).toBeVisible({ timeout: 170_000 });
+  for (const n of [1, 2, 3]) {
+    const chain = page.getByRole('article', { name: `Chain ${n}` });
+    await expect(chain.getByTestId('observation')).toContainText('391');
+    await expect(chain).toContainText(`seed ${10 + n}`);
+  }
+  // Every chain is counted once: in a group of the tally or as no answer.
+  const tally = await page.getByRole('list', { name: 'Tally' }).innerText();
+  const counted = [...tally.matchAll(/chains ([\d, ]+)/g)].flatMap((m) => m[1].split(',').map((c) => Number(c.trim())));
+  expect(counted.sort()).toEqual([1, 2, 3]);
+  await expectNamedControls(page);
+  for (const t of ['light', 'dark'] as const) {
+    await theme(page, t);
+    await page.evaluate(() => document.documentElement.setAttribute('data-theme', JSON.parse(localStorage.getItem('catena.settings')!).theme));
+    await shoot(page, `samples-${t}`);
+  }
+});
+
 test('web search hits are links and each page read shows its address and the model\'s summary', async ({ page }) => {
   // A document index the server searches: it must be the only one in this data folder.
   const bin = process.env.CATENA_BIN ?? resolve(import.meta.dirname, '../../target/release/catena');

@@ -37,6 +37,16 @@ describe('HttpTransport', () => {
     expect(JSON.parse(String(calls[0].init?.body))).toEqual({ task: 'hi', profile: 'code', temperature: 0 });
   });
 
+  it('posts the runs to vote over', async () => {
+    const { fetcher, calls } = fakeFetch({
+      '/v1/agent/votes': () => Response.json({ chains: [], groups: [], abstained: ['a', 'b'], answer: null }),
+    });
+    const vote = await new HttpTransport('', fetcher).vote(['a', 'b']);
+    expect(vote.abstained).toEqual(['a', 'b']);
+    expect(calls[0].init?.method).toBe('POST');
+    expect(JSON.parse(String(calls[0].init?.body))).toEqual({ runs: ['a', 'b'] });
+  });
+
   it('puts a change of the web settings and reads the tools back', async () => {
     const { fetcher, calls } = fakeFetch({
       '/v1/settings/web': () => Response.json({ search: 'serper', keys: { serper: { in_settings: true, in_environment: false } } }),

@@ -22,6 +22,8 @@ describe('TauriTransport', () => {
     expect(calls).toEqual([['start_run', { options: { task: 'hi', profile: 'code' } }]]);
     await new TauriTransport().rateRun('r1', 'good');
     expect(calls[1]).toEqual(['rate_run', { runId: 'r1', rating: 'good' }]);
+    await new TauriTransport().vote(['r1', 'r2']);
+    expect(calls[2]).toEqual(['vote', { request: { runs: ['r1', 'r2'] } }]);
   });
 
   it('imports a folder through the app, which the HTTP transport cannot', async () => {

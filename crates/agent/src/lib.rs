@@ -471,6 +471,7 @@ impl<'a> Chain<'a> {
             parse_issues: self.issues,
             timings: Timings::new(&stats, self.tool_time, elapsed),
             trajectory: self.trajectory.clone(),
+            mean_logprob: catena_engine_api::mean_logprob(session.tokens()),
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
 use crate::{EvalTask, TaskKind, TaskResult};
 use catena_protocol::fence::fenced_blocks;
-use catena_protocol::{Tag, parse_all};
+use catena_protocol::{AnswerFormat, Tag, parse_all};
 use catena_sandbox::{Exit, Sandbox};
 use serde::Serialize;
 
@@ -171,6 +171,48 @@ fn key(answer: &str, equivalence: &Equivalence<'_>) -> Option<Key> {
             Some(Key::Outputs(outputs))
         }
     }
+}
+
+/// One ended chain of a task, as a vote over a task's chains reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainAnswer<'t> {
+    /// The content of its last `<answer>`, if it wrote one.
+    pub answer: Option<&'t str>,
+    /// Mean log-probability of its sampled tokens, when they were recorded.
+    pub mean_logprob: Option<f64>,
+    /// The whole assistant turn: where the inputs its tests used are.
+    pub trajectory: &'t str,
+}
+
+/// A vote over programs was asked for without a sandbox to run them in.
+#[derive(Debug, thiserror::Error)]
+#[error("comparing programs needs the sandbox")]
+pub struct NeedsSandbox;
+
+/// The vote over the chains of one task answering in `format`, by the verifier of that format:
+/// math values, QA strings, or programs' outputs (in `sandbox`) on the inputs the chains tested
+/// them with and on no input. A chain without a recorded log-probability loses every tie.
+pub fn vote_on_chains(
+    chains: &[ChainAnswer<'_>],
+    format: AnswerFormat,
+    sandbox: Option<&Sandbox>,
+) -> Result<Tally, NeedsSandbox> {
+    let ballots: Vec<Ballot> = chains
+        .iter()
+        .map(|c| Ballot {
+            answer: c.answer.map(str::to_string),
+            mean_logprob: c.mean_logprob.unwrap_or(f64::NEG_INFINITY),
+        })
+        .collect();
+    let equivalence = match format {
+        AnswerFormat::Boxed => Equivalence::Math,
+        AnswerFormat::Short | AnswerFormat::Multi => Equivalence::Qa,
+        AnswerFormat::Program => Equivalence::Outputs {
+            inputs: tested_inputs(chains.iter().map(|c| c.trajectory)),
+            sandbox: sandbox.ok_or(NeedsSandbox)?,
+        },
+    };
+    Ok(tally(&ballots, &equivalence))
 }
 
 /// The standard inputs the chains gave their test programs (the ```` ```sh ```` fences of their

@@ -111,4 +111,10 @@ pub struct RunSummary {
     pub timings: Timings,
     /// The whole assistant turn: prefill, generated text and observations.
     pub trajectory: String,
+    /// Mean log-probability of the tokens the model sampled, when the session recorded them
+    /// (`SessionOptions::logprobs`): how sure the model was of its chain, which breaks a tie
+    /// between equally large groups of a vote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub mean_logprob: Option<f64>,
 }

@@ -10,7 +10,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use catena_service::{List, ProfileInfo, RunFeedback, RunView, SessionRuns, StartRun, StartedRun};
+use catena_service::{
+    List, ProfileInfo, RunFeedback, RunView, SessionRuns, StartRun, StartedRun, Vote, VoteRequest,
+};
 use catena_store::{Feedback, SessionInfo, StoredEvent};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -33,6 +35,15 @@ pub async fn start_run(
     let run = app.catena.start_run(start).await?;
     let events_url = format!("/v1/agent/runs/{}/events", run.id);
     Ok((StatusCode::ACCEPTED, Json(QueuedRun { run, events_url })).into_response())
+}
+
+/// The vote over runs of one task (those a request with `samples` started): their answers
+/// grouped by the profile's verifier, the largest group first.
+pub async fn vote(
+    State(app): State<Arc<AppState>>,
+    ApiJson(request): ApiJson<VoteRequest>,
+) -> Result<Json<Vote>, ApiError> {
+    Ok(Json(app.catena.vote(request).await?))
 }
 
 pub async fn get_run(

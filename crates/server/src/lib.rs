@@ -171,6 +171,7 @@ fn router(
         .route("/tools", get(tools))
         .route("/settings/web", get(web_settings).put(update_web_settings))
         .route("/agent/runs", post(agent_api::start_run))
+        .route("/agent/votes", post(agent_api::vote))
         .route("/agent/runs/{id}", get(agent_api::get_run))
         .route("/agent/runs/{id}/events", get(agent_api::run_events))
         .route("/agent/runs/{id}/cancel", post(agent_api::cancel_run))

@@ -165,9 +165,12 @@ pub enum StartedStatus {
 /// A run that was queued.
 #[derive(Debug, Clone, Serialize, TS)]
 pub struct StartedRun {
+    /// The first run (the only one unless the request asked for samples).
     pub id: String,
     pub session_id: String,
     pub status: StartedStatus,
+    /// Every run the request started, in seed order: `[id]` for one.
+    pub samples: Vec<String>,
 }
 
 #[cfg(test)]
@@ -233,10 +236,11 @@ mod tests {
             id: "r".into(),
             session_id: "s".into(),
             status: StartedStatus::Queued,
+            samples: vec!["r".into()],
         };
         assert_eq!(
             serde_json::to_value(&started).unwrap(),
-            json!({"id": "r", "session_id": "s", "status": "queued"})
+            json!({"id": "r", "session_id": "s", "status": "queued", "samples": ["r"]})
         );
     }
 }

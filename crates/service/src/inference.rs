@@ -227,7 +227,12 @@ impl Inference {
                 model_path: config.model_path.clone(),
                 adapter: adapter.as_ref().map(|(path, _)| path.clone()),
                 gpu_layers: config.gpu_layers,
-                session: config.session.clone(),
+                session: SessionOptions {
+                    // An agent run's summary carries its mean log-probability: the tie-break
+                    // of a vote over runs started together (`samples`).
+                    logprobs: true,
+                    ..config.session.clone()
+                },
                 sessions: config.sessions,
                 parallel: config.parallel.max(1),
                 kv_cache: config.kv_cache,

@@ -14,6 +14,7 @@ mod tool_status;
 mod training;
 #[cfg(test)]
 mod typescript;
+mod vote;
 mod web;
 
 pub use approvals::{APPROVAL_TIMEOUT, McpHost};
@@ -33,6 +34,7 @@ pub use tool_status::{
     update_web_settings, web_settings_view,
 };
 pub use training::{StartTraining, TrainingStatus};
+pub use vote::{Vote, VoteChain, VoteGroup, VoteRequest};
 pub use web::{WebToolsError, add_web_tools, web_settings};
 
 use crate::downloads::Downloads;
@@ -92,7 +94,15 @@ pub struct StartRun {
     /// Let the model write freely instead of holding its chain to the protocol's grammar.
     #[serde(default)]
     pub free: Option<bool>,
+    /// How many chains of the task to run, 1 to [`MAX_SAMPLES`]: each is a run of its own in
+    /// one session, seeds `seed` to `seed + samples - 1`, for [`Service::vote`] to compare.
+    /// More than one needs a temperature above 0 (greedy chains would all be the same).
+    #[serde(default)]
+    pub samples: Option<u32>,
 }
+
+/// The most chains one request may start: each holds a lane's context while it runs.
+pub const MAX_SAMPLES: u32 = 16;
 
 /// The settings an agent run was started with, kept with its stored record.
 #[derive(Serialize)]
@@ -106,6 +116,15 @@ struct AgentRunOptions<'a> {
     max_time: Option<f64>,
     prefill: Option<&'a str>,
     free: bool,
+    /// How many runs of the task were started together, when more than one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    samples: Option<u32>,
+}
+
+/// One run recorded and queued.
+struct QueuedRun {
+    id: String,
+    session_id: String,
 }
 
 /// An export, ready to be saved.
@@ -349,20 +368,50 @@ impl Service {
             .map_err(|e| ServiceError::internal(format!("a session-store call failed: {e}")))?
     }
 
-    /// Checks the request, records the run and queues it for the model.
+    /// Checks the request, records the run and queues it for the model. With `samples: N`,
+    /// N runs of the task are recorded in one session and queued together, seeds `seed` to
+    /// `seed + N - 1` (the server's lanes decode them side by side); [`Service::vote`] then
+    /// puts their answers to a vote.
     pub async fn start_run(&self, start: StartRun) -> Result<StartedRun, ServiceError> {
-        let CheckedRun {
-            task,
-            profile,
-            sampling,
-            budgets,
-        } = CheckedRun::from_request(&start)?;
+        let checked = CheckedRun::from_request(&start)?;
         // Every run may use the external tools; its stored system prompt shows them.
         let profile = match &self.mcp_host {
-            Some(host) => host.extend(&profile),
-            None => profile,
+            Some(host) => host.extend(&checked.profile),
+            None => checked.profile.clone(),
         };
-        let user_prompt = profile.user_message(&task);
+        let mut session = start.session_id.clone();
+        let mut ids = Vec::with_capacity(checked.samples as usize);
+        for sample in 0..checked.samples {
+            let mut sampling = checked.sampling;
+            sampling.seed = sampling.seed.wrapping_add(sample);
+            let queued = self
+                .queue_run(&start, &checked, &profile, sampling, session.clone())
+                .await?;
+            session = Some(queued.session_id);
+            ids.push(queued.id);
+        }
+        let (Some(session_id), Some(id)) = (session, ids.first().cloned()) else {
+            return Err(ServiceError::internal("no run was queued"));
+        };
+        Ok(StartedRun {
+            id,
+            session_id,
+            status: StartedStatus::Queued,
+            samples: ids,
+        })
+    }
+
+    /// Records one run of a checked request, with `sampling`, in `session` (a new one when
+    /// `None`) and queues it. A refused run is recorded as failed and its error returned.
+    async fn queue_run(
+        &self,
+        start: &StartRun,
+        checked: &CheckedRun,
+        profile: &Profile,
+        sampling: SamplingParams,
+        session: Option<String>,
+    ) -> Result<QueuedRun, ServiceError> {
+        let budgets = checked.budgets;
         let options = serde_json::to_value(AgentRunOptions {
             temperature: sampling.temperature,
             top_p: sampling.top_p,
@@ -373,16 +422,16 @@ impl Service {
             max_time: start.max_time,
             prefill: start.prefill.as_deref(),
             free: start.free == Some(true),
+            samples: (checked.samples > 1).then_some(checked.samples),
         })
         .map_err(|e| ServiceError::internal(format!("recording the run's options: {e}")))?;
         let model = self.inference.model_id();
         let (name, system, user) = (
             profile.name.clone(),
             profile.system.clone(),
-            user_prompt.clone(),
+            profile.user_message(&checked.task),
         );
-        let session = start.session_id.clone();
-        let question = task.clone();
+        let task = checked.task.clone();
         let run_id = self
             .with_store(move |store, _| {
                 Ok(store.start_run(&NewRun {
@@ -401,9 +450,9 @@ impl Service {
         let cancel = self.live.register(&run_id);
         let job = Job::Agent(AgentJob {
             run_id: run_id.clone(),
-            profile,
-            task: question,
-            prefill: start.prefill,
+            profile: profile.clone(),
+            task: checked.task.clone(),
+            prefill: start.prefill.clone(),
             budgets,
             sampling,
             cancel,
@@ -429,10 +478,9 @@ impl Service {
         }
         let id = run_id.clone();
         let run = self.with_store(move |store, _| Ok(store.run(&id)?)).await?;
-        Ok(StartedRun {
+        Ok(QueuedRun {
             id: run_id,
             session_id: run.session_id,
-            status: StartedStatus::Queued,
         })
     }
 
@@ -654,6 +702,8 @@ struct CheckedRun {
     profile: Profile,
     sampling: SamplingParams,
     budgets: Budgets,
+    /// 1 to [`MAX_SAMPLES`].
+    samples: u32,
 }
 
 impl CheckedRun {
@@ -695,11 +745,25 @@ impl CheckedRun {
             max_tokens: start.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             max_time,
         };
+        let samples = start.samples.unwrap_or(1);
+        if !(1..=MAX_SAMPLES).contains(&samples) {
+            return Err(ServiceError::invalid(format!(
+                "`samples` must be between 1 and {MAX_SAMPLES}."
+            ))
+            .param("samples"));
+        }
+        if samples > 1 && temperature == 0.0 {
+            return Err(ServiceError::invalid(
+                "`samples` above 1 needs a `temperature` above 0: greedy chains would all be the same.",
+            )
+            .param("samples"));
+        }
         Ok(CheckedRun {
             task,
             profile,
             sampling,
             budgets,
+            samples,
         })
     }
 }

@@ -14,7 +14,7 @@
 use crate::{
     Connection, Health, KeyName, LibraryModels, List, ProfileInfo, RunFeedback, RunView,
     ServedModel, SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus, TrainingData,
-    TrainingStatus, WebSettingsUpdate, WebSettingsView,
+    TrainingStatus, Vote, VoteRequest, WebSettingsUpdate, WebSettingsView,
 };
 use crate::{DownloadStatus, KeyStates};
 use catena_agent::{AgentEvent, RunSummary};
@@ -53,6 +53,8 @@ fn export(dir: &Path) -> Result<(), ExportError> {
     StartedRun::export_all(&config)?;
     RunView::export_all(&config)?;
     RunFeedback::export_all(&config)?;
+    VoteRequest::export_all(&config)?;
+    Vote::export_all(&config)?;
     SessionInfo::export_all(&config)?;
     SessionRuns::export_all(&config)?;
     TrainingData::export_all(&config)?;

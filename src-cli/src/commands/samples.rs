@@ -2,12 +2,11 @@
 //! engine), each with its own seed, and their answers put to a vote (`catena_eval::vote`). The
 //! answer printed is the winning group's; `--json` gives every chain and the tally.
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use catena_agent::RunSummary;
 use catena_engine::llama::LlamaEngine;
-use catena_engine_api::{Session, SessionOptions, mean_logprob};
-use catena_eval::TaskKind;
-use catena_eval::vote::{Ballot, Equivalence, Tally, tally, tested_inputs};
+use catena_engine_api::SessionOptions;
+use catena_eval::vote::{ChainAnswer, Tally, vote_on_chains};
 use catena_protocol::AnswerFormat;
 use catena_runner::{Engine, RunPlan, TaskRun, Update, run_queue, run_task};
 use catena_sandbox::Sandbox;
@@ -63,8 +62,8 @@ pub fn run_samples<'r>(
                     record.as_mut(),
                     &mut |_: Update<'_>| {},
                 )?;
-                let mean_logprob = mean_logprob(session.tokens()).unwrap_or(f64::NEG_INFINITY);
                 let summary = outcome.summary;
+                let mean_logprob = summary.mean_logprob.unwrap_or(f64::NEG_INFINITY);
                 Ok::<_, anyhow::Error>(Some(Sample {
                     sample: index + 1,
                     seed: sampling.seed,
@@ -85,26 +84,17 @@ pub fn run_samples<'r>(
     Ok(finished)
 }
 
-/// The vote over `samples` by the verifier of the profile's answers: math values, QA strings,
-/// or for programs their outputs on the inputs the chains tested them with (and on no input).
+/// The vote over `samples` by the verifier of the profile's answers (`catena_eval::vote`).
 pub fn vote(samples: &[Sample], answer: AnswerFormat, sandbox: Option<&Sandbox>) -> Result<Tally> {
-    let ballots: Vec<Ballot> = samples
+    let chains: Vec<ChainAnswer<'_>> = samples
         .iter()
-        .map(|s| Ballot {
-            answer: s.summary.answer.clone(),
-            mean_logprob: s.mean_logprob,
+        .map(|s| ChainAnswer {
+            answer: s.summary.answer.as_deref(),
+            mean_logprob: s.summary.mean_logprob,
+            trajectory: &s.summary.trajectory,
         })
         .collect();
-    let equivalence = match answer {
-        AnswerFormat::Boxed => Equivalence::Math,
-        AnswerFormat::Short | AnswerFormat::Multi => Equivalence::Qa,
-        AnswerFormat::Program => {
-            let sandbox = sandbox.ok_or_else(|| anyhow!("comparing programs needs the sandbox"))?;
-            let inputs = tested_inputs(samples.iter().map(|s| s.summary.trajectory.as_str()));
-            Equivalence::for_kind(TaskKind::Code, inputs, sandbox)
-        }
-    };
-    Ok(tally(&ballots, &equivalence))
+    Ok(vote_on_chains(&chains, answer, sandbox)?)
 }
 
 /// The tally for people, on stderr, and the winning answer on stdout.

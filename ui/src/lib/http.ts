@@ -3,7 +3,7 @@
 import { currentToken } from './credential';
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { Connection, RunEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { Connection, RunEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, Vote, WebSettings, WebSettingsUpdate } from './types';
 
 type Fetch = typeof fetch;
 
@@ -84,6 +84,10 @@ export class HttpTransport implements Transport {
 
   startRun(options: RunOptions): Promise<StartedRun> {
     return this.post('/v1/agent/runs', options);
+  }
+
+  vote(runs: string[]): Promise<Vote> {
+    return this.post('/v1/agent/votes', { runs });
   }
 
   trainingData(): Promise<TrainingData> {

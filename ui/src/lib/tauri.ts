@@ -3,7 +3,7 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
-import type { RunEvent, DownloadStatus, Health, ImportRequest, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { RunEvent, DownloadStatus, Health, ImportRequest, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, Vote, WebSettings, WebSettingsUpdate } from './types';
 
 /** One message of a followed run's channel. */
 export type FollowMessage = { seq: number; event: RunEvent } | { end: true; error?: string };
@@ -98,6 +98,10 @@ export class TauriTransport implements Transport {
 
   startRun(options: RunOptions): Promise<StartedRun> {
     return this.command('start_run', { options });
+  }
+
+  vote(runs: string[]): Promise<Vote> {
+    return this.command('vote', { request: { runs } });
   }
 
   runEvents(runId: string, handlers: EventHandlers, after = 0): Unsubscribe {

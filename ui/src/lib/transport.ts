@@ -2,7 +2,7 @@
 // (http.ts); the desktop app implements the same interface over Tauri commands and channels
 // (tauri.ts).
 
-import type { Connection, RunEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, WebSettings, WebSettingsUpdate } from './types';
+import type { Connection, RunEvent, DownloadStatus, Health, ImportRequest, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, Vote, WebSettings, WebSettingsUpdate } from './types';
 
 /** A stream subscription; call to stop listening. */
 export type Unsubscribe = () => void;
@@ -41,7 +41,10 @@ export interface Transport {
   importFolder?(request: ImportRequest): Promise<DownloadStatus>;
   /** Serves another installed model from now on (resolves once it is loaded). */
   serveModel(id: string): Promise<ServedModel>;
+  /** Starts a run, or with `samples: N` N runs of the task in one session. */
   startRun(options: RunOptions): Promise<StartedRun>;
+  /** The vote over ended runs of one task: answers grouped by the profile's verifier. */
+  vote(runs: string[]): Promise<Vote>;
   /** Streams a run's events: stored ones first, then live ones until it ends. */
   runEvents(runId: string, handlers: EventHandlers, after?: number): Unsubscribe;
   cancelRun(runId: string): Promise<void>;

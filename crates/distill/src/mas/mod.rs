@@ -123,6 +123,8 @@ impl MasSummary {
                 decode_tokens_per_s: 0.0,
             },
             trajectory: crate::to_trajectory(&self.run).unwrap_or_default(),
+            // Several models' calls over HTTP: no one chain's probabilities to average.
+            mean_logprob: None,
         }
     }
 }

@@ -15,4 +15,10 @@ max_time?: number, temperature?: number, top_p?: number, top_k?: number, seed?: 
 /**
  * Let the model write freely instead of holding its chain to the protocol's grammar.
  */
-free?: boolean, };
+free?: boolean, 
+/**
+ * How many chains of the task to run, 1 to [`MAX_SAMPLES`]: each is a run of its own in
+ * one session, seeds `seed` to `seed + samples - 1`, for [`Service::vote`] to compare.
+ * More than one needs a temperature above 0 (greedy chains would all be the same).
+ */
+samples?: number, };

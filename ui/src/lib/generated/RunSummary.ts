@@ -22,4 +22,10 @@ evaluated_tokens: number, generated_tokens: number, parse_issues: number, timing
 /**
  * The whole assistant turn: prefill, generated text and observations.
  */
-trajectory: string, };
+trajectory: string, 
+/**
+ * Mean log-probability of the tokens the model sampled, when the session recorded them
+ * (`SessionOptions::logprobs`): how sure the model was of its chain, which breaks a tie
+ * between equally large groups of a vote.
+ */
+mean_logprob?: number, };

@@ -4,4 +4,12 @@ import type { StartedStatus } from "./StartedStatus";
 /**
  * A run that was queued.
  */
-export type StartedRun = { id: string, session_id: string, status: StartedStatus, };
+export type StartedRun = { 
+/**
+ * The first run (the only one unless the request asked for samples).
+ */
+id: string, session_id: string, status: StartedStatus, 
+/**
+ * Every run the request started, in seed order: `[id]` for one.
+ */
+samples: Array<string>, };
