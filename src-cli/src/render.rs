@@ -244,16 +244,23 @@ impl EventSink for HumanPrinter {
         self.answer(s);
         let dim = Style::new().dimmed();
         let t = &s.timings;
+        // A chat turn (`--mode chat`) reports no split of its time into reading and decoding.
+        let rates = if t.decode_ms > 0.0 {
+            format!(
+                " · prefill {:.0} tok/s · decode {:.1} tok/s",
+                t.prefill_tokens_per_s, t.decode_tokens_per_s
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             self.err,
-            "{dim}stop: {} · {} tool calls · context {} tokens ({} evaluated, {} generated) · prefill {:.0} tok/s · decode {:.1} tok/s · {:.1} s{dim:#}",
+            "{dim}stop: {} · {} tool calls · context {} tokens ({} evaluated, {} generated){rates} · {:.1} s{dim:#}",
             s.stop_reason,
             s.tool_calls,
             s.context_tokens,
             s.evaluated_tokens,
             s.generated_tokens,
-            t.prefill_tokens_per_s,
-            t.decode_tokens_per_s,
             t.total_ms / 1e3
         );
     }

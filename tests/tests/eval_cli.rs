@@ -217,3 +217,53 @@ fn a_vote_of_three_runs_a_task_adds_maj_at_k() {
     let refused = eval(&["--vote", "3", "--samples", "2"]);
     assert!(!refused.status.success());
 }
+
+#[test]
+fn the_plain_chat_anchor_is_scored_by_the_same_verifier() {
+    common::default_model();
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("sums.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"id\": \"a\", \"question\": \"What is 2 plus 3?\", \"answer\": \"5\"}\n\
+         {\"id\": \"b\", \"question\": \"What is 10 minus 4?\", \"answer\": \"6\"}\n",
+    )
+    .unwrap();
+    let output = common::catena(&[
+        "eval",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--mode",
+        "chat",
+        "--no-adapter",
+        "--max-tokens",
+        "200",
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "catena eval failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report as JSON");
+    assert_eq!(report["mode"], "chat");
+    for result in report["results"].as_array().unwrap() {
+        // One turn, no tools; the math verifier reads the reply's last boxed value.
+        assert_eq!(result["tool_calls"], 0, "{result}");
+        assert_eq!(result["model_calls"], 1, "{result}");
+        assert_eq!(result["solved"], true, "{result}");
+        assert_eq!(
+            result["answer"],
+            format!("\\boxed{{{}}}", result["expected"].as_str().unwrap()),
+            "{result}"
+        );
+    }
+    // A prefill starts a chain, which a plain chat has not.
+    let refused = common::catena(&["run", "--mode", "chat", "--prefill", "<plan>x</plan>", "hi"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--mode chat has none"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -245,6 +245,7 @@ pub trait Session {
 /// puts it there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatTurn {
+    /// Empty: no system message (the model's template then uses its default, if it has one).
     pub system: String,
     pub user: String,
     pub max_tokens: usize,

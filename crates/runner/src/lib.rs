@@ -7,6 +7,7 @@
 //! or scored) stays with them; how a run goes does not (docs/ARCHITECTURE.md, code map:
 //! `crates/runner`).
 
+mod plain;
 mod queue;
 
 pub use queue::run_queue;
@@ -51,6 +52,8 @@ pub enum Engine<'e> {
     Chain(&'e mut dyn StartChat),
     /// The explicit multi-agent system, every agent a chat turn of its own.
     Agents(&'e mut dyn ChatEngine),
+    /// The plain chat: the task's question in one turn, no profile and no tools (the anchor).
+    Plain(&'e mut dyn ChatEngine),
 }
 
 impl Engine<'_> {
@@ -59,6 +62,7 @@ impl Engine<'_> {
         match self {
             Engine::Chain(session) => Engine::Chain(&mut **session),
             Engine::Agents(chat) => Engine::Agents(&mut **chat),
+            Engine::Plain(chat) => Engine::Plain(&mut **chat),
         }
     }
 }
@@ -79,7 +83,7 @@ pub struct Outcome {
     pub model_calls: usize,
     /// Tokens the run's context(s) held: prompt, generated text, observations.
     pub total_tokens: usize,
-    /// Tokens this run generated (a kept session's counters run across runs).
+    /// Tokens this run generated.
     pub generated_tokens: usize,
     /// Prompt tokens taken from a kept KV cache or a server's cache instead of evaluated.
     pub cached_tokens: usize,
@@ -97,7 +101,9 @@ pub enum RunError {
     Chain(#[from] AgentError),
     #[error(transparent)]
     Agents(#[from] MasError),
-    #[error("a prefill starts a Chain-of-Agents generation; the explicit agents have none")]
+    #[error(
+        "a prefill starts a Chain-of-Agents generation; the explicit agents and the plain chat have none"
+    )]
     PrefillWithoutChain,
 }
 
@@ -118,6 +124,7 @@ pub fn run_task(
     let ran = match engine {
         Engine::Chain(session) => chain(session, plan, task, &mut on_event),
         Engine::Agents(chat) => agents(chat, plan, task, &mut on_event),
+        Engine::Plain(chat) => plain::plain_chat(chat, plan, task, &mut on_event),
     };
     if let Some(recorder) = record {
         let last = match &ran {

@@ -100,12 +100,19 @@ impl ChatEndpoint {
 
     /// One chat turn with the request's sampling, and what the server says it cost.
     pub fn complete(&self, chat: &ChatRequest<'_>) -> Result<ChatAnswer, EndpointError> {
-        let mut body = json!({
-            "model": self.model,
-            "messages": [
+        // An empty system message is none: the server's template then uses its default, as it
+        // does for any client that sends none.
+        let messages = if chat.system.is_empty() {
+            json!([{"role": "user", "content": chat.user}])
+        } else {
+            json!([
                 {"role": "system", "content": chat.system},
                 {"role": "user", "content": chat.user},
-            ],
+            ])
+        };
+        let mut body = json!({
+            "model": self.model,
+            "messages": messages,
             "max_tokens": chat.max_tokens,
             "temperature": chat.temperature,
             "top_p": chat.top_p,

@@ -38,7 +38,8 @@ pub struct EvalArgs {
     profile: String,
 
     /// coa: one Chain-of-Agents generation a run; mas: the explicit multi-agent system (every
-    /// agent a separate call), to compare tokens per solved task.
+    /// agent a separate call), to compare tokens per solved task; chat: the model in a plain
+    /// chat, one turn with no profile or tools, scored by the same verifier (the anchor).
     #[arg(long, value_enum, default_value_t = Mode::Coa)]
     mode: Mode,
 
@@ -164,6 +165,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         tasks: &tasks,
         samples,
         print: !args.json,
+        chains: args.mode != Mode::Chat,
         // A server cannot follow the protocol's grammar; the explicit agents have no chain.
         decoding: if args.free || args.engine.is_some() {
             Decoding::Free
@@ -208,7 +210,7 @@ fn evaluate(
 ) -> Result<(String, Option<String>, Vec<TaskResult>)> {
     let base_sampling = eval.base_sampling;
     let remote = match (&args.engine, args.mode) {
-        (Some(url), Mode::Mas) => {
+        (Some(url), Mode::Mas | Mode::Chat) => {
             let (chat, served) =
                 setup::remote_chat(url, args.engine_model.as_deref(), base_sampling)?;
             Some((served, RemoteModel::Chat(chat)))
@@ -221,7 +223,7 @@ fn evaluate(
         (None, _) => None,
     };
     if let Some((name, mut remote)) = remote {
-        let results = eval.one_at_a_time(remote.engine(), &name)?;
+        let results = eval.one_at_a_time(remote.engine(args.mode), &name)?;
         return Ok((name, None, results));
     }
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
@@ -250,8 +252,8 @@ fn evaluate(
         // instructions) stays in the KV cache and only each question is evaluated anew; a
         // task's later samples reuse its whole prompt.
         Mode::Coa => eval.one_at_a_time(Engine::Chain(&mut engine.session(&options)?), &name)?,
-        Mode::Mas => eval.one_at_a_time(
-            Engine::Agents(&mut LocalChat::new(&engine, &options)?),
+        mode @ (Mode::Mas | Mode::Chat) => eval.one_at_a_time(
+            mode.over_chat(&mut LocalChat::new(&engine, &options)?),
             &name,
         )?,
     };
@@ -275,6 +277,8 @@ struct Evaluation<'a> {
     /// A progress line per run on stderr.
     print: bool,
     decoding: Decoding,
+    /// Whether the runs write chains (not `--mode chat`): whether "malformed" means anything.
+    chains: bool,
 }
 
 impl Evaluation<'_> {
@@ -324,7 +328,7 @@ impl Evaluation<'_> {
             .with_context(|| format!("task {}", task.id))?;
         let mean_logprob = match &engine {
             Engine::Chain(session) => mean_logprob(session.tokens()),
-            Engine::Agents(_) => None,
+            Engine::Agents(_) | Engine::Plain(_) => None,
         };
         Ok(self.scored(index, sample, outcome, t0.elapsed(), mean_logprob))
     }
@@ -357,13 +361,13 @@ impl Evaluation<'_> {
                 .into_iter()
                 .map(|session| match mode {
                     Mode::Coa => Lane::Chain(session),
-                    Mode::Mas => Lane::Chat(LocalChat::over(engine, session)),
+                    Mode::Mas | Mode::Chat => Lane::Chat(LocalChat::over(engine, session)),
                 })
                 .collect();
             run_queue(
                 lanes,
                 runs.len(),
-                |lane, job| self.run_one(lane.engine(), &plan, runs[job]).map(Some),
+                |lane, job| self.run_one(lane.engine(mode), &plan, runs[job]).map(Some),
                 |job, result| {
                     results.push((job, result));
                     Ok(())
@@ -410,7 +414,15 @@ impl Evaluation<'_> {
             mean_logprob,
         };
         if self.print {
-            progress(index, self.tasks.len(), task, sample, self.samples, &result);
+            let chain_ok = result.well_formed || !self.chains;
+            progress(
+                index,
+                self.tasks.len(),
+                task,
+                (sample, self.samples),
+                &result,
+                chain_ok,
+            );
         }
         result
     }
@@ -424,10 +436,10 @@ enum RemoteModel {
 }
 
 impl RemoteModel {
-    fn engine(&mut self) -> Engine<'_> {
+    fn engine(&mut self, mode: Mode) -> Engine<'_> {
         match self {
             RemoteModel::LlamaServer(session) => Engine::Chain(session.as_mut()),
-            RemoteModel::Chat(chat) => Engine::Agents(chat),
+            RemoteModel::Chat(chat) => mode.over_chat(chat),
         }
     }
 }
@@ -439,10 +451,10 @@ enum Lane<'s> {
 }
 
 impl Lane<'_> {
-    fn engine(&mut self) -> Engine<'_> {
+    fn engine(&mut self, mode: Mode) -> Engine<'_> {
         match self {
             Lane::Chain(session) => Engine::Chain(session),
-            Lane::Chat(chat) => Engine::Agents(chat),
+            Lane::Chat(chat) => mode.over_chat(chat),
         }
     }
 }
@@ -452,9 +464,9 @@ fn progress(
     index: usize,
     tasks: usize,
     task: &EvalTask,
-    sample: usize,
-    samples: usize,
+    (sample, samples): (usize, usize),
     result: &TaskResult,
+    chain_ok: bool,
 ) {
     let run = if samples > 1 {
         format!(" sample {}/{samples}", sample + 1)
@@ -466,7 +478,7 @@ fn progress(
         index + 1,
         tasks,
         task.id,
-        match (result.solved, result.well_formed) {
+        match (result.solved, chain_ok) {
             (true, true) => "solved",
             (true, false) => "solved, chain malformed",
             (false, true) => "wrong",
@@ -498,12 +510,15 @@ fn summary_line(report: &Report) -> String {
         .map(|f1| format!("  mean F1 {:.1}%", 100.0 * f1))
         .unwrap_or_default();
     let per = if report.samples > 1 { "run" } else { "task" };
+    // A plain chat (`--mode chat`) writes no chain to be valid.
+    let chains = if report.mode == Mode::Chat.name() {
+        String::new()
+    } else {
+        format!("  valid chains {:.1}%", 100.0 * report.format_rate)
+    };
     format!(
-        "{pass}{f1}  valid chains {:.1}%  {:.0} tokens and {:.2} tool calls per {per}  {:.0} s",
-        100.0 * report.format_rate,
-        report.mean_generated_tokens,
-        report.mean_tool_calls,
-        report.wall_seconds
+        "{pass}{f1}{chains}  {:.0} tokens and {:.2} tool calls per {per}  {:.0} s",
+        report.mean_generated_tokens, report.mean_tool_calls, report.wall_seconds
     )
 }
 

@@ -9,7 +9,7 @@ use catena_agent::tools::profile_tools;
 use catena_agent::{Budgets, Decoding};
 use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
 use catena_engine_api::plan::{Overrides, Plan};
-use catena_engine_api::{KvCacheType, SamplingParams, SessionOptions};
+use catena_engine_api::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
 use catena_protocol::units::positive_seconds;
@@ -32,6 +32,9 @@ pub enum Mode {
     /// The explicit multi-agent system: planner, thinker, one agent per tool, reflector,
     /// verifier and answerer, each a separate model call (the distillation teacher's way).
     Mas,
+    /// The plain chat: the task's question in one chat turn, no profile, no protocol, no
+    /// tools (math questions ask for a boxed answer). The anchor every agent feature must beat.
+    Chat,
 }
 
 impl Mode {
@@ -40,6 +43,16 @@ impl Mode {
         match self {
             Mode::Coa => "coa",
             Mode::Mas => "mas",
+            Mode::Chat => "chat",
+        }
+    }
+
+    /// How a chat model runs a task in this mode: the explicit agents' calls, or one plain
+    /// turn (`--mode chat`).
+    pub fn over_chat(self, chat: &mut dyn ChatEngine) -> Engine<'_> {
+        match self {
+            Mode::Chat => Engine::Plain(chat),
+            Mode::Coa | Mode::Mas => Engine::Agents(chat),
         }
     }
 }
@@ -50,7 +63,8 @@ pub struct RunArgs {
     pub task: String,
 
     /// coa: one Chain-of-Agents generation; mas: the explicit multi-agent system, every agent a
-    /// separate call with its tokens counted.
+    /// separate call with its tokens counted; chat: the model in a plain chat, one turn (the
+    /// anchor to compare with).
     #[arg(long, value_enum, default_value_t = Mode::Coa)]
     pub mode: Mode,
 
@@ -232,12 +246,12 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
                 };
                 local = match mode {
                     Mode::Coa => LocalModel::Chain(engine.session(&options)?),
-                    Mode::Mas => LocalModel::Chat(LocalChat::new(engine, &options)?),
+                    Mode::Mas | Mode::Chat => LocalModel::Chat(LocalChat::new(engine, &options)?),
                 };
-                local.engine()
+                local.engine(mode)
             }
             (Backend::LlamaServer { session, .. }, _) => Engine::Chain(session),
-            (Backend::Chat { chat, .. }, _) => Engine::Agents(chat),
+            (Backend::Chat { chat, .. }, mode) => mode.over_chat(chat),
         };
         run_task(engine, &plan, &run, recorder.as_mut(), &mut show).context("the run failed")?
     };
@@ -343,9 +357,12 @@ fn add_external_tools(
     profile: Profile,
     tools: &mut catena_agent::tools::ToolBox,
 ) -> Result<Profile> {
-    if args.mode == Mode::Mas {
+    if args.mode != Mode::Coa {
         if args.mcp.mcp_config.is_some() {
-            eprintln!("warning: --mode mas runs without MCP servers; --mcp-config is ignored");
+            eprintln!(
+                "warning: --mode {} runs without MCP servers; --mcp-config is ignored",
+                args.mode.name()
+            );
         }
         return Ok(profile);
     }
@@ -406,8 +423,11 @@ struct Checked {
 
 impl Checked {
     fn from_args(args: &RunArgs) -> Result<Checked> {
-        if args.mode == Mode::Mas && args.prefill.is_some() {
-            bail!("--prefill starts a Chain-of-Agents generation; the multi-agent mode has none");
+        if args.mode != Mode::Coa && args.prefill.is_some() {
+            bail!(
+                "--prefill starts a Chain-of-Agents generation; --mode {} has none",
+                args.mode.name()
+            );
         }
         if args.samples > 1 && (args.temperature.is_nan() || args.temperature <= 0.0) {
             bail!(
@@ -417,10 +437,11 @@ impl Checked {
                 args.temperature
             );
         }
-        if args.samples > 1 && (args.mode == Mode::Mas || args.engine.is_some()) {
+        if args.samples > 1 && (args.mode != Mode::Coa || args.engine.is_some()) {
             bail!(
                 "--samples decodes Chain-of-Agents chains together in this process: it cannot be \
-                 used with --mode mas or --engine"
+                 used with --mode {} or --engine",
+                args.mode.name()
             );
         }
         let profile = match (&args.profile_file, &args.profile) {
@@ -474,7 +495,7 @@ enum Backend {
 impl Backend {
     fn open(args: &RunArgs, paths: &Paths, sampling: SamplingParams) -> Result<Backend> {
         match (&args.engine, args.mode) {
-            (Some(url), Mode::Mas) => {
+            (Some(url), Mode::Mas | Mode::Chat) => {
                 let (chat, served) =
                     setup::remote_chat(url, args.engine_model.as_deref(), sampling)?;
                 Ok(Backend::Chat { chat, served })
@@ -564,10 +585,10 @@ enum LocalModel<'m> {
 }
 
 impl LocalModel<'_> {
-    fn engine(&mut self) -> Engine<'_> {
+    fn engine(&mut self, mode: Mode) -> Engine<'_> {
         match self {
             LocalModel::Chain(session) => Engine::Chain(session),
-            LocalModel::Chat(chat) => Engine::Agents(chat),
+            LocalModel::Chat(chat) => mode.over_chat(chat),
         }
     }
 }

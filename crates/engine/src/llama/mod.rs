@@ -247,7 +247,12 @@ impl LlamaEngine {
     }
 
     /// The prompt of a single-turn chat, up to the opening of the assistant turn.
+    /// An empty `system` is none: the model's default system prompt is used, as for a chat
+    /// client that sends no system message.
     pub fn chat_prompt(&self, system: &str, user: &str) -> Result<Vec<PromptPart>, EngineError> {
+        if system.is_empty() {
+            return self.conversation_prompt(&[ChatMessage::new("user", user)]);
+        }
         self.conversation_prompt(&[
             ChatMessage::new("system", system),
             ChatMessage::new("user", user),
