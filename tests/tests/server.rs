@@ -1027,3 +1027,56 @@ fn samples_of_one_task_run_side_by_side_and_are_put_to_a_vote() {
         all_events(&client, &server, run);
     }
 }
+
+#[test]
+fn samples_a_full_queue_refuses_start_none_of_them() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &["--queue", "2"], None);
+    let client = http();
+    let task = json!({
+        "task": "Write a long story about a river.",
+        "profile": "web",
+        "max_tokens": 300,
+        "temperature": 0.7,
+        "samples": 6,
+    });
+    // One lane and two places in the queue: six chains cannot all be queued.
+    let (status, refused) = post(&client, &server, "/v1/agent/runs", &task);
+    assert_eq!(status, 429, "{refused}");
+    let sessions: Value = client
+        .get(server.url("/v1/sessions"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let session = sessions["data"][0]["id"].as_str().unwrap();
+    let runs: Value = client
+        .get(server.url(&format!("/v1/sessions/{session}")))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let ids: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.len() >= 2, "{runs}");
+    // The refused chain is recorded as failed; the ones queued before it were stopped.
+    let mut ends = Vec::new();
+    for id in &ids {
+        // To the run's end (the refused one has none to wait for).
+        all_events(&client, &server, id);
+        let view: Value = client
+            .get(server.url(&format!("/v1/agent/runs/{id}")))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        ends.push(view["status"].as_str().unwrap().to_string());
+    }
+    let failed = ends.iter().filter(|s| *s == "failed").count();
+    let cancelled = ends.iter().filter(|s| *s == "cancelled").count();
+    assert_eq!((failed, cancelled), (1, ids.len() - 1), "{ends:?}");
+}

@@ -380,13 +380,24 @@ impl Service {
             None => checked.profile.clone(),
         };
         let mut session = start.session_id.clone();
-        let mut ids = Vec::with_capacity(checked.samples as usize);
+        let mut ids: Vec<String> = Vec::with_capacity(checked.samples as usize);
         for sample in 0..checked.samples {
             let mut sampling = checked.sampling;
             sampling.seed = sampling.seed.wrapping_add(sample);
-            let queued = self
+            let queued = match self
                 .queue_run(&start, &checked, &profile, sampling, session.clone())
-                .await?;
+                .await
+            {
+                Ok(queued) => queued,
+                Err(refused) => {
+                    // All or none: the chains queued before a refused one (a full queue) stop
+                    // before they start, so no half-started vote runs on.
+                    for id in &ids {
+                        self.live.cancel(id);
+                    }
+                    return Err(refused);
+                }
+            };
             session = Some(queued.session_id);
             ids.push(queued.id);
         }
