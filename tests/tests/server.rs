@@ -984,6 +984,8 @@ fn samples_of_one_task_run_side_by_side_and_are_put_to_a_vote() {
         400,
         "2 to 16 runs",
     );
+    let twice = json!({ "runs": [runs[0], runs[1], runs[0]] });
+    refused("/v1/agent/votes", twice, 400, "listed twice");
     let other = start_run(
         &client,
         &server,

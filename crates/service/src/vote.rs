@@ -62,6 +62,16 @@ impl Service {
             .param("runs"));
         }
         let ids = request.runs;
+        if let Some(twice) = ids
+            .iter()
+            .enumerate()
+            .find_map(|(i, id)| ids[..i].contains(id).then_some(id))
+        {
+            return Err(ServiceError::invalid(format!(
+                "Run `{twice}` is listed twice: each chain has one vote."
+            ))
+            .param("runs"));
+        }
         let runs = self
             .with_store(move |store, live| {
                 let mut runs = Vec::with_capacity(ids.len());
