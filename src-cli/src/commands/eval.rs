@@ -10,7 +10,7 @@ use catena_agent::tools::ToolBox;
 use catena_agent::{Budgets, Decoding};
 use catena_engine::llama::{BatchedSession, LlamaEngine, LocalChat};
 use catena_engine_api::plan::Overrides;
-use catena_engine_api::{SamplingParams, SessionOptions, mean_logprob};
+use catena_engine_api::{SamplingParams, SessionOptions};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
@@ -326,11 +326,7 @@ impl Evaluation<'_> {
         let t0 = Instant::now();
         let outcome = run_task(engine.reborrow(), plan, &run, None, &mut |_| {})
             .with_context(|| format!("task {}", task.id))?;
-        let mean_logprob = match &engine {
-            Engine::Chain(session) => mean_logprob(session.tokens()),
-            Engine::Agents(_) | Engine::Plain(_) => None,
-        };
-        Ok(self.scored(index, sample, outcome, t0.elapsed(), mean_logprob))
+        Ok(self.scored(index, sample, outcome, t0.elapsed()))
     }
 
     /// Every run in order on one engine.
@@ -379,14 +375,7 @@ impl Evaluation<'_> {
     }
 
     /// The run scored by the task's reward, with a progress line.
-    fn scored(
-        &self,
-        index: usize,
-        sample: usize,
-        run: Outcome,
-        took: Duration,
-        mean_logprob: Option<f64>,
-    ) -> TaskResult {
+    fn scored(&self, index: usize, sample: usize, run: Outcome, took: Duration) -> TaskResult {
         let task = &self.tasks[index];
         let summary = &run.summary;
         let score = catena_eval::score_run(
@@ -411,7 +400,7 @@ impl Evaluation<'_> {
             f1: score.f1,
             model_calls: run.model_calls,
             total_tokens: run.total_tokens,
-            mean_logprob,
+            mean_logprob: summary.mean_logprob,
         };
         if self.print {
             let chain_ok = result.well_formed || !self.chains;

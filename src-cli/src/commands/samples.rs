@@ -20,8 +20,6 @@ pub struct Sample {
     pub seed: u32,
     /// Every block opened and closed in order, and an `<answer>` last.
     pub valid: bool,
-    /// Mean log-probability of the chain's sampled tokens (the vote's tie-break).
-    pub mean_logprob: f64,
     /// The stored run, when the run was saved.
     pub run_id: Option<String>,
     pub summary: RunSummary,
@@ -63,12 +61,10 @@ pub fn run_samples<'r>(
                     &mut |_: Update<'_>| {},
                 )?;
                 let summary = outcome.summary;
-                let mean_logprob = summary.mean_logprob.unwrap_or(f64::NEG_INFINITY);
                 Ok::<_, anyhow::Error>(Some(Sample {
                     sample: index + 1,
                     seed: sampling.seed,
                     valid: catena_eval::well_formed(&summary.trajectory, boxed),
-                    mean_logprob,
                     run_id: record.map(|r| r.run_id().to_string()),
                     summary,
                 }))
@@ -161,7 +157,7 @@ pub fn print_json(samples: &[Sample], tally: &Tally) {
             "sample": sample.sample,
             "seed": sample.seed,
             "valid": sample.valid,
-            "mean_logprob": sample.mean_logprob,
+            "mean_logprob": sample.summary.mean_logprob,
             "run_id": sample.run_id,
             "summary": sample.summary,
         });
