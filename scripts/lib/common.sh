@@ -8,6 +8,15 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # Cargo's build folder: the caller's CARGO_TARGET_DIR (CI keeps it outside the clone) or target/.
 target="${CARGO_TARGET_DIR:-$root/target}"
 
+# The Debian mirror this machine's apt uses (the first deb822 or one-line source that is not the
+# security archive), printed; fails where there is none.
+debian_mirror() {
+  local mirror
+  mirror="$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n 1)"
+  [ -n "$mirror" ] || mirror="$(sed -e 's/\[[^]]*\] *//' /etc/apt/sources.list 2>/dev/null | awk '$1 == "deb" && $0 !~ /security/ { print $2; exit }')"
+  [ -n "$mirror" ] && echo "$mirror"
+}
+
 # A heading between the stages of a long script, with the time, so a log shows where time went.
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 

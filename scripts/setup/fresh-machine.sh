@@ -63,11 +63,9 @@ make_root() {
     apt-get update -q >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >&2
   }
-  # The Debian mirror this machine's apt already uses (the first deb822 or one-line source).
+  # The Debian mirror this machine's apt already uses.
   local mirror
-  mirror="$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n 1)"
-  [ -n "$mirror" ] || mirror="$(awk '$1 == "deb" && $0 !~ /security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)"
-  [ -n "$mirror" ] || die "cannot tell which Debian mirror apt uses here"
+  mirror="$(debian_mirror)" || die "cannot tell which Debian mirror apt uses here"
   : >"$log"
   : >"$times"
   echo "debootstrap bookworm (minbase) into $rootfs" >&2

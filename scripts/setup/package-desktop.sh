@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the desktop app's Debian package with the Tauri CLI (packaging/tauri-cli), then checks
-# it: the package holds the app, its desktop entry and icons, and the packaged binary runs.
+# it: the package holds the app, its desktop entry and icons, the app carries llama.cpp's Vulkan
+# backend (so one package offloads on AMD, Intel and NVIDIA GPUs) and the package depends on the
+# Vulkan loader it links, and the packaged binary runs.
 #   scripts/setup/package-desktop.sh   -> target/release/bundle/deb/Catena_<version>_amd64.deb
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
@@ -22,5 +24,8 @@ done
 unpacked="$(mktemp -d)"
 trap 'rm -rf "$unpacked"' EXIT
 dpkg-deb --extract "$deb" "$unpacked"
+readelf --dynamic "$unpacked/usr/bin/catena-desktop" | grep -qF '[libvulkan.so.1]' \
+  || die "the packaged catena-desktop does not link the Vulkan loader: no Vulkan backend in it"
+dpkg-deb --field "$deb" Depends | grep -qw libvulkan1 || die "$deb does not depend on libvulkan1"
 "$unpacked/usr/bin/catena-desktop" --version >&2
 echo "$deb"

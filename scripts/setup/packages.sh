@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building Catena needs and is missing: a C/C++ toolchain, CMake and libclang (for
-# llama.cpp and its bindings), ccache (cheap rebuilds of llama.cpp), and Python 3 with pip (the
-# client that fetches the default model and the Python sandbox runtime). Uses apt-get (as root,
+# llama.cpp and its bindings), ccache (cheap rebuilds of llama.cpp), the Vulkan loader, headers
+# and shader compiler (llama.cpp's Vulkan backend is in every Linux build), and Python 3 with pip
+# (the client that fetches the default model and the Python sandbox runtime). Uses apt-get (as root,
 # or through sudo); on other systems it names what to install. With --desktop, also what the
 # desktop app builds against (WebKitGTK, GTK) and Node.js for its UI. With --tests, all of that and
 # what the test suite drives: Debian's Chromium (the web UI), Xvfb, WebKitWebDriver and
-# tauri-driver (the desktop app). With --bench, a Python virtual environment outside the clone
+# tauri-driver (the desktop app), and Mesa's lavapipe (a Vulkan driver on the CPU, so the Vulkan
+# backend is tested on machines without a GPU). With --bench, a Python virtual environment outside the clone
 # (~/.cache/catena-bench/venv) with PyTorch, transformers, PEFT and gguf: the anchor that
 # scripts/bench/train.py measures the trainer against (several GB; never needed otherwise).
 set -euo pipefail
@@ -49,6 +51,8 @@ if $tests; then
   command -v xwd >/dev/null 2>&1 || need+=(x11-apps)
   # The ZIM archive tests pack a folder of HTML with zim-tools' zimwriterfs, as Kiwix does.
   command -v zimwriterfs >/dev/null 2>&1 || need+=(zim-tools)
+  # The Vulkan tests run the model on lavapipe, Mesa's Vulkan driver on the CPU.
+  compgen -G '/usr/share/vulkan/icd.d/lvp_icd.*.json' >/dev/null || need+=(mesa-vulkan-drivers)
   # The server tests signal the server process with kill(1).
   [ -x /bin/kill ] || [ -x /usr/bin/kill ] || need+=(procps)
 fi
@@ -65,6 +69,15 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 has_libclang || need+=(libclang-dev)
 command -v ccache >/dev/null 2>&1 || need+=(ccache)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# llama.cpp's Vulkan backend: the loader to link, its headers, SPIR-V's headers and the GLSL
+# compiler its shaders are built with.
+if [ "$(uname -s)" = Linux ]; then
+  pkg-config --exists vulkan 2>/dev/null || need+=(libvulkan-dev)
+  command -v glslc >/dev/null 2>&1 || need+=(glslc)
+  compgen -G '/usr/share/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake' >/dev/null \
+    || compgen -G '/usr/lib/*/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake' >/dev/null \
+    || need+=(spirv-headers)
+fi
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 # The tests install the official OpenAI client into a virtual environment.
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
@@ -79,6 +92,37 @@ if ((${#need[@]})); then
   else
     die "Please install these packages (Debian names): ${need[*]}"
   fi
+fi
+
+# The Vulkan headers llama.cpp's backend compiles against must have VK_EXT_layer_settings
+# (Debian 12's 1.3.239 lack it; Debian 13's 1.4.309 have it). On Debian 12 the headers alone (not
+# the loader or the compiler) come from Debian 13's libvulkan-dev, through apt with a source list
+# of its own, into .vulkan-sdk/, where .cargo/config.toml points the build.
+vulkan_sdk="$root/.vulkan-sdk"
+has_layer_settings() { grep -qs VkLayerSettingEXT "$1/vulkan/vulkan_core.h"; }
+if [ "$(uname -s)" = Linux ] && [ -z "${VULKAN_SDK:-}" ] \
+  && ! has_layer_settings /usr/include && ! has_layer_settings "$vulkan_sdk/include"; then
+  codename="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
+  [ "$codename" = bookworm ] && command -v apt-get >/dev/null 2>&1 || die "The Vulkan headers here \
+lack VK_EXT_layer_settings, which llama.cpp's Vulkan backend needs: \
+install newer ones (your distribution's libvulkan-dev, or LunarG's Vulkan SDK with VULKAN_SDK set)."
+  echo "Fetching Debian 13's Vulkan headers (Debian 12's are too old for llama.cpp's Vulkan backend)..." >&2
+  mirror="$(debian_mirror)" || die "cannot tell which Debian mirror apt uses here"
+  apt_dir="$(mktemp -d)"
+  trap 'rm -rf "$apt_dir"' EXIT
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/unpacked"
+  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s trixie main\n' "$mirror" \
+    >"$apt_dir/sources.list"
+  apt_private=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$apt_dir/lists" -o APT::Sandbox::User=root)
+  apt-get "${apt_private[@]}" update -q >&2
+  (cd "$apt_dir" && apt-get "${apt_private[@]}" download -q libvulkan-dev/trixie >&2)
+  dpkg-deb --extract "$apt_dir"/libvulkan-dev_*.deb "$apt_dir/unpacked"
+  has_layer_settings "$apt_dir/unpacked/usr/include" || die "the fetched Vulkan headers lack VK_EXT_layer_settings"
+  rm -rf "$vulkan_sdk"
+  mkdir -p "$vulkan_sdk"
+  cp -r "$apt_dir/unpacked/usr/include" "$vulkan_sdk/include"
+  echo "Vulkan headers (VK_HEADER_VERSION $(awk '$2 == "VK_HEADER_VERSION" { print $3 }' "$vulkan_sdk/include/vulkan/vulkan_core.h")) in $vulkan_sdk" >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -19,8 +19,10 @@ pub fn init_logging(verbose: u8) {
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only for a terminal: a log read from a pipe or a file gets plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_target(true)
         .try_init();
@@ -112,30 +114,28 @@ pub fn stand_in_note(paths: &Paths, adapted: bool) -> String {
         "The default model, Qwen2.5-Coder-0.5B-Instruct, is a small stand-in: it was never \
          trained on the Chain-of-Agents protocol and often answers wrong."
     });
-    // With a GPU, what fits its memory or the RAM; on a CPU alone, nothing above 8B parameters,
-    // which fit in memory long before they run at a usable speed.
+    // What fits the GPU's free memory runs at the GPU's speed, whatever its size; otherwise, on
+    // the CPU (or split with a small GPU), nothing above 8B parameters, which fit in memory long
+    // before they run at a usable speed.
     let machine = catena_engine::hardware::probe().ok();
     let memory = machine
         .as_ref()
         .map(|h| h.gpu_free().unwrap_or(0).max(h.ram_available));
-    let max_parameters = match machine.as_ref().and_then(|h| h.gpu_free()) {
-        Some(_) => u64::MAX,
-        None => 8_000_000_000,
+    let fits = match (Catalog::load(paths), machine.as_ref()) {
+        (Ok(catalog), Some(machine)) => machine
+            .gpu_free()
+            .and_then(|gpu| catalog.agent_that_fits("code", gpu, u64::MAX))
+            .or_else(|| catalog.agent_that_fits("code", machine.ram_available, 8_000_000_000))
+            .map(|(entry, file)| {
+                (
+                    entry.name.clone(),
+                    entry.id.clone(),
+                    file.quant.clone(),
+                    file.size(),
+                )
+            }),
+        _ => None,
     };
-    let fits =
-        match (Catalog::load(paths), memory) {
-            (Ok(catalog), Some(memory)) => catalog
-                .agent_that_fits("code", memory, max_parameters)
-                .map(|(entry, file)| {
-                    (
-                        entry.name.clone(),
-                        entry.id.clone(),
-                        file.quant.clone(),
-                        file.size(),
-                    )
-                }),
-            _ => None,
-        };
     match fits {
         Some((name, id, quant, size)) => note.push_str(&format!(
             " The agent model that fits this machine is {name} ({quant}, about {}). Its \

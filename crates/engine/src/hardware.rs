@@ -3,7 +3,7 @@
 //! memory. `catena doctor` prints it; the planner sizes a model to it.
 
 use crate::EngineError;
-use crate::llama::{BackendDevice, backend_devices, supports_gpu_offload};
+use crate::llama::{BackendDevice, backend_devices, gpu_backends_built, supports_gpu_offload};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -29,8 +29,9 @@ pub struct Hardware {
     pub gpu_offload: bool,
     /// Every device llama.cpp reports (the CPU included).
     pub devices: Vec<BackendDevice>,
-    /// GPUs the operating system shows that this build cannot use (an NVIDIA card in a CPU-only
-    /// build), so the doctor can say how to use them.
+    /// GPUs the operating system shows when llama.cpp found none it can use (an NVIDIA card in a
+    /// CPU-only build, an AMD card without its Vulkan driver), so the doctor can say how to use
+    /// them.
     pub unused_gpus: Vec<String>,
 }
 
@@ -63,21 +64,8 @@ pub fn probe() -> Result<Hardware, EngineError> {
     let (features, missing) = cpu_features();
     let devices = backend_devices()?;
     let gpu_offload = supports_gpu_offload()?;
-    let mut built = Vec::new();
-    if cfg!(feature = "cuda") {
-        built.push("cuda");
-    }
-    if cfg!(feature = "metal") {
-        built.push("metal");
-    }
-    if cfg!(feature = "vulkan") {
-        built.push("vulkan");
-    }
-    let unused_gpus = if built.is_empty() {
-        os_gpus()
-    } else {
-        Vec::new()
-    };
+    let usable_gpu = gpu_offload && devices.iter().any(|d| d.gpu);
+    let unused_gpus = if usable_gpu { Vec::new() } else { os_gpus() };
     Ok(Hardware {
         os: System::long_os_version().unwrap_or_else(|_| std::env::consts::OS.to_string()),
         cpu: Cpu {
@@ -89,7 +77,7 @@ pub fn probe() -> Result<Hardware, EngineError> {
         },
         ram_total: system.total_memory(),
         ram_available: system.available_memory(),
-        gpu_backends_built: built,
+        gpu_backends_built: gpu_backends_built(),
         gpu_offload,
         devices,
         unused_gpus,
@@ -162,12 +150,12 @@ fn cpu_features() -> (Vec<&'static str>, Vec<&'static str>) {
     (present, missing)
 }
 
-/// NVIDIA GPUs the Linux driver shows (empty elsewhere or without the driver).
+/// GPUs the Linux kernel shows: NVIDIA's by model name from its driver, AMD's and Intel's from
+/// the display devices' PCI vendor (empty elsewhere; a virtual machine's display is none of them).
 fn os_gpus() -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir("/proc/driver/nvidia/gpus") else {
-        return Vec::new();
-    };
-    entries
+    let mut gpus: Vec<String> = std::fs::read_dir("/proc/driver/nvidia/gpus")
+        .into_iter()
+        .flatten()
         .filter_map(Result::ok)
         .map(|e| {
             std::fs::read_to_string(e.path().join("information"))
@@ -179,7 +167,29 @@ fn os_gpus() -> Vec<String> {
                 })
                 .unwrap_or_else(|| "an NVIDIA GPU".to_string())
         })
-        .collect()
+        .collect();
+    let mut cards: Vec<_> = std::fs::read_dir("/sys/class/drm")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        // card0, card1: the devices (card0-HDMI-A-1 and the like are their outputs).
+        .filter(|name| {
+            name.strip_prefix("card")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    cards.sort();
+    for card in cards {
+        let vendor = std::fs::read_to_string(format!("/sys/class/drm/{card}/device/vendor"));
+        let name = match vendor.as_deref().map(str::trim) {
+            Ok("0x1002") => "an AMD GPU",
+            Ok("0x8086") => "an Intel GPU",
+            _ => continue,
+        };
+        gpus.push(format!("{name} ({card})"));
+    }
+    gpus
 }
 
 /// The plan for running the model at `path` on this machine (see [`catena_engine_api::plan`]).

@@ -137,10 +137,13 @@ fn print_machine(h: &Hardware) {
     );
     println!(
         "  build       {}",
-        if h.gpu_backends_built.is_empty() {
-            "CPU only".to_string()
-        } else {
-            format!("GPU backends: {}", h.gpu_backends_built.join(", "))
+        match (h.gpu_backends_built.is_empty(), h.gpu_free().is_some()) {
+            (true, _) => "CPU only".to_string(),
+            (false, true) => format!("GPU backends: {}", h.gpu_backends_built.join(", ")),
+            (false, false) => format!(
+                "GPU backends: {}; no GPU found, so everything runs on the CPU",
+                h.gpu_backends_built.join(", ")
+            ),
         }
     );
     for d in &h.devices {
@@ -158,10 +161,11 @@ fn print_machine(h: &Hardware) {
 fn print_plan(p: &Plan, model: &Inspection) {
     let layers = model.shape.layers.unwrap_or(0);
     println!("\nPlan");
-    println!(
-        "  GPU layers  {} of {} (+1 is the output head)",
-        p.gpu_layers, layers
-    );
+    if u64::from(p.gpu_layers) > layers {
+        println!("  GPU layers  all {layers} and the output head");
+    } else {
+        println!("  GPU layers  {} of {layers}", p.gpu_layers);
+    }
     println!("  context     {} tokens", p.context);
     println!("  KV cache    {}", p.kv_cache.name());
     println!(
@@ -190,15 +194,16 @@ fn problems(h: &Hardware, model: &Inspection, planned: Option<&Plan>) -> Vec<Str
         ));
     }
     for gpu in &h.unused_gpus {
-        out.push(format!(
-            "{gpu} is present but this catena was built for the CPU only: build with `cargo build --release --features cuda` to use it"
-        ));
-    }
-    if !h.gpu_backends_built.is_empty() && h.gpu_free().is_none() {
-        out.push(format!(
-            "this catena was built with {} but llama.cpp found no GPU (driver missing or no device visible)",
-            h.gpu_backends_built.join(", ")
-        ));
+        out.push(if h.gpu_backends_built.is_empty() {
+            format!(
+                "{gpu} is present but this catena was built for the CPU only: build with `cargo build --release --features cuda` to use it"
+            )
+        } else {
+            format!(
+                "{gpu} is present but llama.cpp's {} backend cannot reach it: install its Vulkan driver (Debian and Ubuntu: mesa-vulkan-drivers for AMD and Intel; NVIDIA's own driver), or build with `--features cuda` for an NVIDIA GPU",
+                h.gpu_backends_built.join(" and ")
+            )
+        });
     }
     out
 }

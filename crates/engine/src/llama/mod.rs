@@ -96,6 +96,38 @@ pub fn backend_devices() -> Result<Vec<BackendDevice>, EngineError> {
         .collect())
 }
 
+/// The one line a build with a GPU backend says when it finds no GPU and runs on the CPU: once a
+/// process, so a server's lanes or an evaluation's runs do not repeat it.
+fn say_cpu_fallback_once() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let built = gpu_backends_built();
+    if built.is_empty() {
+        return;
+    }
+    SAID.call_once(|| {
+        tracing::warn!(
+            "no GPU found for llama.cpp's {} backend: running on the CPU (`catena doctor` says why)",
+            built.join(" and ")
+        );
+    });
+}
+
+/// The GPU backends compiled into this build. Vulkan is in every Linux build (the engine's
+/// Cargo.toml); CUDA and Metal are features.
+pub fn gpu_backends_built() -> Vec<&'static str> {
+    let mut built = Vec::new();
+    if cfg!(feature = "cuda") {
+        built.push("cuda");
+    }
+    if cfg!(feature = "metal") {
+        built.push("metal");
+    }
+    if cfg!(any(feature = "vulkan", target_os = "linux")) {
+        built.push("vulkan");
+    }
+    built
+}
+
 /// Whether this build can offload layers to a GPU at all.
 pub fn supports_gpu_offload() -> Result<bool, EngineError> {
     Ok(backend()?.supports_gpu_offload())
@@ -130,6 +162,7 @@ impl LlamaEngine {
         let gpu_layers = if offload {
             options.gpu_layers.unwrap_or(block_count + 1)
         } else {
+            say_cpu_fallback_once();
             0
         };
         let params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
