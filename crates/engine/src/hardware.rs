@@ -41,7 +41,11 @@ impl Hardware {
         if !self.gpu_offload {
             return None;
         }
-        let gpus: Vec<&BackendDevice> = self.devices.iter().filter(|d| d.gpu).collect();
+        let gpus: Vec<&BackendDevice> = self
+            .devices
+            .iter()
+            .filter(|d| d.gpu && d.same_gpu_as.is_none())
+            .collect();
         (!gpus.is_empty()).then(|| gpus.iter().map(|d| d.memory_free).sum())
     }
 }

@@ -148,12 +148,16 @@ fn print_machine(h: &Hardware) {
     );
     for d in &h.devices {
         println!(
-            "  device      {} ({}, {}): {} free of {}",
+            "  device      {} ({}, {}): {} free of {}{}",
             d.name,
             d.description,
             d.backend,
             human_bytes(d.memory_free),
-            human_bytes(d.memory_total)
+            human_bytes(d.memory_total),
+            d.same_gpu_as
+                .as_ref()
+                .map(|first| format!(" (the same GPU as {first}, which llama.cpp uses)"))
+                .unwrap_or_default()
         );
     }
 }

@@ -3,6 +3,9 @@
 
 mod batch;
 mod chat;
+// Reads a device's id through the sys crate, which is unsafe.
+#[allow(unsafe_code)]
+mod device_id;
 mod guide;
 // Installs llama.cpp's log callback through the sys crate, which is unsafe.
 #[allow(unsafe_code)]
@@ -77,23 +80,56 @@ pub struct BackendDevice {
     pub memory_free: u64,
     /// A GPU (discrete or integrated) rather than the CPU or an accelerator add-on.
     pub gpu: bool,
+    /// The earlier device that is the same GPU through another backend (`CUDA0` for `Vulkan0` in
+    /// a `cuda` build): llama.cpp uses that one and skips this, so its memory counts once.
+    pub same_gpu_as: Option<String>,
 }
 
 /// The devices of this build's llama.cpp backends, with their free memory now.
 pub fn backend_devices() -> Result<Vec<BackendDevice>, EngineError> {
     use llama_cpp_2::LlamaBackendDeviceType as Kind;
     backend()?;
-    Ok(llama_cpp_2::list_llama_ggml_backend_devices()
+    let devices: Vec<(BackendDevice, Option<String>)> =
+        llama_cpp_2::list_llama_ggml_backend_devices()
+            .into_iter()
+            .map(|d| {
+                let gpu = matches!(d.device_type, Kind::Gpu | Kind::IntegratedGpu);
+                let id = if gpu {
+                    device_id::device_id(d.index)
+                } else {
+                    None
+                };
+                let device = BackendDevice {
+                    gpu,
+                    name: d.name,
+                    description: d.description,
+                    backend: d.backend,
+                    memory_total: d.memory_total as u64,
+                    memory_free: d.memory_free as u64,
+                    same_gpu_as: None,
+                };
+                (device, id)
+            })
+            .collect();
+    Ok(mark_same_gpus(devices))
+}
+
+/// Marks each GPU whose id an earlier GPU already has as the same GPU as that one, as llama.cpp
+/// does when it picks the devices a model loads onto.
+fn mark_same_gpus(devices: Vec<(BackendDevice, Option<String>)>) -> Vec<BackendDevice> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    devices
         .into_iter()
-        .map(|d| BackendDevice {
-            gpu: matches!(d.device_type, Kind::Gpu | Kind::IntegratedGpu),
-            name: d.name,
-            description: d.description,
-            backend: d.backend,
-            memory_total: d.memory_total as u64,
-            memory_free: d.memory_free as u64,
+        .map(|(mut device, id)| {
+            if let Some(id) = id {
+                match seen.iter().find(|(known, _)| *known == id) {
+                    Some((_, first)) => device.same_gpu_as = Some(first.clone()),
+                    None => seen.push((id, device.name.clone())),
+                }
+            }
+            device
         })
-        .collect())
+        .collect()
 }
 
 /// The one line a build with a GPU backend says when it finds no GPU and runs on the CPU: once a
@@ -532,5 +568,35 @@ mod side_chat_tests {
             !super::repeats_a_line("a\nb\na\na", 3),
             "the last line is not complete yet"
         );
+    }
+}
+
+#[cfg(test)]
+mod device_tests {
+    use super::{BackendDevice, mark_same_gpus};
+
+    fn device(name: &str, gpu: bool) -> BackendDevice {
+        BackendDevice {
+            name: name.into(),
+            description: String::new(),
+            backend: String::new(),
+            memory_total: 8 << 30,
+            memory_free: 8 << 30,
+            gpu,
+            same_gpu_as: None,
+        }
+    }
+
+    #[test]
+    fn a_gpu_reached_by_two_backends_counts_once() {
+        let marked = mark_same_gpus(vec![
+            (device("CUDA0", true), Some("0000:01:00.0".into())),
+            (device("Vulkan0", true), Some("0000:01:00.0".into())),
+            (device("Vulkan1", true), Some("0000:02:00.0".into())),
+            (device("Vulkan2", true), None),
+            (device("CPU", false), None),
+        ]);
+        let same: Vec<Option<&str>> = marked.iter().map(|d| d.same_gpu_as.as_deref()).collect();
+        assert_eq!(same, [None, Some("CUDA0"), None, None, None]);
     }
 }
