@@ -123,6 +123,9 @@ install newer ones (your distribution's libvulkan-dev, or LunarG's Vulkan SDK wi
   mkdir -p "$vulkan_sdk"
   cp -r "$apt_dir/unpacked/usr/include" "$vulkan_sdk/include"
   echo "Vulkan headers (VK_HEADER_VERSION $(awk '$2 == "VK_HEADER_VERSION" { print $3 }' "$vulkan_sdk/include/vulkan/vulkan_core.h")) in $vulkan_sdk" >&2
+  # llama.cpp's CMake keeps the headers it found first: a build that already failed on the old
+  # ones (`'LayerSettingEXT' is not a member of 'vk'`) needs its llama.cpp build folder cleared.
+  echo "If a build here already failed on ggml-vulkan.cpp, run \`cargo clean -p llama-cpp-sys-2\` once." >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
