@@ -68,9 +68,7 @@ pub fn probe() -> Result<Hardware, EngineError> {
     let (features, missing) = cpu_features();
     let devices = backend_devices()?;
     let gpu_offload = supports_gpu_offload()?;
-    let usable_gpu = gpu_offload && devices.iter().any(|d| d.gpu);
-    let unused_gpus = if usable_gpu { Vec::new() } else { os_gpus() };
-    Ok(Hardware {
+    let mut hardware = Hardware {
         os: System::long_os_version().unwrap_or_else(|_| std::env::consts::OS.to_string()),
         cpu: Cpu {
             model,
@@ -84,8 +82,13 @@ pub fn probe() -> Result<Hardware, EngineError> {
         gpu_backends_built: gpu_backends_built(),
         gpu_offload,
         devices,
-        unused_gpus,
-    })
+        unused_gpus: Vec::new(),
+    };
+    // The kernel's GPUs matter only where llama.cpp found none to use.
+    if hardware.gpu_free().is_none() {
+        hardware.unused_gpus = os_gpus();
+    }
+    Ok(hardware)
 }
 
 /// (present, missing) among the instruction sets llama.cpp's CPU kernels use.
