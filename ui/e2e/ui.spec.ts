@@ -159,6 +159,14 @@ test('web search hits are links and each page read shows its address and the mod
       await page.evaluate(() => document.documentElement.setAttribute('data-theme', JSON.parse(localStorage.getItem('catena.settings')!).theme));
       await shoot(page, `web-run-${t}`);
     }
+    // The model goes on writing after what this test checks. Stop the run, so that the next tests'
+    // requests to this one-lane server do not wait behind it (on a slow machine they waited minutes).
+    const stop = page.getByRole('button', { name: 'Stop' });
+    if (await stop.isVisible()) {
+      console.log('the web run was still going at the end of its test: stopped');
+      await stop.click();
+    }
+    await expect(page.getByRole('button', { name: 'Run', exact: true })).toBeVisible({ timeout: 30_000 });
   } finally {
     execFileSync(bin, ['index', 'rm', name]);
     rmSync(docs, { recursive: true, force: true });
