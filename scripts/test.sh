@@ -42,6 +42,9 @@ step "tests"
 # the 2-core VM, alone each one runs at full speed.
 cargo test --release --locked --workspace -- --test-threads=1
 
+step "the GPU check's dry run: scripts/device-check.sh's steps on the CPU backend"
+scripts/device-check.sh --cpu
+
 step "web UI end to end (Chromium against catena serve)"
 CATENA_BIN="$target/release/catena" scripts/setup/ui.sh e2e
 

@@ -6,46 +6,70 @@
 # source distribution on PyPI and compile against the crate's tree. All tools share one build
 # folder, so llama.cpp itself is compiled once.
 #
-# Usage: scripts/setup/llama-tool.sh [--gpu] TOOL_FOLDER TARGET   (e.g. llama-bench llama-bench,
-#        quantize llama-quantize, server llama-server); --gpu builds with CUDA.
+# Usage: scripts/setup/llama-tool.sh [--gpu | --vulkan] TOOL_FOLDER TARGET   (e.g. llama-bench
+#        llama-bench, quantize llama-quantize, server llama-server); --gpu builds with CUDA (for
+#        the GPU of the machine it runs on, or CUDA_ARCHITECTURES), --vulkan with Vulkan.
+# Where there is no cargo or pip (the lent GPU machine, scripts/device-check.sh), LLAMA_SRC names
+# the llama.cpp tree and LLAMA_TOOLS_SRC the folder holding the tools' sources.
 # llama-server is built without its web UI (an empty asset table: nothing is fetched or built
 # with npm); its HTTP API is all Catena's tests use.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 cd "$root"
-gpu=0
-if [ "${1:-}" = --gpu ]; then gpu=1; shift; fi
-[ $# = 2 ] || die "usage: scripts/setup/llama-tool.sh [--gpu] TOOL_FOLDER TARGET" 2
+backend=cpu
+case "${1:-}" in
+  --gpu) backend=cuda; shift ;;
+  --vulkan) backend=vulkan; shift ;;
+esac
+[ $# = 2 ] || die "usage: scripts/setup/llama-tool.sh [--gpu | --vulkan] TOOL_FOLDER TARGET" 2
 tool="$1" cmake_target="$2"
 work="$target/llama-tools"
 cmake_gpu=(-DGGML_CUDA=OFF)
-if [ "$gpu" = 1 ]; then
-  work="$work-cuda"
-  cmake_gpu=(-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF)
-fi
+case "$backend" in
+  cuda)
+    work="$work-cuda"
+    cmake_gpu=(-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-native}")
+    ;;
+  vulkan)
+    work="$work-vulkan"
+    cmake_gpu=(-DGGML_CUDA=OFF -DGGML_VULKAN=ON)
+    # The newer headers set-up unpacks where the system's are too old (as for the cargo build).
+    if [ -z "${VULKAN_SDK:-}" ] && [ -d "$root/.vulkan-sdk/include/vulkan" ]; then export VULKAN_SDK="$root/.vulkan-sdk"; fi
+    ;;
+esac
 bin="$work/build/bin/$cmake_target"
 if [ ! -x "$bin" ]; then
   echo "Building $cmake_target from the crate's llama.cpp ..." >&2
-  sdist="$work/sdist/llama_cpp_python-0.3.36"
-  mkdir -p "$work/sdist" "$work/src"
-  if [ ! -d "$sdist" ]; then
-    python3 -m pip download -q --no-deps --no-binary :all: -d "$work/sdist" llama-cpp-python==0.3.36 >&2
-    tar -xzf "$work"/sdist/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist"
+  mkdir -p "$work/src"
+  if [ -n "${LLAMA_TOOLS_SRC:-}" ]; then
+    tools_src="$LLAMA_TOOLS_SRC"
+  else
+    sdist="$work/sdist/llama_cpp_python-0.3.36"
+    mkdir -p "$work/sdist"
+    if [ ! -d "$sdist" ]; then
+      python3 -m pip download -q --no-deps --no-binary :all: -d "$work/sdist" llama-cpp-python==0.3.36 >&2
+      tar -xzf "$work"/sdist/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist"
+    fi
+    tools_src="$sdist/vendor/llama.cpp/tools"
   fi
-  sys_manifest="$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
+  if [ -n "${LLAMA_SRC:-}" ]; then
+    llama_src="$LLAMA_SRC"
+  else
+    sys_manifest="$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
 import json, sys
 meta = json.load(sys.stdin)
 print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-cpp-sys-2"))')"
-  llama_src="$(dirname "$sys_manifest")/llama.cpp"
+    llama_src="$(dirname "$sys_manifest")/llama.cpp"
+  fi
   rm -rf "$work/src/$tool"
-  cp -r "$sdist/vendor/llama.cpp/tools/$tool" "$work/src/$tool"
+  cp -r "$tools_src/$tool" "$work/src/$tool"
   if [ "$tool" = server ]; then
     # The server links llama.cpp's UI library (here an empty one) and its multimodal library;
     # the UI's CMake script finds its templates under the project's tools/ui.
     rm -rf "$work/src/tools" "$work/src/scripts"
     mkdir -p "$work/src/tools" "$work/src/scripts"
-    cp -r "$sdist/vendor/llama.cpp/tools/ui" "$work/src/tools/ui"
-    cp "$sdist/vendor/llama.cpp/scripts/ui-assets.cmake" "$work/src/scripts/"
+    cp -r "$tools_src/ui" "$work/src/tools/ui"
+    cp "$tools_src/../scripts/ui-assets.cmake" "$work/src/scripts/"
     # The two places where the server's sources and the crate's tree disagree (the sdist and the
     # crate track different llama.cpp commits), both outside anything Catena's tests use:
     # mtmd's memory estimate (multimodal projectors only) is a struct holding the per-device

@@ -12,6 +12,7 @@ mod config;
 mod error;
 mod gguf_writer;
 mod names;
+pub mod random_weights;
 mod vocab;
 mod weights;
 

@@ -1,5 +1,5 @@
-//! `catena models list|pull|import|rm|default|mirror|inspect`: the model catalog, downloads,
-//! checkpoints converted here, and the user's default model.
+//! `catena models list|pull|import|rm|default|mirror|inspect|random-weights`: the model catalog,
+//! downloads, checkpoints converted here, and the user's default model.
 
 use crate::setup;
 use anyhow::{Context, Result, bail};
@@ -70,6 +70,26 @@ pub enum ModelsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A model of another's exact shape with random weights, for speed measurements where the
+    /// real weights cannot go: it runs as fast as the real model and answers noise.
+    RandomWeights(RandomWeightsArgs),
+}
+
+#[derive(Args)]
+pub struct RandomWeightsArgs {
+    /// The model whose shape is copied: a GGUF file, or the header alone (see --header-only).
+    #[arg(long)]
+    pub like: PathBuf,
+    /// Where the new file goes.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Chooses the weights: the same seed makes the same bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write only the header of --like (a few megabytes: metadata, tokenizer, tensor table),
+    /// which is all a random-weights model needs.
+    #[arg(long)]
+    pub header_only: bool,
 }
 
 #[derive(Args)]
@@ -160,6 +180,7 @@ pub fn run(args: ModelsArgs, paths: &Paths) -> Result<ExitCode> {
         ModelsCommand::Default { model, clear } => default(model, clear, paths),
         ModelsCommand::Mirror { url, clear } => mirror(url, clear, paths),
         ModelsCommand::Inspect { file, json } => inspect(&file, json),
+        ModelsCommand::RandomWeights(args) => random_weights(&args),
     }
 }
 
@@ -777,4 +798,23 @@ fn inspect(file: &Path, json: bool) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn random_weights(args: &RandomWeightsArgs) -> Result<ExitCode> {
+    use catena_convert::random_weights::{write_header, write_random_weights};
+    let (what, bytes) = if args.header_only {
+        ("the header of", write_header(&args.like, &args.out)?)
+    } else {
+        (
+            "random weights shaped like",
+            write_random_weights(&args.like, &args.out, args.seed)?,
+        )
+    };
+    eprintln!(
+        "Wrote {} ({}): {what} {}.",
+        args.out.display(),
+        human_bytes(bytes),
+        args.like.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# The GPU check in one command, for a lent GPU machine that has CUDA's compiler, CMake and Python
+# but no Rust and no network, and takes at most 64 MiB with the source tree (docs/BENCHMARKS.md,
+# "The GPU check"). What travels is the release `catena` binary (its llama.cpp carries the Vulkan
+# backend), the default model's header, and llama.cpp's sources; there it builds llama.cpp's own
+# `llama-bench` and `llama-batched-bench` from those sources twice (CUDA and Vulkan), makes a model
+# of the default's exact shape with random weights (the same kernels over the same bytes: on the
+# CPU its prompt speed is the real model's and generation about 10% faster, in both engines, so
+# only ratios between engines on the same file are read), and prints:
+#   - single-sequence prompt and generation speed, catena against each llama-bench, alternating;
+#   - aggregate generation of a group decoded together, catena against llama-batched-bench;
+#   - one SFT step of `catena train sft` on that model (on the CPU: the trainer's GPU code is
+#     candle's CUDA, which only a `--features cuda` build has).
+# No RL update: its rollouts run code in the sandbox, whose CPython (150 MB) cannot travel; a
+# rollout group's decoding is the batched line above.
+# catena's ratio against the Vulkan llama-bench is its own cost; against the CUDA one, what a
+# user of the one Linux binary gives up on an NVIDIA card against a `--features cuda` build.
+#
+#   scripts/device-check.sh --prepare   here: writes .device/ (about 35 MB, ignored by git)
+#   scripts/device-check.sh             there, with `.device` carried: the checks on the GPU
+#   scripts/device-check.sh --cpu       the same steps with the CPU backend and small sizes, on
+#                                       this machine's own build: the test suite's dry run
+# The table goes to stdout and, where OUT is set, to $OUT/device-check.md. The builds are kept in
+# .device/target, so a second call on the same machine goes straight to the measurements.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+cd "$root"
+mode=gpu
+case "${1:-}" in
+  --prepare) mode=prepare ;;
+  --cpu) mode=cpu ;;
+  "") ;;
+  *) die "usage: scripts/device-check.sh [--prepare | --cpu]" 2 ;;
+esac
+pack="$root/.device"
+# The GPU machine's NVIDIA Vulkan driver, where its loader does not find it on its own.
+nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+# Everything that travels, in bytes: the device tool takes 64 MiB with the source tree.
+carry_limit=$((64 * 1024 * 1024))
+
+# xz in and out through Python's lzma: the GPU machine has Python, not necessarily xz.
+unxz_to() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"; }
+untar_xz() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' "$1" "$2"; }
+
+prepare() {
+  scripts/setup/packages.sh
+  cargo build --release --locked -p catena-cli >&2
+  local catena="$target/release/catena" model sys_manifest llama_src sdist
+  model="$(default_model "$catena")"
+  rm -rf "$pack"
+  mkdir -p "$pack/debs"
+  step "the catena binary (stripped, xz)"
+  strip -o "$pack/catena" "$catena"
+  xz -6 -T0 "$pack/catena"
+  step "the default model's header"
+  "$catena" models random-weights --like "$model" --out "$pack/model-header.gguf" --header-only
+  xz -6 "$pack/model-header.gguf"
+  step "llama.cpp's sources and its tools' sources"
+  # llama-tool.sh fetches the tools' sources once; its source tree is the crate's.
+  scripts/setup/llama-tool.sh llama-bench llama-bench >/dev/null
+  sys_manifest="$(cargo metadata --format-version 1 --locked | python3 -c '
+import json, sys
+print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "llama-cpp-sys-2"))')"
+  llama_src="$(dirname "$sys_manifest")/llama.cpp"
+  sdist="$target/llama-tools/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
+  # What the library build reads (tools/mtmd: llama-tool.sh builds the multimodal library too).
+  tar -cJf "$pack/llama-src.tar.xz" -C "$llama_src" CMakeLists.txt LICENSE cmake common ggml include \
+    src vendor tools/mtmd
+  tar -cJf "$pack/llama-tools.tar.xz" -C "$sdist/tools" llama-bench batched-bench
+  step "Debian packages the GPU machine may lack: the Vulkan loader, OpenMP, glslc, Vulkan headers"
+  (cd "$pack/debs" && apt-get -o APT::Sandbox::User=root download libvulkan1 libgomp1 glslc libshaderc1 spirv-headers >/dev/null)
+  # The headers the cargo build uses: the user's VULKAN_SDK, set-up's newer ones, or the system's.
+  local headers=/usr/include
+  if [ -n "${VULKAN_SDK:-}" ]; then headers="$VULKAN_SDK/include"
+  elif [ -d "$root/.vulkan-sdk/include/vulkan" ]; then headers="$root/.vulkan-sdk/include"; fi
+  tar -cJf "$pack/vulkan-headers.tar.xz" -C "$headers" vulkan vk_video
+  local size tree
+  size="$(du -sb "$pack" | cut -f1)"
+  tree="$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)"
+  echo "Wrote $pack: $((size / 1048576)) MiB; with the source tree $(((size + tree) / 1048576)) MiB of the 64 MiB that travel." >&2
+  [ $((size + tree)) -le "$carry_limit" ] || die "too large to travel: leave something out of .device"
+  echo "On the GPU machine: scripts/device-check.sh, with .device carried." >&2
+}
+
+# Unpacks what --prepare wrote into .device/unpacked, and the Debian packages.
+unpack() {
+  [ -f "$pack/catena.xz" ] || die "no .device/ here: run scripts/device-check.sh --prepare where the project builds, and carry .device"
+  mkdir -p "$pack/unpacked"
+  local u="$pack/unpacked"
+  if [ ! -x "$u/catena" ]; then
+    unxz_to "$pack/catena.xz" "$u/catena.part" && chmod +x "$u/catena.part" && mv "$u/catena.part" "$u/catena"
+    unxz_to "$pack/model-header.gguf.xz" "$u/model-header.gguf"
+    mkdir -p "$u/llama.cpp" "$u/tools" "$u/vulkan/include"
+    untar_xz "$pack/llama-src.tar.xz" "$u/llama.cpp"
+    untar_xz "$pack/llama-tools.tar.xz" "$u/tools"
+    untar_xz "$pack/vulkan-headers.tar.xz" "$u/vulkan/include"
+  fi
+  # The loader and OpenMP where the system has none; glslc and its library in a folder of their own.
+  for deb in "$pack"/debs/libvulkan1_*.deb "$pack"/debs/libgomp1_*.deb; do
+    local lib
+    lib="$(basename "$deb" | cut -d_ -f1)"
+    ldconfig -p | grep -q "${lib%1}.so.1" || { dpkg -x "$deb" / && ldconfig; }
+  done
+  for deb in "$pack"/debs/glslc_*.deb "$pack"/debs/libshaderc1_*.deb "$pack"/debs/spirv-headers_*.deb; do
+    dpkg -x "$deb" "$u/vulkan"
+  done
+  # CMake's FindVulkan links `libvulkan.so`, which only a -dev package provides.
+  mkdir -p "$u/vulkan/lib"
+  ln -sf "$(ldconfig -p | awk '/libvulkan\.so\.1 / { print $NF; exit }')" "$u/vulkan/lib/libvulkan.so"
+}
+
+# build_anchor cuda|vulkan|cpu TOOL_FOLDER TARGET: one of llama.cpp's tools, printed as a path.
+build_anchor() {
+  local backend="$1"
+  shift
+  case "$backend" in
+    cpu) scripts/setup/llama-tool.sh "$@" ;;
+    cuda) CARGO_TARGET_DIR="$pack/target" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+      scripts/setup/llama-tool.sh --gpu "$@" ;;
+    vulkan) CARGO_TARGET_DIR="$pack/target" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+      VULKAN_SDK="$pack/unpacked/vulkan" CMAKE_PREFIX_PATH="$pack/unpacked/vulkan/usr" PATH="$pack/unpacked/vulkan/usr/bin:$PATH" \
+      LD_LIBRARY_PATH="$pack/unpacked/vulkan/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" \
+      scripts/setup/llama-tool.sh --vulkan "$@" ;;
+  esac
+}
+
+# engine ANCHOR_NAME LLAMA_BENCH: alternating rounds of llama-bench and catena bench; one JSON line
+# a round.
+engine() {
+  local name="$1" bench="$2" round anchor ours
+  for round in $(seq "$rounds"); do
+    echo "  $name, round $round" >&2
+    anchor="$("$bench" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -ngl "$ngl" -o json)"
+    ours="$("$catena" bench --model "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --gpu-layers "$ngl" --json)"
+    python3 - "$name" "$anchor" "$ours" <<'EOF'
+import json, sys
+anchor = {("pp" if r["n_prompt"] else "tg") + str(r["n_prompt"] or r["n_gen"]): r["avg_ts"]
+          for r in json.loads(sys.argv[2])}
+ours = json.loads(sys.argv[3])
+print(json.dumps({"kind": "engine", "anchor_name": sys.argv[1], "anchor": anchor,
+                  "catena": {t["test"]: t["tokens_per_s"] for t in ours["tests"]},
+                  "gpu_layers": ours["gpu_layers"]}))
+EOF
+  done
+}
+
+# batched ANCHOR_NAME LLAMA_BATCHED_BENCH: a group decoded together, alternating; one JSON line a
+# round.
+batched() {
+  local name="$1" bench="$2" round anchor ours
+  for round in $(seq "$rounds"); do
+    echo "  $name batched, round $round" >&2
+    anchor="$("$bench" -m "$model" -c $(((bpp + btg + 16) * group)) -b 512 -ub 512 -npp "$bpp" -ntg "$btg" \
+      -npl "$group" -t "$threads" -ngl "$ngl" --output-format jsonl 2>/dev/null | grep '^{')"
+    ours="$("$catena" bench --model "$model" -p "$bpp" -n "$btg" -r 1 -t "$threads" --gpu-layers "$ngl" \
+      --sequences "$group" --json)"
+    python3 - "$name" "$anchor" "$ours" <<'EOF'
+import json, sys
+anchor = json.loads(sys.argv[2].splitlines()[0])["speed_tg"]
+ours = json.loads(sys.argv[3])["tests"][0]["tokens_per_s"]
+print(json.dumps({"kind": "batched", "anchor_name": sys.argv[1], "anchor": anchor, "catena": ours}))
+EOF
+  done
+}
+
+# One SFT step on the random-weights model: its time and tokens.
+sft_step() {
+  local work="$1" data="$1/sft.jsonl"
+  python3 - "$data" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for a, b in [(17, 23), (41, 7)]:
+        chain = (f"<code>\n```py\nprint({a} * {b})\n```\n</code>\n<observation>\n[EXECUTED] Code exited with "
+                 f"status 0.\n[STDOUT:BEGIN]\n{a * b}\n[STDOUT:END]\n</observation>\n\n<answer>\\boxed{{{a * b}}}</answer>")
+        f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {a} * {b}?"},
+                                         {"role": "assistant", "content": chain}]}) + "\n")
+EOF
+  local start end
+  start="$(date +%s.%N)"
+  "$catena" train sft --json --base "$model" --data "$data" --out "$work/sft" --rank 8 --max-steps 1 \
+    --eval-fraction 0 >"$work/sft.jsonl.log"
+  end="$(date +%s.%N)"
+  python3 - "$work/sft.jsonl.log" "$start" "$end" <<'EOF'
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+steps = [e for e in events if e.get("event") == "step"]
+if not steps:
+    sys.exit("the SFT run reported no step")
+print(json.dumps({"kind": "sft", "seconds": float(sys.argv[3]) - float(sys.argv[2]), "step": steps[-1]}))
+EOF
+}
+
+# The table, from the JSON lines; fails when a figure is missing or not positive.
+report() {
+  python3 - "$1" "$2" <<'EOF'
+import json, statistics, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+device = sys.argv[2]
+def positive(x, what):
+    if not isinstance(x, (int, float)) or not x > 0:
+        sys.exit(f"device check: {what} is {x!r}, not a speed")
+    return x
+out = [f"Device: {device}", "",
+       "| test | anchor | anchor tok/s (per round) | catena tok/s (per round) | median ratio |",
+       "|---|---|---|---|---|"]
+fmt = lambda xs: ", ".join(f"{x:,.1f}" for x in xs)
+for name in dict.fromkeys(l["anchor_name"] for l in lines if l["kind"] == "engine"):
+    rounds = [l for l in lines if l["kind"] == "engine" and l["anchor_name"] == name]
+    for test in rounds[0]["anchor"]:
+        a = [positive(r["anchor"].get(test), f"llama-bench {test}") for r in rounds]
+        c = [positive(r["catena"].get(test), f"catena {test}") for r in rounds]
+        ratio = statistics.median(x / y for x, y in zip(c, a))
+        out.append(f"| {test}, {rounds[0]['gpu_layers']} layers offloaded | llama-bench ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
+for name in dict.fromkeys(l["anchor_name"] for l in lines if l["kind"] == "batched"):
+    rounds = [l for l in lines if l["kind"] == "batched" and l["anchor_name"] == name]
+    a = [positive(r["anchor"], "llama-batched-bench") for r in rounds]
+    c = [positive(r["catena"], "catena --sequences") for r in rounds]
+    ratio = statistics.median(x / y for x, y in zip(c, a))
+    out.append(f"| a group decoded together | llama-batched-bench ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
+for l in lines:
+    if l["kind"] == "sft":
+        step = l["step"]
+        out += ["", f"One SFT step (`catena train sft --max-steps 1`, rank 8, 2 samples), on the CPU: "
+                f"{positive(l['seconds'], 'the SFT run'):.1f} s for the whole command, load included; "
+                f"the step: {json.dumps(step)}"]
+print("\n".join(out))
+EOF
+}
+
+if [ "$mode" = prepare ]; then
+  prepare
+  exit 0
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+results="$work/results.jsonl"
+if [ "$mode" = cpu ]; then
+  catena="$(catena_bin)"
+  # The same path as the GPU machine's: a header cut from the real model, random weights from it.
+  "$catena" models random-weights --like "$(default_model "$catena")" --out "$work/header.gguf" --header-only
+  header="$work/header.gguf"
+  anchors=(cpu)
+  ngl=0 threads="$(physical_cores)" rounds=1 reps=1 pp=64 tg=16 bpp=32 btg=16 group=2
+  device="CPU only ($(nproc) cores): the dry run, small sizes"
+else
+  unpack >&2
+  catena="$pack/unpacked/catena"
+  header="$pack/unpacked/model-header.gguf"
+  [ -f "$nvidia_icd" ] && export VK_DRIVER_FILES="$nvidia_icd"
+  anchors=(vulkan)
+  if command -v nvcc >/dev/null; then anchors+=(cuda); else echo "No nvcc here: no CUDA llama-bench to compare with." >&2; fi
+  ngl=99 threads=8 rounds=3 reps=3 pp=512 tg=128 bpp=256 btg=128 group=8
+  # DEVICE_CHECK_QUICK=1: the small sizes, for a rehearsal of this path on a slow device (lavapipe).
+  if [ "${DEVICE_CHECK_QUICK:-0}" = 1 ]; then threads=2 rounds=1 reps=1 pp=64 tg=16 bpp=32 btg=16 group=2; fi
+fi
+model="$work/random-weights.gguf"
+"$catena" models random-weights --like "$header" --out "$model" --seed 1
+
+step "what catena finds"
+"$catena" doctor --model "$model" | tee "$work/doctor.txt" >&2 || true
+if [ "$mode" = gpu ]; then
+  grep -q "Vulkan0" "$work/doctor.txt" || die "catena found no Vulkan GPU here: the numbers would be the CPU's (see the doctor above)"
+  device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
+    sed -n 's/^ *device *\(Vulkan0 .*\)/\1/p' "$work/doctor.txt")"
+fi
+
+# Every build before any measurement: a call stopped in a build leaves nothing half measured,
+# and the next call on the same machine finds the finished builds.
+declare -A bench batched_bench
+for backend in "${anchors[@]}"; do
+  step "llama.cpp's tools with the $backend backend"
+  bench[$backend]="$(build_anchor "$backend" llama-bench llama-bench)"
+  batched_bench[$backend]="$(build_anchor "$backend" batched-bench llama-batched-bench)"
+done
+for backend in "${anchors[@]}"; do
+  step "engine against llama.cpp ($backend)"
+  engine "$backend" "${bench[$backend]}" >>"$results"
+  batched "$backend" "${batched_bench[$backend]}" >>"$results"
+done
+step "one SFT step"
+sft_step "$work" >>"$results"
+
+step "the table"
+report "$results" "$device" | tee "${OUT:-$work}/device-check.md"
