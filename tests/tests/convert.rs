@@ -10,7 +10,7 @@ use made_checkpoint::checkpoint;
 
 use catena_engine::llama::{LlamaEngine, LoadOptions, quantize};
 use catena_engine_api::QuantType;
-use catena_engine_api::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
+use catena_engine_api::SessionOptions;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -95,30 +95,6 @@ fn the_converted_tokenizer_matches_the_original_and_hugging_faces() {
     assert_eq!(prompt(&converted), prompt(&original));
 }
 
-/// Greedy generation: the tokens and the log-probability of each.
-fn greedy(engine: &LlamaEngine, prompt: &str, n: usize) -> Vec<(i32, f32)> {
-    let mut session = engine
-        .session(&SessionOptions {
-            context_size: Some(512),
-            sampling: SamplingParams::greedy(),
-            logprobs: true,
-            ..SessionOptions::default()
-        })
-        .unwrap();
-    let parts = engine
-        .chat_prompt("You are a helpful assistant.", prompt)
-        .unwrap();
-    let prompt_len = session.append(&parts).unwrap();
-    let stops = StopMatcher::new(Vec::<String>::new());
-    session
-        .generate(&stops, GenerateLimits::tokens(n), &mut |_| {})
-        .unwrap();
-    session.tokens()[prompt_len..]
-        .iter()
-        .map(|t| (t.id, t.logprob.unwrap_or(f32::NAN)))
-        .collect()
-}
-
 #[test]
 fn the_converted_weights_predict_what_the_original_predicts() {
     let original = load(&common::default_model());
@@ -131,8 +107,8 @@ fn the_converted_weights_predict_what_the_original_predicts() {
         "What is the capital of France? Answer in one word.",
         "Count the primes below 30 and list them.",
     ] {
-        let a = greedy(&original, prompt, 24);
-        let b = greedy(&converted, prompt, 24);
+        let a = common::greedy(&original, prompt, 24);
+        let b = common::greedy(&converted, prompt, 24);
         // Up to the first disagreement both models saw the same context.
         for ((ta, la), (tb, lb)) in a.iter().zip(&b) {
             total += 1;

@@ -5,7 +5,6 @@
 mod common;
 
 use catena_engine::llama::{LlamaEngine, LoadOptions};
-use catena_engine_api::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
 use catena_gguf::GgufHeader;
 
 #[test]
@@ -56,35 +55,13 @@ fn a_model_made_from_the_header_alone_has_the_real_ones_shape_and_runs_with_fini
     assert_eq!(random_header.metadata.len(), real_header.metadata.len());
 
     let engine = LlamaEngine::load(&model, &LoadOptions::default()).unwrap();
-    let mut session = engine
-        .session(&SessionOptions {
-            context_size: Some(256),
-            sampling: SamplingParams::greedy(),
-            logprobs: true,
-            ..SessionOptions::default()
-        })
-        .unwrap();
-    let prompt = engine
-        .chat_prompt("You are a helpful assistant.", "What is 2 + 2?")
-        .unwrap();
-    let prompt_len = session.append(&prompt).unwrap();
-    session
-        .generate(
-            &StopMatcher::new(Vec::<String>::new()),
-            GenerateLimits::tokens(8),
-            &mut |_| {},
-        )
-        .unwrap();
-    let generated = &session.tokens()[prompt_len..];
+    let generated = common::greedy(&engine, "What is 2 + 2?", 8);
     assert!(
         (1..=8).contains(&generated.len()),
         "{} tokens",
         generated.len()
     );
-    for token in generated {
-        let logprob = token
-            .logprob
-            .expect("a log-probability for each sampled token");
+    for (_, logprob) in generated {
         assert!(
             logprob.is_finite() && logprob <= 0.0,
             "log-probability {logprob}"

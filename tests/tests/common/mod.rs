@@ -345,3 +345,33 @@ fn prepare_test_npm() -> PathBuf {
     drop(lock);
     folder.join("node_modules")
 }
+
+/// Greedy generation of at most `n` tokens after `prompt` (as the user turn of the model's chat
+/// template): each token's id and log-probability (NaN where none came back).
+pub fn greedy(
+    engine: &catena_engine::llama::LlamaEngine,
+    prompt: &str,
+    n: usize,
+) -> Vec<(i32, f32)> {
+    use catena_engine_api::{GenerateLimits, SamplingParams, Session, SessionOptions, StopMatcher};
+    let mut session = engine
+        .session(&SessionOptions {
+            context_size: Some(512),
+            sampling: SamplingParams::greedy(),
+            logprobs: true,
+            ..SessionOptions::default()
+        })
+        .unwrap();
+    let parts = engine
+        .chat_prompt("You are a helpful assistant.", prompt)
+        .unwrap();
+    let prompt_len = session.append(&parts).unwrap();
+    let stops = StopMatcher::new(Vec::<String>::new());
+    session
+        .generate(&stops, GenerateLimits::tokens(n), &mut |_| {})
+        .unwrap();
+    session.tokens()[prompt_len..]
+        .iter()
+        .map(|t| (t.id, t.logprob.unwrap_or(f32::NAN)))
+        .collect()
+}
