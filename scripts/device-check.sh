@@ -21,7 +21,7 @@
 #   scripts/device-check.sh --cpu       the same steps with the CPU backend and small sizes, on
 #                                       this machine's own build: the test suite's dry run
 # The table goes to stdout and, where OUT is set, to $OUT/device-check.md. The builds are kept in
-# .device/target, so a second call on the same machine goes straight to the measurements.
+# target/device-check, so a second call on the same machine goes straight to the measurements.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 cd "$root"
@@ -110,18 +110,26 @@ unpack() {
 }
 
 # build_anchor cuda|vulkan|cpu TOOL_FOLDER TARGET: one of llama.cpp's tools, printed as a path.
+# On the GPU machine the builds go to target/device-check, outside the carried .device (a second
+# call carries .device again, which replaces that folder there, but leaves target/ as it was).
 build_anchor() {
-  local backend="$1"
+  local backend="$1" builds="$root/target/device-check"
   shift
   case "$backend" in
     cpu) scripts/setup/llama-tool.sh "$@" ;;
-    cuda) CARGO_TARGET_DIR="$pack/target" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+    cuda) CARGO_TARGET_DIR="$builds" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
       scripts/setup/llama-tool.sh --gpu "$@" ;;
-    vulkan) CARGO_TARGET_DIR="$pack/target" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+    vulkan) CARGO_TARGET_DIR="$builds" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
       VULKAN_SDK="$pack/unpacked/vulkan" CMAKE_PREFIX_PATH="$pack/unpacked/vulkan/usr" PATH="$pack/unpacked/vulkan/usr/bin:$PATH" \
       LD_LIBRARY_PATH="$pack/unpacked/vulkan/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" \
       scripts/setup/llama-tool.sh --vulkan "$@" ;;
   esac
+}
+
+# build_anchors BACKEND: both tools for one backend, their paths on two lines.
+build_anchors() {
+  build_anchor "$1" llama-bench llama-bench
+  build_anchor "$1" batched-bench llama-batched-bench
 }
 
 # engine ANCHOR_NAME LLAMA_BENCH: alternating rounds of llama-bench and catena bench; one JSON line
@@ -266,12 +274,25 @@ if [ "$mode" = gpu ]; then
 fi
 
 # Every build before any measurement: a call stopped in a build leaves nothing half measured,
-# and the next call on the same machine finds the finished builds.
-declare -A bench batched_bench
+# and the next call on the same machine finds the finished builds. The backends build side by
+# side: each has long single-file stretches (ggml-vulkan.cpp, the shader generator) that leave
+# cores idle. Their logs go where the device tool returns files.
+logs="${OUT:-$work}"
+mkdir -p "$logs"
+declare -A bench batched_bench build_pid
 for backend in "${anchors[@]}"; do
-  step "llama.cpp's tools with the $backend backend"
-  bench[$backend]="$(build_anchor "$backend" llama-bench llama-bench)"
-  batched_bench[$backend]="$(build_anchor "$backend" batched-bench llama-batched-bench)"
+  step "llama.cpp's tools with the $backend backend (log: $logs/build-$backend.log)"
+  build_anchors "$backend" >"$work/tools-$backend" 2>"$logs/build-$backend.log" &
+  build_pid[$backend]=$!
+done
+for backend in "${anchors[@]}"; do
+  if ! wait "${build_pid[$backend]}"; then
+    tail -n 30 "$logs/build-$backend.log" >&2
+    die "the $backend build of llama.cpp's tools failed (the end of its log is above)"
+  fi
+  bench[$backend]="$(sed -n 1p "$work/tools-$backend")"
+  batched_bench[$backend]="$(sed -n 2p "$work/tools-$backend")"
+  echo "  $backend: ${bench[$backend]} and ${batched_bench[$backend]}" >&2
 done
 for backend in "${anchors[@]}"; do
   step "engine against llama.cpp ($backend)"
