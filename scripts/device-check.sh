@@ -110,10 +110,11 @@ unpack() {
 }
 
 # build_anchor cuda|vulkan|cpu TOOL_FOLDER TARGET: one of llama.cpp's tools, printed as a path.
-# On the GPU machine the builds go to target/device-check, outside the carried .device (a second
-# call carries .device again, which replaces that folder there, but leaves target/ as it was).
+# On the GPU machine the builds go to the build folder's device-check/, outside the carried
+# .device (a second call carries .device again, which replaces that folder there, but leaves the
+# ignored target/ as it was).
 build_anchor() {
-  local backend="$1" builds="$root/target/device-check"
+  local backend="$1" builds="$target/device-check"
   shift
   case "$backend" in
     cpu) scripts/setup/llama-tool.sh "$@" ;;
