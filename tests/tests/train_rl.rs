@@ -1,10 +1,12 @@
 //! Agentic RL against the real default model, llama.cpp and the sandbox: rollouts are exactly
 //! the tokens the engine evaluated, with sampling log-probabilities the trainer reproduces; a
-//! DAPO update moves the rewarded rollout up and the other down; `catena train rl` runs,
+//! DAPO update moves the rewarded rollout up and the other down, with rollouts held to the
+//! protocol's grammar as by default; `catena train rl` runs from the shipped adapter,
 //! checkpoints, resumes and refuses what it cannot use.
 
 mod common;
 
+use catena_agent::Decoding;
 use catena_agent::tools::profile_tools;
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
 use catena_engine_api::SessionOptions;
@@ -67,6 +69,7 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
         profile: &profile,
         tools: &tools,
         temperature: 1.0,
+        decoding: Decoding::Protocol,
         max_tokens: 40,
         model_name: "test".into(),
     };
@@ -107,6 +110,10 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
             r.rollout_logprobs.len()
         );
         assert!(r.response_tokens() > 0 && r.response_tokens() <= 40);
+        // Held to the math profile's grammar, every chain opens with its plan.
+        let ids: Vec<i32> = r.tokens[prompt.len()..].iter().map(|&t| t as i32).collect();
+        let text = engine.detokenize(&ids);
+        assert!(text.starts_with("<plan>"), "{text:?}");
     }
     // Two different rollouts get opposite rewards.
     let a = group[0].clone();
@@ -125,7 +132,8 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
             advantage: -1.0,
         },
     ];
-    // The trainer computes the rollout engine's sampling log-probabilities.
+    // The trainer computes the rollout engine's log-probabilities: the grammar's mask chose
+    // which tokens could be sampled, but the recorded probabilities are the policy's own.
     for s in &kept {
         let lps = trainer_logprobs(&model, s);
         let gap: f32 = lps
@@ -202,12 +210,19 @@ fn rl_command(tasks: &std::path::Path, out: &std::path::Path, settings: [&str; 3
     cmd
 }
 
+/// [`rl_command`] starting from the adapter Catena ships for the default model, by its name.
+fn rl_from_shipped(tasks: &std::path::Path, out: &std::path::Path, settings: [&str; 3]) -> Command {
+    let mut cmd = rl_command(tasks, out, settings);
+    cmd.args(["--adapter", "catena-coa-0.5b"]);
+    cmd
+}
+
 #[test]
 fn train_rl_runs_checkpoints_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let tasks = tasks_file(dir.path());
     let out = dir.path().join("rl");
-    let first = rl_command(&tasks, &out, ["2", "2", "4"])
+    let first = rl_from_shipped(&tasks, &out, ["2", "2", "4"])
         .output()
         .expect("catena runs");
     assert!(
@@ -235,9 +250,23 @@ fn train_rl_runs_checkpoints_and_resumes() {
     }
     let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
     assert_eq!(latest.trim(), "step-000002");
+    // It went on from the shipped adapter (rank 8 on all seven projections), not from a fresh
+    // one of the command line's rank 4 on q and v.
+    assert!(
+        events[0]["init_adapter"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("catena-coa-0.5b.gguf")),
+        "{:?}",
+        events[0]
+    );
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(out.join("peft/adapter_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["r"], 8, "{config}");
+    assert_eq!(config["target_modules"].as_array().unwrap().len(), 7);
 
     // Asked for one more step, the run resumes at step 2 and draws the next prompt.
-    let second = rl_command(&tasks, &out, ["3", "2", "4"])
+    let second = rl_from_shipped(&tasks, &out, ["3", "2", "4"])
         .output()
         .expect("catena runs");
     assert!(
@@ -257,7 +286,9 @@ fn train_rl_runs_checkpoints_and_resumes() {
     assert_eq!(steps[0]["step"], 3);
 
     // Another seed is another run: refused, nothing overwritten.
-    let refused = rl_command(&tasks, &out, ["4", "2", "5"]).output().unwrap();
+    let refused = rl_from_shipped(&tasks, &out, ["4", "2", "5"])
+        .output()
+        .unwrap();
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("other settings"), "{err}");
@@ -278,6 +309,30 @@ fn train_rl_refuses_what_it_cannot_use() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // GGUF files that are not an adapter for this model, and a name Catena ships nothing as.
+    let model = common::default_model();
+    let cut = dir.path().join("cut.gguf");
+    let shipped = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../models/adapters/catena-coa-0.5b.gguf"),
+    )
+    .unwrap();
+    std::fs::write(&cut, &shipped[..shipped.len() - 1000]).unwrap();
+    for (adapter, expected) in [
+        (model.as_os_str(), "not a LoRA adapter"),
+        (cut.as_os_str(), "truncated"),
+        (
+            "no-such-adapter".as_ref(),
+            "nor the name of a shipped adapter",
+        ),
+    ] {
+        let mut cmd = rl_command(&tasks, &out, ["1", "2", "4"]);
+        cmd.arg("--adapter").arg(adapter);
+        let o = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(expected), "{err}");
+    }
+    assert!(!out.join("adapter.gguf").exists());
     // A group of one has no advantage to compute.
     let o = rl_command(&tasks, &out, ["1", "1", "4"]).output().unwrap();
     assert!(!o.status.success());

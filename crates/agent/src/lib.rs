@@ -32,7 +32,8 @@ pub struct Budgets {
 }
 
 /// How the model's text is decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Decoding {
     /// Every generation held to the profile's chain grammar (PROTOCOL.md §8): the chain cannot
     /// leave the protocol. Observations and prefills are never constrained.

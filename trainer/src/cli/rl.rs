@@ -6,6 +6,7 @@ use super::{device, exit_code, lora_targets, stop_flag};
 use crate::lora::LoraConfig;
 use crate::rl::{DapoConfig, RlEvent, RlOptions};
 use anyhow::{Context, Result, bail};
+use catena_agent::Decoding;
 use catena_agent::tools::ToolBox;
 use catena_sandbox::Sandbox;
 use clap::Args;
@@ -18,10 +19,15 @@ pub struct RlArgs {
     #[arg(long, value_name = "MODEL")]
     pub base: Option<PathBuf>,
 
-    /// Start from this adapter: a PEFT folder, or the output folder of `catena train sft`
-    /// (its `peft/` is used). Without it a fresh adapter starts equal to the base model.
-    #[arg(long, value_name = "DIR")]
+    /// Start from this adapter: a PEFT folder, the output folder of `catena train sft` (its
+    /// `peft/` is used), a GGUF adapter file, or `catena-coa-0.5b` (the adapter shipped for the
+    /// default model). Without it a fresh adapter starts equal to the base model.
+    #[arg(long, value_name = "DIR|FILE|NAME")]
     pub adapter: Option<PathBuf>,
+
+    /// Rollouts write freely instead of being held to the profile's chain grammar.
+    #[arg(long)]
+    pub free: bool,
 
     /// Tasks with verifiable answers: JSONL (`{"id", "question", "answer"}` per line, as
     /// `catena train synth` writes) or the AFM/verl parquet layout.
@@ -153,8 +159,9 @@ fn options(args: &RlArgs, base: PathBuf) -> Result<RlOptions> {
     let init_adapter = match &args.adapter {
         Some(dir) if dir.join("adapter_config.json").is_file() => Some(dir.clone()),
         Some(dir) if dir.join("peft/adapter_config.json").is_file() => Some(dir.join("peft")),
+        Some(file) if file.is_file() => Some(file.clone()),
         Some(path) => bail!(
-            "{}: not a PEFT adapter folder (adapter_config.json + adapter_model.safetensors) nor a `catena train sft` output folder; for an adapter.gguf, pass the peft/ folder written next to it",
+            "{}: not a PEFT adapter folder (adapter_config.json + adapter_model.safetensors), a `catena train sft` output folder or a GGUF adapter file",
             path.display()
         ),
         None => None,
@@ -180,6 +187,11 @@ fn options(args: &RlArgs, base: PathBuf) -> Result<RlOptions> {
     o.steps = args.steps;
     o.updates_per_batch = args.updates_per_batch.max(1);
     o.temperature = args.temperature;
+    o.decoding = if args.free {
+        Decoding::Free
+    } else {
+        Decoding::Protocol
+    };
     o.max_tokens = args.max_tokens;
     o.overlong_shaping = args.overlong_shaping;
     o.grad_clip = args.grad_clip;

@@ -23,8 +23,9 @@ use crate::checkpoint::{self, StepClock, StepCount};
 use crate::lora::LoraConfig;
 use crate::model::{ObjectivePass, Qwen2Lora};
 use crate::optim::{AdamW, AdamWConfig, accumulate, clip_grad_norm};
-use crate::{Result, TrainError, export};
+use crate::{Result, TrainError, export, gguf_adapter};
 use candle_core::{Device, Tensor};
+use catena_agent::Decoding;
 use catena_agent::tools::ToolBox;
 use catena_engine::llama::{AdapterOptions, BatchedSession, LlamaEngine, LoadOptions};
 use catena_engine_api::SessionOptions;
@@ -51,7 +52,8 @@ pub struct RlOptions {
     pub base: PathBuf,
     pub tasks: PathBuf,
     pub out: PathBuf,
-    /// A PEFT adapter folder to start from (an SFT run's `peft/`); a fresh adapter otherwise.
+    /// The adapter to start from: a PEFT folder (an SFT run's `peft/`) or a GGUF adapter file
+    /// (the shipped one); a fresh adapter otherwise.
     pub init_adapter: Option<PathBuf>,
     /// The fresh adapter's shape when there is no `init_adapter`.
     pub lora: LoraConfig,
@@ -68,6 +70,14 @@ pub struct RlOptions {
     /// Optimizer steps per batch (the batch split into this many mini-batches).
     pub updates_per_batch: usize,
     pub temperature: f32,
+    /// Whether rollouts are held to the profile's chain grammar (the default, as for `catena
+    /// run`) or written freely. Held to it, a rollout is sampled from the policy with the
+    /// grammar's mask over it; its recorded log-probabilities (and so the importance weights)
+    /// are the unmasked policy's (docs/TRAINING.md, "Rollouts held to the grammar").
+    /// Left out of the settings' record when free (and read back as free when missing), so a
+    /// run begun before rollouts were held to the grammar resumes with `--free`.
+    #[serde(default = "free", skip_serializing_if = "is_free")]
+    pub decoding: Decoding,
     /// Generated tokens per rollout.
     pub max_tokens: usize,
     /// Add the overlong penalty of PROTOCOL.md §6 to the reward.
@@ -77,6 +87,14 @@ pub struct RlOptions {
     pub checkpoint_every: usize,
     pub keep_checkpoints: usize,
     pub seed: u64,
+}
+
+fn is_free(decoding: &Decoding) -> bool {
+    *decoding == Decoding::Free
+}
+
+fn free() -> Decoding {
+    Decoding::Free
 }
 
 impl RlOptions {
@@ -99,6 +117,7 @@ impl RlOptions {
             steps: 20,
             updates_per_batch: 1,
             temperature: 1.0,
+            decoding: Decoding::Protocol,
             max_tokens: 512,
             overlong_shaping: false,
             grad_clip: 1.0,
@@ -157,6 +176,7 @@ fn fingerprint(options: &RlOptions, tasks: &[EvalTask]) -> Result<String> {
     settings.keep_checkpoints = 0;
     settings.gpu_layers = None;
     let adapter = match &options.init_adapter {
+        Some(file) if file.is_file() => Some(std::fs::read(file).map_err(TrainError::io(file))?),
         Some(dir) => {
             let path = dir.join("adapter_model.safetensors");
             Some(std::fs::read(&path).map_err(TrainError::io(&path))?)
@@ -295,7 +315,11 @@ fn starting_model(options: &RlOptions, base: &BaseModel, device: &Device) -> Res
     let Some(dir) = &options.init_adapter else {
         return Qwen2Lora::new(base, &options.lora, options.seed);
     };
-    let (config, tensors) = export::read_peft_for(base, dir, device)?;
+    let (config, tensors) = if dir.is_file() {
+        gguf_adapter::read_gguf_adapter_for(base, dir, device)?
+    } else {
+        export::read_peft_for(base, dir, device)?
+    };
     let model = Qwen2Lora::new(base, &config, options.seed)?;
     model
         .lora
@@ -368,6 +392,7 @@ fn run_step(
         profile: run.profile,
         tools: run.tools,
         temperature: options.temperature,
+        decoding: options.decoding,
         max_tokens: options.max_tokens,
         model_name: engine.info().name.clone().unwrap_or_default(),
     };

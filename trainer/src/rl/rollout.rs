@@ -67,6 +67,7 @@ pub struct RolloutSetup<'a> {
     pub profile: &'a Profile,
     pub tools: &'a ToolBox,
     pub temperature: f32,
+    pub decoding: Decoding,
     pub max_tokens: usize,
     pub model_name: String,
 }
@@ -92,9 +93,7 @@ pub fn sample_group(
             max_time: None,
         },
         cancel: None,
-        // The recipe's rollouts sample the policy as it is: its ratios compare the trainer's
-        // probabilities with the rollout's, which a grammar's mask would change.
-        decoding: Decoding::Free,
+        decoding: setup.decoding,
     };
     let group = sessions.len();
     let mut rollouts: Vec<Option<Rollout>> = vec![None; group];
