@@ -117,12 +117,12 @@ fn factor_shapes(
         let &[out, inp] = weight.shape().dims() else {
             return Err(format!("the base model's {layer} is not a matrix"));
         };
-        let (r, want) = match (factor, info.shape.dims()) {
-            ("lora_a", &[r, cols]) => (r, (cols == inp).then_some(())),
-            ("lora_b", &[rows, r]) => (r, (rows == out).then_some(())),
+        let (r, fits) = match (factor, info.shape.dims()) {
+            ("lora_a", &[r, cols]) => (r, cols == inp),
+            ("lora_b", &[rows, r]) => (r, rows == out),
             (_, dims) => return Err(format!("{name} has shape {dims:?}, not a matrix")),
         };
-        if want.is_none() || r == 0 || r as u64 > MAX_LORA_RANK {
+        if !fits || r == 0 || r as u64 > MAX_LORA_RANK {
             return Err(format!(
                 "{name} has shape {:?}, which does not fit {layer} {:?} (is it an adapter for \
                  this base model?)",
@@ -133,11 +133,17 @@ fn factor_shapes(
         if *rank.get_or_insert(r) != r {
             return Err(format!("{name} has rank {r}, other factors {rank:?}"));
         }
+        // The shape is bounded by now; the offsets are the file's own numbers.
         let bytes = (info.shape.elem_count() * info.ggml_dtype.type_size()) as u64;
-        let end = content.tensor_data_offset + info.offset + bytes;
-        if end > file_len {
+        let end = content
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .and_then(|start| start.checked_add(bytes));
+        if end.is_none_or(|end| end > file_len) {
             return Err(format!(
-                "the file is truncated: {name} ends at byte {end}, the file has {file_len}"
+                "the file is truncated: {name} claims {bytes} bytes at offset {} of the data, \
+                 the file has {file_len}",
+                info.offset
             ));
         }
         targets.insert(target);
