@@ -186,19 +186,14 @@ fn tasks_file(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-/// A small run: `settings` are `[steps, group, seed]`.
+/// A small run: `settings` are `[steps, group, seed]`. Each step draws both tasks, their groups
+/// under way at once.
 fn rl_command(tasks: &std::path::Path, out: &std::path::Path, settings: [&str; 3]) -> Command {
     let [steps, group, seed] = settings;
     let mut cmd = Command::new(common::catena_bin());
     cmd.args(["train", "rl", "--json", "--device", "cpu"])
-        .args([
-            "--group",
-            group,
-            "--batch-prompts",
-            "1",
-            "--max-draw-factor",
-            "1",
-        ])
+        .args(["--group", group, "--batch-prompts", "2"])
+        .args(["--max-draw-factor", "1", "--parallel-groups", "2"])
         .args(["--max-tokens", "24", "--rank", "4", "--targets", "q,v"])
         .args(["--steps", steps, "--seed", seed])
         .arg("--base")
@@ -231,15 +226,22 @@ fn train_rl_runs_checkpoints_and_resumes() {
         String::from_utf8_lossy(&first.stderr)
     );
     let events = common::json_lines(&first);
-    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
-    assert_eq!(kinds.iter().filter(|k| **k == "group").count(), 2);
+    let groups: Vec<&Value> = events.iter().filter(|e| e["event"] == "group").collect();
+    assert_eq!(groups.len(), 4);
     let steps: Vec<&Value> = events.iter().filter(|e| e["event"] == "step").collect();
     assert_eq!(steps.len(), 2);
-    for s in &steps {
-        assert_eq!(s["rollouts"], 2);
+    for (s, drawn) in steps.iter().zip(groups.chunks(2)) {
+        // Both tasks each step (the groups of one step under way together, a group scored as
+        // it ends), every rollout counted, the kept ones trained.
+        let mut tasks: Vec<&str> = drawn.iter().filter_map(|g| g["task"].as_str()).collect();
+        tasks.sort_unstable();
+        assert_eq!(tasks, ["a", "b"], "{drawn:?}");
+        assert_eq!(s["rollouts"], 4);
+        assert_eq!(s["groups_sampled"], 2);
+        let kept = drawn.iter().filter(|g| g["kept"] == true).count();
+        assert_eq!(s["groups_dropped"], 2 - kept);
         assert!(s["generated_tokens"].as_u64().unwrap() > 0);
         assert!(s["rollout_seconds"].as_f64().unwrap() > 0.0);
-        assert_eq!(s["groups_sampled"], 1);
     }
     for file in [
         "adapter.gguf",

@@ -10,7 +10,7 @@
 mod plain;
 mod queue;
 
-pub use queue::run_queue;
+pub use queue::{run_fed, run_queue};
 
 use catena_agent::tools::ToolBox;
 use catena_agent::{AgentError, Budgets, Decoding, RunRequest, run_chain, start_task};

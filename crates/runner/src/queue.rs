@@ -3,8 +3,9 @@
 //! not wait for the others (continuous batching, docs/ARCHITECTURE.md "Many sequences in one
 //! context").
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::VecDeque;
 use std::sync::mpsc;
+use std::sync::{Condvar, Mutex, PoisonError};
 
 /// Runs jobs `0..count` over `lanes`. `work(lane, job)` runs one job; `Ok(None)` says the lane
 /// was stopped (a cancel) and takes no more jobs. `keep(job, result)` gets each result on the
@@ -21,48 +22,136 @@ where
     T: Send,
     E: Send,
 {
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let (finished, ended) = mpsc::channel::<(usize, Result<T, E>)>();
+    run_fed(
+        lanes,
+        (0..count).collect(),
+        |lane, &job| work(lane, job),
+        |job, result| keep(job, result).map(|()| Vec::new()),
+    )
+}
+
+/// [`run_queue`] where what runs next depends on what ended: `keep(job, result)` returns jobs to
+/// add behind those queued (RL draws another group of rollouts when one carried no signal).
+/// Jobs start in the order queued; the run ends when none is queued or under way.
+pub fn run_fed<L, J, T, E>(
+    lanes: Vec<L>,
+    jobs: Vec<J>,
+    work: impl Fn(&mut L, &J) -> Result<Option<T>, E> + Sync,
+    mut keep: impl FnMut(J, T) -> Result<Vec<J>, E>,
+) -> Result<(), E>
+where
+    L: Send,
+    J: Send,
+    T: Send,
+    E: Send,
+{
+    let mut outstanding = jobs.len();
+    let board = JobBoard::new(jobs);
+    // A lane sends every job it took back, its result `None` when the lane was stopped.
+    let (finished, ended) = mpsc::channel::<(J, Result<Option<T>, E>)>();
     std::thread::scope(|scope| {
         for mut lane in lanes {
             let finished = finished.clone();
-            let (next, failed, work) = (&next, &failed, &work);
+            let (board, work) = (&board, &work);
             scope.spawn(move || {
-                while !failed.load(Ordering::SeqCst) {
-                    let job = next.fetch_add(1, Ordering::SeqCst);
-                    if job >= count {
-                        break;
+                while let Some(job) = board.take() {
+                    let result = work(&mut lane, &job);
+                    let go_on = matches!(result, Ok(Some(_)));
+                    if result.is_err() {
+                        board.close();
                     }
-                    let result = match work(&mut lane, job) {
-                        Ok(Some(result)) => Ok(result),
-                        Ok(None) => break,
-                        Err(e) => {
-                            failed.store(true, Ordering::SeqCst);
-                            Err(e)
-                        }
-                    };
-                    if finished.send((job, result)).is_err() {
+                    if finished.send((job, result)).is_err() || !go_on {
                         break;
                     }
                 }
             });
         }
         drop(finished);
+        if outstanding == 0 {
+            board.close();
+        }
         let mut first_error = None;
+        // Ends when every lane has ended: after the board closed, or when all were stopped.
         for (job, result) in ended {
-            if let Err(e) = result.and_then(|result| keep(job, result)) {
-                failed.store(true, Ordering::SeqCst);
-                first_error.get_or_insert(e);
+            outstanding -= 1;
+            let kept = match result {
+                Ok(Some(result)) => keep(job, result),
+                Ok(None) => Ok(Vec::new()),
+                Err(e) => Err(e),
+            };
+            match kept {
+                Ok(more) if first_error.is_none() => {
+                    outstanding += more.len();
+                    board.add(more);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    board.close();
+                    first_error.get_or_insert(e);
+                }
+            }
+            if outstanding == 0 {
+                board.close();
             }
         }
         first_error.map_or(Ok(()), Err)
     })
 }
 
+/// The queued jobs the lanes take from, and whether more can come.
+struct JobBoard<J> {
+    state: Mutex<(VecDeque<J>, bool)>,
+    changed: Condvar,
+}
+
+impl<J> JobBoard<J> {
+    fn new(jobs: Vec<J>) -> JobBoard<J> {
+        JobBoard {
+            state: Mutex::new((jobs.into(), false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// The next job, waiting for one while the board is open; `None` once it is closed.
+    fn take(&self) -> Option<J> {
+        // A lane that panicked holding the lock left the queue itself intact.
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let (queue, closed) = &mut *state;
+            if *closed {
+                return None;
+            }
+            if let Some(job) = queue.pop_front() {
+                return Some(job);
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn add(&self, jobs: Vec<J>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0.extend(jobs);
+        self.changed.notify_all();
+    }
+
+    /// No job starts after this; lanes waiting for one end.
+    fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.1 = true;
+        self.changed.notify_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     #[test]
     fn every_job_runs_once_and_is_kept() {
@@ -133,5 +222,54 @@ mod tests {
         )
         .unwrap();
         assert_eq!(started.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn kept_results_can_add_jobs_and_the_run_ends_when_none_is_left() {
+        // Each job n < 20 adds job n + 10; the jobs that run are 0..30, each once.
+        let mut kept = Vec::new();
+        run_fed(
+            vec![(); 3],
+            (0..10).collect(),
+            |_, &job: &usize| Ok::<_, String>(Some(job)),
+            |job, result| {
+                kept.push(result);
+                Ok(if job < 20 { vec![job + 10] } else { Vec::new() })
+            },
+        )
+        .unwrap();
+        kept.sort();
+        assert_eq!(kept, (0..30).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_stopped_lane_does_not_keep_the_others_waiting() {
+        // Lane 0 stops at its first job; lane 1 (which waits until it has) runs every other
+        // job, and the run ends.
+        let stopped = AtomicBool::new(false);
+        let ran = AtomicUsize::new(0);
+        let mut kept = 0;
+        run_fed(
+            vec![true, false],
+            (0..8).collect(),
+            |stops: &mut bool, _: &usize| {
+                if *stops {
+                    stopped.store(true, Ordering::SeqCst);
+                    return Ok::<_, String>(None);
+                }
+                while !stopped.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(Some(()))
+            },
+            |_, ()| {
+                kept += 1;
+                Ok(Vec::new())
+            },
+        )
+        .unwrap();
+        assert_eq!(kept, ran.load(Ordering::SeqCst));
+        assert_eq!(kept, 7);
     }
 }

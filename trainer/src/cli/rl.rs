@@ -46,6 +46,12 @@ pub struct RlArgs {
     #[arg(long, default_value_t = 8)]
     pub group: usize,
 
+    /// Groups decoded at once (never more than --batch-prompts): more keep the batch full while
+    /// some rollouts run code or a group finishes its longest rollout, for --group × this
+    /// sequences' memory.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub parallel_groups: usize,
+
     /// Prompts with a learning signal (unequal rewards) per step.
     #[arg(long, default_value_t = 4)]
     pub batch_prompts: usize,
@@ -140,8 +146,12 @@ fn options(args: &RlArgs, base: PathBuf) -> Result<RlOptions> {
     if args.group < 2 {
         bail!("--group must be at least 2 (advantages compare rollouts of the same prompt)");
     }
-    if args.batch_prompts == 0 || args.steps == 0 || args.max_tokens == 0 {
-        bail!("--batch-prompts, --steps and --max-tokens must be at least 1");
+    if args.batch_prompts == 0
+        || args.steps == 0
+        || args.max_tokens == 0
+        || args.parallel_groups == 0
+    {
+        bail!("--batch-prompts, --parallel-groups, --steps and --max-tokens must be at least 1");
     }
     if !(args.lr > 0.0 && args.lr.is_finite()) {
         bail!("--lr must be a positive number");
@@ -183,6 +193,7 @@ fn options(args: &RlArgs, base: PathBuf) -> Result<RlOptions> {
     };
     o.group = args.group;
     o.batch_prompts = args.batch_prompts;
+    o.parallel_groups = args.parallel_groups;
     o.max_draw_factor = args.max_draw_factor.max(1);
     o.steps = args.steps;
     o.updates_per_batch = args.updates_per_batch.max(1);

@@ -72,6 +72,25 @@ pub struct RolloutSetup<'a> {
     pub model_name: String,
 }
 
+impl RolloutSetup<'_> {
+    /// How every rollout runs: the profile's tools and tool-call budget, `max_tokens`, no
+    /// deadline.
+    fn plan(&self) -> RunPlan<'_> {
+        RunPlan {
+            profile: self.profile,
+            tools: self.tools,
+            model: self.model_name.clone(),
+            budgets: Budgets {
+                max_tool_calls: self.profile.max_tool_calls,
+                max_tokens: self.max_tokens,
+                max_time: None,
+            },
+            cancel: None,
+            decoding: self.decoding,
+        }
+    }
+}
+
 /// Samples one trajectory for `task` on each of `sessions`, all decoded together (one batch a
 /// step over one KV cache: the prompt is evaluated once and copied to the other sequences, and
 /// a rollout waiting for its sandbox leaves the batch meanwhile). Rollout `g` is seeded with
@@ -83,24 +102,12 @@ pub fn sample_group(
     seed: u32,
 ) -> Result<(Vec<Rollout>, Duration)> {
     let started = Instant::now();
-    let plan = RunPlan {
-        profile: setup.profile,
-        tools: setup.tools,
-        model: setup.model_name.clone(),
-        budgets: Budgets {
-            max_tool_calls: setup.profile.max_tool_calls,
-            max_tokens: setup.max_tokens,
-            max_time: None,
-        },
-        cancel: None,
-        decoding: setup.decoding,
-    };
     let group = sessions.len();
     let mut rollouts: Vec<Option<Rollout>> = vec![None; group];
     run_queue(
         sessions.iter_mut().collect(),
         group,
-        |session, g| rollout(setup.temperature, &plan, session, task, seed, g).map(Some),
+        |session, g| rollout(setup, session, task, seed, g).map(Some),
         |g, rollout| {
             rollouts[g] = Some(rollout);
             Ok(())
@@ -110,20 +117,20 @@ pub fn sample_group(
     Ok((rollouts, started.elapsed()))
 }
 
-/// Rollout `g` of a group, in `session`.
-fn rollout(
-    temperature: f32,
-    plan: &RunPlan<'_>,
+/// Rollout `g` of a group seeded with `seed`, in `session`.
+pub(crate) fn rollout(
+    setup: &RolloutSetup<'_>,
     session: &mut BatchedSession<'_>,
     task: &EvalTask,
     seed: u32,
     g: usize,
 ) -> Result<Rollout> {
+    let plan = setup.plan();
     let run = TaskRun {
         id: &task.id,
         question: &task.question,
         sampling: SamplingParams {
-            temperature,
+            temperature: setup.temperature,
             // No truncation: the sampled distribution is the model's own, the one the trainer
             // computes log-probabilities under.
             top_p: 1.0,
@@ -132,7 +139,7 @@ fn rollout(
         },
         prefill: None,
     };
-    let outcome = run_task(Engine::Chain(session), plan, &run, None, &mut |_| {})
+    let outcome = run_task(Engine::Chain(session), &plan, &run, None, &mut |_| {})
         .map_err(|e| TrainError::Stopped(format!("task {}: sampling a rollout: {e}", task.id)))?;
     let prompt_tokens = outcome.summary.prompt_tokens;
     if prompt_tokens < 2 {
