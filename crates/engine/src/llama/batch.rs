@@ -101,6 +101,7 @@ impl LlamaEngine {
                     samplers: (0..sequences).map(|_| None).collect(),
                     logprobs: options.logprobs,
                     active: Vec::new(),
+                    occupancy: Occupancy::default(),
                 }
                 .run(&inbox);
             });
@@ -342,16 +343,37 @@ struct Scheduler<'m> {
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
     logprobs: bool,
     active: Vec<Active>,
+    occupancy: Occupancy,
+}
+
+/// Where the scheduler's wall time went, logged when it ends: decode steps by how many
+/// sequences they carried, steps that also evaluated a prompt or an observation, sampling, and
+/// waits with no generation under way (every sequence running a tool, or between tasks).
+#[derive(Debug, Default)]
+struct Occupancy {
+    /// `by_width[n]`: time and count of steps that carried one token of each of `n` sequences.
+    by_width: Vec<(Duration, usize)>,
+    /// Time and count of steps that carried more than one token of some sequence.
+    with_prefill: (Duration, usize),
+    prefill_tokens: usize,
+    sampled_tokens: usize,
+    sampling: Duration,
+    idle: Duration,
 }
 
 impl Scheduler<'_> {
     fn run(&mut self, inbox: &Receiver<Request>) {
         loop {
             if self.active.is_empty() {
+                let waiting = Instant::now();
                 match inbox.recv() {
                     Ok(request) => self.admit(request),
-                    Err(_) => return,
+                    Err(_) => {
+                        tracing::debug!(occupancy = ?self.occupancy, "batch scheduler ends");
+                        return;
+                    }
                 }
+                self.occupancy.idle += waiting.elapsed();
             }
             while let Ok(request) = inbox.try_recv() {
                 self.admit(request);
@@ -535,24 +557,40 @@ impl Scheduler<'_> {
             .decode(&mut self.batch)
             .map_err(|e| EngineError::Decode(e.to_string()))?;
         let elapsed = started.elapsed();
+        if planned.iter().any(|&(_, take, _)| take > 1) {
+            self.occupancy.with_prefill.0 += elapsed;
+            self.occupancy.with_prefill.1 += 1;
+        } else {
+            let width = planned.len();
+            let by_width = &mut self.occupancy.by_width;
+            if by_width.len() <= width {
+                by_width.resize(width + 1, (Duration::ZERO, 0));
+            }
+            by_width[width].0 += elapsed;
+            by_width[width].1 += 1;
+        }
+        let sampling_started = Instant::now();
         let mut finished = Vec::new();
         for (index, take, logits) in planned {
             let active = &mut self.active[index];
             let seq = active.request.seq;
             self.kv[seq].extend(active.pending.drain(..take));
             if take > 1 {
+                self.occupancy.prefill_tokens += take;
                 active.prefill_tokens += take;
                 active.prefill_time += elapsed;
             } else {
                 active.decode_tokens += take;
                 active.decode_time += elapsed;
             }
-            if let Some(at) = logits
-                && let Some(stop) = self.sample(index, at)?
-            {
-                finished.push((index, stop));
+            if let Some(at) = logits {
+                self.occupancy.sampled_tokens += 1;
+                if let Some(stop) = self.sample(index, at)? {
+                    finished.push((index, stop));
+                }
             }
         }
+        self.occupancy.sampling += sampling_started.elapsed();
         // Remove from the back so the indices stay valid.
         finished.sort_by_key(|&(index, _)| std::cmp::Reverse(index));
         for (index, stop) in finished {

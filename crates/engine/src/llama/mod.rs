@@ -32,7 +32,7 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
@@ -176,8 +176,10 @@ pub struct LlamaEngine {
     adapter: Option<LoadedAdapter>,
     /// The system prompt the model's template inserts when a conversation has none.
     default_system: Option<String>,
-    /// The grammar compiler for constrained decoding, built at the first constrained request.
-    grammars: OnceLock<guide::GrammarFactory>,
+    /// The grammar compiler for constrained decoding, built at the first constrained request
+    /// (under the lock: sequences that ask at once wait for one build, about a second for a
+    /// vocabulary of 150k tokens, instead of each making its own).
+    grammars: Mutex<Option<guide::GrammarFactory>>,
 }
 
 impl LlamaEngine {
@@ -249,17 +251,19 @@ impl LlamaEngine {
             info,
             adapter,
             default_system,
-            grammars: OnceLock::new(),
+            grammars: Mutex::new(None),
         })
     }
 
     /// The model's grammar compiler, built once (it walks the whole vocabulary).
     fn grammar_factory(&self) -> Result<guide::GrammarFactory, EngineError> {
-        if let Some(factory) = self.grammars.get() {
+        // A panic while building leaves nothing half-made behind: the slot is still empty.
+        let mut slot = self.grammars.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(factory) = slot.as_ref() {
             return Ok(factory.clone());
         }
         let factory = guide::factory(self)?;
-        Ok(self.grammars.get_or_init(|| factory).clone())
+        Ok(slot.insert(factory).clone())
     }
 
     pub fn info(&self) -> &ModelInfo {
