@@ -5,12 +5,17 @@
 # rollouts could reach one sequence at a time, and `llama-batched-bench`'s aggregate generation
 # at the group size (a group's rollouts are decoded together) the most they could reach together;
 # rollouts also prefill prompts and observations and run code in the sandbox.
-#   scripts/bench/rl.sh ADAPTER_DIR [TASKS] [STEPS]
-# ADAPTER_DIR: a `catena train sft` output (RL from an adapter that solves some tasks, so groups
-# have signal and there is an update to time); TASKS: default a fresh synthetic set.
+#   scripts/bench/rl.sh ADAPTER [TASKS] [STEPS]
+# ADAPTER: a `catena train sft` output, a GGUF adapter or `catena-coa-0.5b` (RL from an adapter
+# that solves some tasks, so groups have signal and there is an update to time); TASKS: default
+# a fresh synthetic set. RL_FLAGS: more `catena train rl` flags (e.g. `--parallel-groups 1`).
+# The batched anchor runs twice, before and after the rollouts (this VM drifts), at two shapes:
+# pp256 tg128, and pp400 tg256, the shape of these rollouts (the math profile's prompt is about
+# 400 tokens, and they generate about 260 each).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
-adapter="$(realpath "${1:?usage: scripts/bench/rl.sh ADAPTER_DIR [TASKS] [STEPS]}")"
+adapter="${1:?usage: scripts/bench/rl.sh ADAPTER [TASKS] [STEPS]}"
+if [ -e "$adapter" ]; then adapter="$(realpath "$adapter")"; fi
 tasks="${2:-}"
 steps="${3:-2}"
 catena="$(catena_bin)"
@@ -27,15 +32,28 @@ if [ -z "$tasks" ]; then
 fi
 
 "$bench_bin" -m "$model" -p 0 -n 128 -t "$threads" -r 3 -o json > "$work/llama-bench.json"
-"$batched_bin" -m "$model" -c 4096 -b 512 -ub 512 -npp 256 -ntg 128 -npl "$group" -t "$threads" \
-  --output-format jsonl 2>/dev/null | grep '^{' > "$work/batched-bench.jsonl"
+batched() {
+  local pp tg
+  for shape in "256 128" "400 256"; do
+    read -r pp tg <<< "$shape"
+    "$batched_bin" -m "$model" -c 4096 -b 512 -ub 512 -npp "$pp" -ntg "$tg" -npl "$group" \
+      -t "$threads" --output-format jsonl 2>/dev/null | grep '^{' >> "$work/batched-bench.jsonl"
+  done
+}
+batched
+# shellcheck disable=SC2086 # RL_FLAGS is a list of flags
 "$catena" train rl --json --adapter "$adapter" --tasks "$tasks" --out "$work/rl" --group "$group" \
-  --batch-prompts 2 --steps "$steps" --max-tokens 384 --seed 3 > "$work/rl.jsonl"
+  --batch-prompts 2 --steps "$steps" --max-tokens 384 --seed 3 ${RL_FLAGS:-} > "$work/rl.jsonl"
+batched
 
 python3 - "$work/llama-bench.json" "$work/rl.jsonl" "$work/batched-bench.jsonl" "$group" <<'PY'
 import json, sys
 anchor = json.load(open(sys.argv[1]))[0]["avg_ts"]
-batched = json.loads(open(sys.argv[3]).readline())["speed_tg"]
+# Each shape's S_TG, measured before and after the rollouts; the mean is the anchor.
+runs = [json.loads(line) for line in open(sys.argv[3])]
+batched = {}
+for run in runs:
+    batched.setdefault((run["pp"], run["tg"]), []).append(run["speed_tg"])
 group = sys.argv[4]
 steps = [e for e in map(json.loads, open(sys.argv[2])) if e.get("event") == "step"]
 tot = lambda k: sum(s[k] for s in steps)
@@ -47,7 +65,10 @@ print(f"steps {len(steps)}, rollouts {rollouts}, generated tokens {tokens}, trai
 print(f"rollout throughput: {60 * rollouts / roll_s:.1f} trajectories/min, {tok_s:.1f} generated tokens/s")
 print(f"llama-bench tg128 (same model, same threads): {anchor:.1f} tokens/s")
 print(f"ratio rollout tokens/s / llama-bench tg128: {tok_s / anchor:.2f}x")
-print(f"llama-batched-bench S_TG at {group} sequences (pp256, tg128): {batched:.1f} tokens/s")
-print(f"ratio rollout tokens/s / llama-batched-bench at the group size: {tok_s / batched:.2f}x")
+for (pp, tg), speeds in batched.items():
+    mean = sum(speeds) / len(speeds)
+    each = ", ".join(f"{s:.1f}" for s in speeds)
+    print(f"llama-batched-bench S_TG at {group} sequences (pp{pp}, tg{tg}): {mean:.1f} tokens/s (before, after: {each})")
+    print(f"ratio rollout tokens/s / llama-batched-bench at the group size, pp{pp} tg{tg}: {tok_s / mean:.2f}x")
 print("time split: " + ", ".join(f"{k} {100 * v / wall:.1f}% ({v:.0f} s)" for k, v in parts.items()))
 PY
