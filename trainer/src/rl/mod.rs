@@ -70,7 +70,7 @@ pub struct RlOptions {
     /// Groups whose rollouts are decoded at once (`group` × this sequences in one context),
     /// never more than could still be needed, so none is drawn only to be thrown away. More
     /// groups keep the batch full while some rollouts run their code or finish a group's tail
-    /// (docs/TRAINING.md, "Rollouts"). A speed setting: not part of the run's record.
+    /// (docs/TRAINING.md, "Agentic RL", step 2). A speed setting: not part of the run's record.
     #[serde(skip, default = "two_groups")]
     pub parallel_groups: usize,
     pub steps: usize,
@@ -441,8 +441,8 @@ fn run_step(
 /// groups have unequal rewards or `max_draw_factor` times as many were drawn (dynamic
 /// sampling). Up to `parallel_groups` groups are under way at once, their rollouts spread over
 /// `sessions` as they free up; a group is drawn only while the kept and the unfinished ones are
-/// fewer than `batch_prompts`, so the prompts drawn are the ones drawing one group at a time
-/// would draw. The kept groups are returned in the order drawn.
+/// fewer than `batch_prompts`, so given the same rewards the prompts drawn are the ones drawing
+/// one group at a time would draw. The kept groups are returned in the order drawn.
 fn draw_groups(
     run: &StepInputs<'_>,
     setup: &RolloutSetup<'_>,
