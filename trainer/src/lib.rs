@@ -32,6 +32,7 @@ mod checkpoint;
 pub mod cli;
 pub mod data;
 pub mod export;
+mod fused;
 mod gguf_adapter;
 mod lora;
 mod model;

@@ -219,15 +219,15 @@ impl Qwen2Lora {
                 .reshape((c.heads, len, c.head_dim))?)
         };
         let (k, v) = (repeat(k)?, repeat(v)?);
-        let scores = (q.matmul(&k.t()?.contiguous()?)? * (1.0 / (c.head_dim as f64).sqrt()))?
-            .broadcast_add(&rope.mask)?;
-        let attn = ops::softmax_last(&scores)?.matmul(&v)?;
+        let scores = q.matmul(&k.t()?.contiguous()?)?;
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let attn = ops::causal_attention_weights(&scores, scale, &rope.mask)?.matmul(&v)?;
         let attn = attn.transpose(0, 1)?.reshape((len, c.heads * c.head_dim))?;
         let x = (x + self.linear(l, Target::O, &attn, pass)?)?;
         let h = ops::rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
-        let gate = ops::silu(&self.linear(l, Target::Gate, &h, pass)?)?;
+        let gate = self.linear(l, Target::Gate, &h, pass)?;
         let up = self.linear(l, Target::Up, &h, pass)?;
-        let down = self.linear(l, Target::Down, &(gate * up)?, pass)?;
+        let down = self.linear(l, Target::Down, &ops::swiglu(&gate, &up)?, pass)?;
         Ok((x + down)?)
     }
 
@@ -395,12 +395,12 @@ impl Qwen2Lora {
         } else {
             chunk.normed.detach().index_select(&idx, 0)?
         };
-        let logp = ops::log_softmax_last(&self.head.forward(&rows)?)?;
-        let label_idx = Tensor::new(chunk.labels, &self.device)?.unsqueeze(1)?;
-        let picked = logp.gather(&label_idx, D::Minus1)?.squeeze(1)?;
+        let logits = self.head.forward(&rows)?;
+        let picked = ops::label_logprobs(&logits, chunk.labels)?;
         let values = picked.detach().to_dtype(DType::F32)?.to_vec1::<f32>()?;
         if pass.entropy {
-            let p_logp = (logp.detach().exp()? * logp.detach())?;
+            let logp = ops::log_softmax_last(&logits.detach())?;
+            let p_logp = (logp.exp()? * &logp)?;
             let h = p_logp.sum(D::Minus1)?.neg()?.to_dtype(DType::F32)?;
             result.entropies.extend(h.to_vec1::<f32>()?);
         }

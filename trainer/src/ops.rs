@@ -2,8 +2,11 @@
 //!
 //! candle's fused `rms_norm`, `softmax_last_dim`, `rope` and `sdpa` record no backward pass
 //! (a loss behind them silently gets no gradient), so these are written from elementary ops,
-//! each of which candle differentiates.
+//! each of which candle differentiates. Where one of those chains is hot (attention weights,
+//! the gated unit, the head's log-probabilities), the f32 CPU path takes a fused kernel with its
+//! own backward instead (fused.rs).
 
+use crate::fused;
 use candle_core::{D, DType, Device, Result, Tensor};
 
 /// `x / sqrt(mean(x²) + eps) * weight` over the last dimension.
@@ -71,6 +74,34 @@ pub fn log_softmax_last(x: &Tensor) -> Result<Tensor> {
 pub fn silu(x: &Tensor) -> Result<Tensor> {
     let sigmoid = (x.neg()?.exp()? + 1.0)?.recip()?;
     x * sigmoid
+}
+
+/// Attention weights: `softmax(scale · scores + mask)` over `(heads, len, len)` scores, `mask`
+/// the additive causal mask. One fused pass on the CPU (fused.rs), elementary ops elsewhere.
+pub fn causal_attention_weights(scores: &Tensor, scale: f64, mask: &Tensor) -> Result<Tensor> {
+    if fused::applies(scores) {
+        return fused::causal_softmax(scores, scale as f32);
+    }
+    softmax_last(&(scores * scale)?.broadcast_add(mask)?)
+}
+
+/// The gated feed-forward unit, `silu(gate) · up`.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if fused::applies(gate) {
+        return fused::swiglu(gate, up);
+    }
+    silu(gate)? * up
+}
+
+/// The log-probability of each row's label under `softmax(logits)`, shape `(rows,)`.
+pub fn label_logprobs(logits: &Tensor, labels: &[u32]) -> Result<Tensor> {
+    if fused::applies(logits) {
+        return fused::label_logprobs(logits, labels);
+    }
+    let idx = Tensor::new(labels, logits.device())?.unsqueeze(1)?;
+    log_softmax_last(logits)?
+        .gather(&idx, D::Minus1)?
+        .squeeze(1)
 }
 
 #[cfg(test)]
