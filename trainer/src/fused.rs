@@ -3,11 +3,12 @@
 //!
 //! Built from candle's elementary ops (ops.rs), a causal softmax over `(heads, len, len)` scores
 //! is six full-size tensors forward and about twice that backward, each freshly allocated (and
-//! its pages faulted in and zeroed), and candle's backward adds a zero tensor of the same size
-//! for every constant operand (the mask). Each op here reads its input once and writes one
-//! output, forward and backward. They run on f32 CPU tensors; ops.rs keeps the elementary
+//! its pages faulted in and zeroed), and candle's backward adds a zero tensor and a sum for
+//! every node's gradient, the constant mask's included. Each op here is one graph node that
+//! reads its inputs once and writes one output, forward and backward. They run on f32 CPU tensors; ops.rs keeps the elementary
 //! versions for other devices, and the tests hold the two to the same values and gradients.
 
+use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -16,24 +17,41 @@ pub fn applies(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == candle_core::DType::F32
 }
 
-/// `softmax(scale · scores)` over the last dimension of `(.., len, len)` scores, row `i` of each
-/// `(len, len)` matrix seeing only columns `0..=i` (the causal mask; later columns come out 0).
-pub fn causal_softmax(scores: &Tensor, scale: f32) -> Result<Tensor> {
-    // Subtracting the row's largest score before scaling is only right for a positive scale.
-    if scale.is_nan() || scale <= 0.0 {
-        candle_core::bail!("causal softmax needs a positive scale, not {scale}")
-    }
-    let square = match scores.dims() {
-        [.., rows, cols] => rows == cols,
-        _ => false,
+/// Causal attention for `q`, `k`, `v` of shape `(heads, len, head_dim)` (keys and values
+/// already repeated to the query heads): `softmax(scale · q kᵀ, causal) v`.
+///
+/// As one graph node the `(heads, len, len)` scores and weights are no longer nodes of their
+/// own, so the backward pass allocates the two such tensors it needs instead of about six (candle
+/// adds a zero tensor and a sum for each node's gradient). The weights are kept for the backward
+/// pass only when an input takes part in a graph.
+pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    check_scale(scale)?;
+    let keep = q.track_op() || k.track_op() || v.track_op();
+    let op = CausalAttention {
+        scale,
+        weights: keep.then(|| std::sync::Mutex::new(None)),
     };
-    if !square {
-        candle_core::bail!(
-            "causal softmax needs (.., len, len) scores, not {:?}",
-            scores.dims()
-        )
+    q.contiguous()?
+        .apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+}
+
+/// `lhs · rhs` on the CPU for `(m, k)` by `(k, n)` or batched `(b, m, k)` by `(b, k, n)`
+/// operands given as storage with their layouts (strided views such as transposes included).
+pub fn cpu_matmul(
+    lhs: &CpuStorage,
+    lhs_layout: &Layout,
+    rhs: &CpuStorage,
+    rhs_layout: &Layout,
+) -> Result<CpuStorage> {
+    let (batch, m, k, k2, n) = match (lhs_layout.dims(), rhs_layout.dims()) {
+        (&[m, k], &[k2, n]) => (1, m, k, k2, n),
+        (&[b, m, k], &[b2, k2, n]) if b == b2 => (b, m, k, k2, n),
+        (l, r) => candle_core::bail!("no product of {l:?} by {r:?}"),
+    };
+    if k != k2 {
+        candle_core::bail!("no product of ({m}, {k}) by ({k2}, {n})")
     }
-    scores.contiguous()?.apply_op1(CausalSoftmax { scale })
+    lhs.matmul(rhs, (batch, m, n, k), lhs_layout, rhs_layout)
 }
 
 /// `silu(gate) · up`, the gated unit of a SwiGLU feed-forward layer.
@@ -47,6 +65,14 @@ pub fn label_logprobs(logits: &Tensor, labels: &[u32]) -> Result<Tensor> {
     logits.contiguous()?.apply_op1(LabelLogprobs {
         labels: labels.to_vec(),
     })
+}
+
+/// Subtracting a row's largest score before scaling is only right for a positive scale.
+fn check_scale(scale: f32) -> Result<()> {
+    if scale.is_nan() || scale <= 0.0 {
+        candle_core::bail!("a causal softmax needs a positive scale, not {scale}")
+    }
+    Ok(())
 }
 
 /// The contiguous f32 values a layout points at.
@@ -70,45 +96,107 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-struct CausalSoftmax {
-    scale: f32,
+/// The causal softmax of `(len, len)` score matrices laid end to end.
+fn causal_softmax_rows(scores: &[f32], len: usize, scale: f32) -> Vec<f32> {
+    let mut out = vec![0f32; scores.len()];
+    out.par_chunks_mut(len)
+        .zip(scores.par_chunks(len))
+        .enumerate()
+        .for_each(|(row, (out, scores))| {
+            let seen = row % len + 1;
+            let max = scores[..seen]
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+            let mut sum = 0f32;
+            for (o, &s) in out[..seen].iter_mut().zip(&scores[..seen]) {
+                *o = ((s - max) * scale).exp();
+                sum += *o;
+            }
+            let inv = 1.0 / sum;
+            out[..seen].iter_mut().for_each(|o| *o *= inv);
+        });
+    out
 }
 
-impl CustomOp1 for CausalSoftmax {
+struct CausalAttention {
+    scale: f32,
+    /// The attention weights of the forward pass, for the backward pass (when it will come).
+    weights: Option<std::sync::Mutex<Option<Tensor>>>,
+}
+
+impl CustomOp3 for CausalAttention {
     fn name(&self) -> &'static str {
-        "catena-causal-softmax"
+        "catena-causal-attention"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (_, len) = rows_of(layout.shape())?;
-        let scores = values(storage, layout)?;
-        let mut out = vec![0f32; scores.len()];
-        out.par_chunks_mut(len)
-            .zip(scores.par_chunks(len))
-            .enumerate()
-            .for_each(|(row, (out, scores))| {
-                let seen = row % len + 1;
-                let max = scores[..seen]
-                    .iter()
-                    .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-                let mut sum = 0f32;
-                for (o, &s) in out[..seen].iter_mut().zip(&scores[..seen]) {
-                    *o = ((s - max) * self.scale).exp();
-                    sum += *o;
-                }
-                let inv = 1.0 / sum;
-                out[..seen].iter_mut().for_each(|o| *o *= inv);
-            });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    fn cpu_fwd(
+        &self,
+        q: &CpuStorage,
+        q_layout: &Layout,
+        k: &CpuStorage,
+        k_layout: &Layout,
+        v: &CpuStorage,
+        v_layout: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (heads, len, _) = q_layout.shape().dims3()?;
+        if k_layout.dims() != q_layout.dims() || v_layout.dims()[..2] != q_layout.dims()[..2] {
+            candle_core::bail!(
+                "attention over q {:?}, k {:?}, v {:?}",
+                q_layout.dims(),
+                k_layout.dims(),
+                v_layout.dims()
+            )
+        }
+        let scores = cpu_matmul(q, q_layout, k, &k_layout.transpose(1, 2)?)?;
+        let weights_layout = Layout::contiguous((heads, len, len));
+        let weights = causal_softmax_rows(values(&scores, &weights_layout)?, len, self.scale);
+        drop(scores);
+        let weights = CpuStorage::F32(weights);
+        let out = cpu_matmul(&weights, &weights_layout, v, v_layout)?;
+        if let Some(kept) = &self.weights {
+            let CpuStorage::F32(values) = weights else {
+                candle_core::bail!("attention weights that are not f32")
+            };
+            let tensor = Tensor::from_vec(values, (heads, len, len), &candle_core::Device::Cpu)?;
+            *kept
+                .lock()
+                .map_err(|_| candle_core::Error::Msg("attention lock".into()))? = Some(tensor);
+        }
+        let dims = (heads, len, v_layout.dims()[2]);
+        Ok((out, Shape::from(dims)))
     }
 
-    /// `d scores = scale · p ⊙ (g − Σ p ⊙ g)` per row; masked columns get 0 (their `p` is 0).
-    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+    /// With `g` the output's gradient and `p` the weights: `dv = pᵀ g`; `ds` the softmax's
+    /// backward of `dp = g vᵀ`; `dq = ds k`, `dk = dsᵀ q` (the scale is inside `ds`).
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (q, k, v) = (q.detach(), k.detach(), v.detach());
+        let kept = match &self.weights {
+            Some(kept) => kept
+                .lock()
+                .map_err(|_| candle_core::Error::Msg("attention lock".into()))?
+                .take(),
+            None => None,
+        };
+        let Some(weights) = kept else {
+            candle_core::bail!(
+                "attention weights were not kept for the backward pass (internal error)"
+            )
+        };
         let grad = grad.contiguous()?;
-        Ok(Some(res.apply_op2_no_bwd(
-            &grad,
-            &SoftmaxBackward { scale: self.scale },
-        )?))
+        let dv = weights.t()?.matmul(&grad)?;
+        let dp = grad.matmul(&v.t()?)?;
+        let ds = weights.apply_op2_no_bwd(&dp, &SoftmaxBackward { scale: self.scale })?;
+        drop((weights, dp));
+        let dq = ds.matmul(&k)?;
+        let dk = ds.t()?.matmul(&q)?;
+        Ok((Some(dq), Some(dk), Some(dv)))
     }
 }
 
@@ -368,24 +456,41 @@ mod tests {
     }
 
     #[test]
-    fn causal_softmax_matches_the_masked_elementary_softmax() -> Result<()> {
+    fn causal_attention_matches_the_masked_elementary_attention() -> Result<()> {
         let dev = Device::Cpu;
-        let (heads, len, scale) = (3, 7, 0.125);
-        let scores = Tensor::randn(0f32, 4.0, (heads, len, len), &dev)?;
-        let w = Tensor::randn(0f32, 1.0, (heads, len, len), &dev)?;
+        let (heads, len, dim, scale) = (3, 7, 8, 0.35);
+        let [q, k, v] = [0, 1, 2].map(|_| {
+            Tensor::randn(0f32, 1.5, (heads, len, dim), &dev).and_then(|t| Var::from_tensor(&t))
+        });
+        let (q, k, v) = (q?, k?, v?);
+        let w = Tensor::randn(0f32, 1.0, (heads, len, dim), &dev)?;
         let mask = ops::causal_mask(len, &dev)?;
-        let (want, want_grad) = value_and_grad(&scores, &w, |s| {
-            ops::softmax_last(&(s * f64::from(scale))?.broadcast_add(&mask)?)
-        })?;
-        let (got, got_grad) = value_and_grad(&scores, &w, |s| causal_softmax(s, scale))?;
-        assert!(max_diff(&got, &want) < 1e-6);
-        assert!(max_diff(&got_grad, &want_grad) < 1e-5);
-        // The first row sees only itself; every row sums to one.
-        let first = got.get(1)?.get(0)?.to_vec1::<f32>()?;
-        assert_eq!(first[0], 1.0);
-        assert!(first[1..].iter().all(|&p| p == 0.0));
-        let sums = got.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
-        assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-6));
+        let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+        let scores = (qt.matmul(&kt.t()?)? * f64::from(scale))?.broadcast_add(&mask)?;
+        let elementary = ops::softmax_last(&scores)?.matmul(vt)?;
+        let want = (&elementary * &w)?.sum_all()?.backward()?;
+        let fused = causal_attention(qt, kt, vt, scale)?;
+        let got = (&fused * &w)?.sum_all()?.backward()?;
+        assert!(max_diff(&fused, &elementary) < 1e-5);
+        for (name, var) in [("q", &q), ("k", &k), ("v", &v)] {
+            let (Some(a), Some(b)) = (got.get(var.as_tensor()), want.get(var.as_tensor())) else {
+                panic!("no gradient for {name}")
+            };
+            let d = max_diff(a, b);
+            assert!(d < 1e-4, "the gradient of {name} differs by {d}");
+        }
+        // The first position attends to itself only: its output is its own value row.
+        let first = fused.get(1)?.get(0)?;
+        assert!(max_diff(&first, &vt.get(1)?.get(0)?) < 1e-6);
+        Ok(())
+    }
+
+    #[test]
+    fn attention_refuses_a_scale_it_cannot_apply() -> Result<()> {
+        let t = Tensor::zeros((1, 2, 4), candle_core::DType::F32, &Device::Cpu)?;
+        for scale in [0.0, -1.0, f32::NAN] {
+            assert!(causal_attention(&t, &t, &t, scale).is_err());
+        }
         Ok(())
     }
 

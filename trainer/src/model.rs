@@ -8,6 +8,7 @@
 //!   positions at a time, and only for positions that carry loss.
 
 use crate::base::{BaseModel, Qwen2Config};
+use crate::fused;
 use crate::lora::{LoraConfig, LoraParams, Target, dropout_mask};
 use crate::ops;
 use crate::qlinear::QLinear;
@@ -161,15 +162,19 @@ impl Qwen2Lora {
 
     /// One adapted linear layer: the frozen product plus the LoRA path.
     fn linear(&self, block: usize, target: Target, x: &Tensor, pass: Pass) -> Result<Tensor> {
-        let base = self.blocks[block].linears[&target].forward(x)?;
+        let layer = &self.blocks[block].linears[&target];
         let Some(pair) = self.lora.get(block, target) else {
-            return Ok(base);
+            return Ok(layer.forward(x)?);
         };
         let (a, b) = if pass.track {
             (pair.a.as_tensor().clone(), pair.b.as_tensor().clone())
         } else {
             (pair.a.as_tensor().detach(), pair.b.as_tensor().detach())
         };
+        let dropout = pass.dropout_key.is_some() && self.lora.config.dropout > 0.0;
+        if fused::applies(x) && !dropout {
+            return Ok(layer.forward_adapted(x, &a, &b, self.lora.config.scale())?);
+        }
         let input = match pass.dropout_key {
             Some(key) if self.lora.config.dropout > 0.0 => {
                 let mask = dropout_mask(
@@ -183,7 +188,7 @@ impl Qwen2Lora {
             _ => x.clone(),
         };
         let delta = input.matmul(&a.t()?)?.matmul(&b.t()?)?;
-        Ok((base + (delta * f64::from(self.lora.config.scale()))?)?)
+        Ok((layer.forward(x)? + (delta * f64::from(self.lora.config.scale()))?)?)
     }
 
     /// One transformer block on `x (len, hidden)`.
@@ -219,9 +224,8 @@ impl Qwen2Lora {
                 .reshape((c.heads, len, c.head_dim))?)
         };
         let (k, v) = (repeat(k)?, repeat(v)?);
-        let scores = q.matmul(&k.t()?.contiguous()?)?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let attn = ops::causal_attention_weights(&scores, scale, &rope.mask)?.matmul(&v)?;
+        let attn = ops::causal_attention(&q, &k, &v, scale, &rope.mask)?;
         let attn = attn.transpose(0, 1)?.reshape((len, c.heads * c.head_dim))?;
         let x = (x + self.linear(l, Target::O, &attn, pass)?)?;
         let h = ops::rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;

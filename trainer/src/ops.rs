@@ -2,7 +2,7 @@
 //!
 //! candle's fused `rms_norm`, `softmax_last_dim`, `rope` and `sdpa` record no backward pass
 //! (a loss behind them silently gets no gradient), so these are written from elementary ops,
-//! each of which candle differentiates. Where one of those chains is hot (attention weights,
+//! each of which candle differentiates. Where one of those chains is hot (attention,
 //! the gated unit, the head's log-probabilities), the f32 CPU path takes a fused kernel with its
 //! own backward instead (fused.rs).
 
@@ -76,13 +76,21 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     x * sigmoid
 }
 
-/// Attention weights: `softmax(scale · scores + mask)` over `(heads, len, len)` scores, `mask`
-/// the additive causal mask. One fused pass on the CPU (fused.rs), elementary ops elsewhere.
-pub fn causal_attention_weights(scores: &Tensor, scale: f64, mask: &Tensor) -> Result<Tensor> {
-    if fused::applies(scores) {
-        return fused::causal_softmax(scores, scale as f32);
+/// Causal attention, `softmax(scale · q kᵀ + mask) v`, for `(heads, len, head_dim)` inputs,
+/// `mask` the additive causal mask. One graph node on the CPU (fused.rs), elementary ops
+/// elsewhere.
+pub fn causal_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    mask: &Tensor,
+) -> Result<Tensor> {
+    if fused::applies(q) {
+        return fused::causal_attention(q, k, v, scale as f32);
     }
-    softmax_last(&(scores * scale)?.broadcast_add(mask)?)
+    let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(mask)?;
+    softmax_last(&scores)?.matmul(v)
 }
 
 /// The gated feed-forward unit, `silu(gate) · up`.

@@ -10,8 +10,10 @@
 //! project's machines) it is a dense product with `dequant(W)`, the very values the quantised
 //! kernel multiplies by; that dense copy is kept when the caller can afford the memory.
 
+use crate::fused::cpu_matmul;
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{CpuStorage, CustomOp1, D, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, D, Layout, Shape, Storage, Tensor};
+use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
 
 /// A frozen linear layer over a quantised weight of shape `(out, in)`.
@@ -74,6 +76,114 @@ impl QLinear {
             return x.broadcast_matmul(&w.t()?);
         }
         x.apply_op1_arc(self.graph_op.clone())
+    }
+}
+
+impl QLinear {
+    /// `x Wᵀ + scale · (x Aᵀ) Bᵀ` for LoRA factors `A (r, in)`, `B (out, r)` beside the frozen
+    /// weight, as one graph node on the CPU for `x (rows, in)` in f32.
+    ///
+    /// Built from separate ops, the sum and the scaling are two output-sized tensors forward,
+    /// and candle's backward allocates about six more (a zero tensor and a sum for each
+    /// operand's gradient); for the feed-forward layers those are the largest tensors of a
+    /// block. Here the LoRA path is added into the product in place, and the backward pass
+    /// allocates only the three gradients it returns.
+    pub fn forward_adapted(
+        &self,
+        x: &Tensor,
+        a: &Tensor,
+        b: &Tensor,
+        scale: f32,
+    ) -> candle_core::Result<Tensor> {
+        let op = AdaptedOp {
+            base: self.op.clone(),
+            scale,
+        };
+        x.contiguous()?
+            .apply_op3(&a.contiguous()?, &b.contiguous()?, op)
+    }
+}
+
+/// The frozen product and its LoRA path as one op: arguments `x`, `A`, `B`.
+struct AdaptedOp {
+    base: Arc<QLinearOp>,
+    scale: f32,
+}
+
+/// `lhs · rhsᵀ` on the CPU for `lhs (m, k)` given as storage and `rhs (n, k)` as a tensor.
+fn cpu_matmul_t(
+    lhs: &CpuStorage,
+    lhs_layout: &Layout,
+    rhs: &Tensor,
+) -> candle_core::Result<CpuStorage> {
+    let rhs_t = rhs.t()?;
+    let (storage, rhs_layout) = rhs_t.storage_and_layout();
+    let Storage::Cpu(rhs_storage) = &*storage else {
+        candle_core::bail!("a CPU product was given a weight on another device")
+    };
+    cpu_matmul(lhs, lhs_layout, rhs_storage, rhs_layout)
+}
+
+impl CustomOp3 for AdaptedOp {
+    fn name(&self) -> &'static str {
+        "catena-adapted-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        a: &CpuStorage,
+        a_layout: &Layout,
+        b: &CpuStorage,
+        b_layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (rows, _) = x_layout.shape().dims2()?;
+        let (out_dim, _) = b_layout.shape().dims2()?;
+        let base = if self.base.dense_on_cpu || is_dense(self.base.weight.dtype()) {
+            let w = self.base.dense_weight(&candle_core::Device::Cpu)?;
+            cpu_matmul_t(x, x_layout, &w)?
+        } else {
+            self.base.weight.cpu_fwd(x, x_layout)?.0
+        };
+        let xa = cpu_matmul(x, x_layout, a, &a_layout.transpose(0, 1)?)?;
+        let (rank, _) = a_layout.shape().dims2()?;
+        let delta = cpu_matmul(
+            &xa,
+            &Layout::contiguous((rows, rank)),
+            b,
+            &b_layout.transpose(0, 1)?,
+        )?;
+        let (CpuStorage::F32(mut y), CpuStorage::F32(delta)) = (base, delta) else {
+            candle_core::bail!("the adapted product needs f32 values")
+        };
+        if y.len() != rows * out_dim || delta.len() != y.len() {
+            candle_core::bail!("the adapted product's parts differ in size")
+        }
+        y.par_chunks_mut(1 << 14)
+            .zip(delta.par_chunks(1 << 14))
+            .for_each(|(y, d)| y.iter_mut().zip(d).for_each(|(y, d)| *y += self.scale * d));
+        Ok((CpuStorage::F32(y), Shape::from((rows, out_dim))))
+    }
+
+    /// With `g` the output's gradient: `dx = g W + s (g B) A`, `dA = s (g B)ᵀ x`,
+    /// `dB = s gᵀ (x Aᵀ)`.
+    fn bwd(
+        &self,
+        x: &Tensor,
+        a: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (x, a, b) = (x.detach(), a.detach(), b.detach());
+        let scale = f64::from(self.scale);
+        // The scale goes on the rank-sized factors, never on a row-sized tensor.
+        let gb = (grad.matmul(&b)? * scale)?;
+        let dx = (grad.matmul(&self.base.dense_weight(x.device())?)? + gb.matmul(&a)?)?;
+        let da = gb.t()?.matmul(&x)?;
+        let db = grad.t()?.matmul(&(x.matmul(&a.t()?)? * scale)?)?;
+        Ok((Some(dx), Some(da), Some(db)))
     }
 }
 
@@ -171,6 +281,43 @@ mod tests {
             (GgmlDType::Q8_0, true),
         ] {
             check_against_dense(dtype, keep)?;
+        }
+        Ok(())
+    }
+
+    /// The adapted op against the frozen op plus the LoRA path built from separate ops: the
+    /// same output, and the same gradients for the input and both factors.
+    #[test]
+    fn the_adapted_op_matches_the_product_plus_lora_forward_and_backward() -> candle_core::Result<()>
+    {
+        let dev = Device::Cpu;
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q5_0] {
+            let w = Tensor::randn(0f32, 0.05, (96, 512), &dev)?;
+            let lin = QLinear::new(Arc::new(QTensor::quantize(&w, dtype)?), true);
+            let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (9, 512), &dev)?)?;
+            let a = Var::from_tensor(&Tensor::randn(0f32, 0.1, (4, 512), &dev)?)?;
+            let b = Var::from_tensor(&Tensor::randn(0f32, 0.1, (96, 4), &dev)?)?;
+            let upstream = Tensor::randn(0f32, 1.0, (9, 96), &dev)?;
+            let scale = 2.5f32;
+            let (xt, at, bt) = (x.as_tensor(), a.as_tensor(), b.as_tensor());
+
+            let fused = lin.forward_adapted(xt, at, bt, scale)?;
+            let got = (&fused * &upstream)?.sum_all()?.backward()?;
+            let delta = xt.matmul(&at.t()?)?.matmul(&bt.t()?)?;
+            let separate = (lin.forward(xt)? + (delta * f64::from(scale))?)?;
+            let want = (&separate * &upstream)?.sum_all()?.backward()?;
+
+            let diff = |p: &Tensor, q: &Tensor| -> candle_core::Result<f32> {
+                (p - q)?.abs()?.max_all()?.to_scalar::<f32>()
+            };
+            assert!(diff(&fused, &separate)? < 1e-5, "{dtype:?}: outputs differ");
+            for (name, v) in [("x", &x), ("A", &a), ("B", &b)] {
+                let (Some(g), Some(w)) = (got.get(v.as_tensor()), want.get(v.as_tensor())) else {
+                    panic!("{dtype:?}: no gradient for {name}")
+                };
+                let d = diff(g, w)?;
+                assert!(d < 1e-4, "{dtype:?}: the gradient of {name} differs by {d}");
+            }
         }
         Ok(())
     }
