@@ -107,12 +107,12 @@ fn causal_softmax_rows(scores: &[f32], len: usize, scale: f32) -> Vec<f32> {
             let max = scores[..seen]
                 .iter()
                 .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-            let mut sum = 0f32;
+            let mut sum = 0f64;
             for (o, &s) in out[..seen].iter_mut().zip(&scores[..seen]) {
                 *o = ((s - max) * scale).exp();
-                sum += *o;
+                sum += f64::from(*o);
             }
-            let inv = 1.0 / sum;
+            let inv = (1.0 / sum) as f32;
             out[..seen].iter_mut().for_each(|o| *o *= inv);
         });
     out
@@ -225,7 +225,7 @@ impl CustomOp2 for SoftmaxBackward {
         out.par_chunks_mut(cols)
             .zip(p.par_chunks(cols).zip(g.par_chunks(cols)))
             .for_each(|(out, (p, g))| {
-                let dot: f32 = p.iter().zip(g).map(|(p, g)| p * g).sum();
+                let dot = p.iter().zip(g).map(|(p, g)| f64::from(p * g)).sum::<f64>() as f32;
                 for ((o, &p), &g) in out.iter_mut().zip(p).zip(g) {
                     *o = self.scale * p * (g - dot);
                 }
@@ -374,10 +374,13 @@ impl CustomOp1 for LabelLogprobs {
     }
 }
 
+/// `ln Σ exp(x)` over a row. The sum is kept in f64: summed in f32 one after another, the
+/// vocabulary's long tail (150,000 terms each far below the f32 step of the running sum) is lost,
+/// and every log-probability comes out too high.
 fn log_sum_exp(row: &[f32]) -> f32 {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
-    max + sum.ln()
+    let sum: f64 = row.iter().map(|&x| f64::from((x - max).exp())).sum();
+    max + sum.ln() as f32
 }
 
 struct LabelLogprobsBackward {
@@ -536,6 +539,31 @@ mod tests {
             value < 1e-4 && grad < 1e-4,
             "value off by {value}, gradient by {grad}"
         );
+        Ok(())
+    }
+
+    /// One likely token and a vocabulary-long tail of unlikely ones: each tail term is far below
+    /// the f32 step of a running sum near 1, but together they carry 0.23% of the mass.
+    #[test]
+    fn the_vocabulary_tail_counts_in_a_label_log_probability() -> Result<()> {
+        let vocab = 151_936;
+        let mut row = vec![-18f32; vocab];
+        row[0] = 0.0;
+        let logits = Tensor::from_vec(row, (1, vocab), &Device::Cpu)?;
+        let got = label_logprobs(&logits, &[0])?.to_vec1::<f32>()?[0];
+        let want = -(1.0 + (vocab - 1) as f64 * (-18f64).exp()).ln();
+        assert!((f64::from(got) - want).abs() < 1e-6, "{got} against {want}");
+
+        // Random rows of the same width against the log-softmax taken in f64.
+        let logits = Tensor::randn(0f32, 3.0, (3, vocab), &Device::Cpu)?;
+        let labels = [5u32, 100_000, 151_935];
+        let idx = Tensor::new(&labels, &Device::Cpu)?.unsqueeze(1)?;
+        let exact = ops::log_softmax_last(&logits.to_dtype(candle_core::DType::F64)?)?
+            .gather(&idx, D::Minus1)?
+            .squeeze(1)?
+            .to_dtype(candle_core::DType::F32)?;
+        let d = max_diff(&label_logprobs(&logits, &labels)?, &exact);
+        assert!(d < 1e-5, "off the f64 log-softmax by {d}");
         Ok(())
     }
 
