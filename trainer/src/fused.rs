@@ -139,7 +139,8 @@ impl CustomOp3 for CausalAttention {
         v_layout: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (heads, len, _) = q_layout.shape().dims3()?;
-        if k_layout.dims() != q_layout.dims() || v_layout.dims()[..2] != q_layout.dims()[..2] {
+        let (v_heads, v_len, v_dim) = v_layout.shape().dims3()?;
+        if k_layout.dims() != q_layout.dims() || (v_heads, v_len) != (heads, len) {
             candle_core::bail!(
                 "attention over q {:?}, k {:?}, v {:?}",
                 q_layout.dims(),
@@ -162,7 +163,7 @@ impl CustomOp3 for CausalAttention {
                 .lock()
                 .map_err(|_| candle_core::Error::Msg("attention lock".into()))? = Some(tensor);
         }
-        let dims = (heads, len, v_layout.dims()[2]);
+        let dims = (heads, len, v_dim);
         Ok((out, Shape::from(dims)))
     }
 
