@@ -1,12 +1,13 @@
-//! One-pass CPU kernels, with their own backward, for the element-wise chains that dominate a
-//! training step once the matrix products are done.
+//! CPU kernels, each with its own backward, for the chains of small ops that dominate a training
+//! step once the matrix products are done: causal attention, the gated unit and the head's label
+//! log-probabilities.
 //!
 //! Built from candle's elementary ops (ops.rs), a causal softmax over `(heads, len, len)` scores
 //! is six full-size tensors forward and about twice that backward, each freshly allocated (and
 //! its pages faulted in and zeroed), and candle's backward adds a zero tensor and a sum for
-//! every node's gradient, the constant mask's included. Each op here is one graph node that
-//! reads its inputs once and writes one output, forward and backward. They run on f32 CPU tensors; ops.rs keeps the elementary
-//! versions for other devices, and the tests hold the two to the same values and gradients.
+//! every node's gradient, the constant mask's included. Each op here is one graph node. They run
+//! on f32 CPU tensors; ops.rs keeps the elementary versions for other devices, and the tests hold
+//! the two to the same values and gradients. Sums run in f64 (see [`log_sum_exp`]).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
@@ -331,15 +332,19 @@ struct LabelLogprobs {
     labels: Vec<u32>,
 }
 
-impl LabelLogprobs {
-    /// Row `r`'s label as an index into its `cols` logits.
-    fn label(&self, row: usize, cols: usize) -> Result<usize> {
-        match self.labels.get(row).map(|&l| l as usize) {
-            Some(l) if l < cols => Ok(l),
-            Some(l) => candle_core::bail!("label {l} outside a vocabulary of {cols}"),
-            None => candle_core::bail!("no label for row {row}"),
-        }
+/// Each row's label as an index into its `cols` logits, checked: one label per row, each inside
+/// the vocabulary.
+fn checked_labels(labels: &[u32], rows: usize, cols: usize) -> Result<Vec<usize>> {
+    if labels.len() != rows {
+        candle_core::bail!("{} labels for {rows} rows", labels.len())
     }
+    labels
+        .iter()
+        .map(|&l| match l as usize {
+            l if l < cols => Ok(l),
+            l => candle_core::bail!("label {l} outside a vocabulary of {cols}"),
+        })
+        .collect()
 }
 
 impl CustomOp1 for LabelLogprobs {
@@ -349,13 +354,8 @@ impl CustomOp1 for LabelLogprobs {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let (rows, cols) = rows_of(layout.shape())?;
-        if self.labels.len() != rows {
-            candle_core::bail!("{} labels for {rows} rows", self.labels.len())
-        }
+        let labels = checked_labels(&self.labels, rows, cols)?;
         let logits = values(storage, layout)?;
-        let labels = (0..rows)
-            .map(|r| self.label(r, cols))
-            .collect::<Result<Vec<_>>>()?;
         let out: Vec<f32> = logits
             .par_chunks(cols)
             .zip(labels.par_iter())
@@ -404,12 +404,7 @@ impl CustomOp3 for LabelLogprobsBackward {
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, cols) = rows_of(l1.shape())?;
         let (logits, res, grad) = (values(s1, l1)?, values(s2, l2)?, values(s3, l3)?);
-        let fwd = LabelLogprobs {
-            labels: self.labels.clone(),
-        };
-        let labels = (0..rows)
-            .map(|r| fwd.label(r, cols))
-            .collect::<Result<Vec<_>>>()?;
+        let labels = checked_labels(&self.labels, rows, cols)?;
         if res.len() != rows || grad.len() != rows {
             candle_core::bail!("label log-probs backward: {rows} rows, other operands differ")
         }

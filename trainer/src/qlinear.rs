@@ -217,21 +217,26 @@ impl CustomOp1 for GraphOp {
         if !self.0.dense_on_cpu {
             return self.0.weight.cpu_fwd(storage, layout);
         }
-        let shape = layout.shape();
-        let start = layout.start_offset();
-        let x = storage.as_slice::<f32>()?;
-        let x = Tensor::from_slice(
-            &x[start..start + shape.elem_count()],
-            shape,
-            &candle_core::Device::Cpu,
-        )?;
+        // `x (.., in)` as the rows of one `(rows, in)` product, read in place.
+        let dims = layout.dims();
+        let in_dim = dims.last().copied().unwrap_or(0);
+        if in_dim == 0 {
+            candle_core::bail!("a linear layer's input has an empty last dimension")
+        }
+        if !layout.is_contiguous() {
+            candle_core::bail!("a linear layer's input must be contiguous")
+        }
+        let rows = Layout::contiguous_with_offset(
+            (layout.shape().elem_count() / in_dim, in_dim),
+            layout.start_offset(),
+        );
         let w = self.0.dense_weight(&candle_core::Device::Cpu)?;
-        let y = x.broadcast_matmul(&w.t()?)?;
-        let out_shape = y.shape().clone();
-        Ok((
-            CpuStorage::F32(y.flatten_all()?.to_vec1::<f32>()?),
-            out_shape,
-        ))
+        let y = cpu_matmul_t(storage, &rows, &w)?;
+        let mut out_dims = dims.to_vec();
+        if let Some(last) = out_dims.last_mut() {
+            *last = w.dim(0)?;
+        }
+        Ok((y, Shape::from(out_dims)))
     }
 
     fn cuda_fwd(
