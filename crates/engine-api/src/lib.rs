@@ -13,6 +13,7 @@
 
 mod chat;
 mod constraint;
+mod pick;
 pub mod plan;
 mod quant;
 mod sampling;
@@ -20,6 +21,7 @@ mod stops;
 
 pub use chat::{ChatMessage, chatml_prompt};
 pub use constraint::Constraint;
+pub use pick::{AllowedTokens, TokenSampler};
 pub use quant::QuantType;
 pub use sampling::{SamplingParams, argmax, greedy_pick, token_logprob};
 pub use stops::{StopHit, StopMatcher};

@@ -77,7 +77,7 @@ pub fn token_logprob(logits: &[f32], token: usize, temperature: f32) -> Option<f
     token_logprob_given_max(logits, token, temperature, max_of(logits))
 }
 
-fn token_logprob_given_max(
+pub(crate) fn token_logprob_given_max(
     logits: &[f32],
     token: usize,
     temperature: f32,
@@ -111,7 +111,7 @@ fn token_logprob_given_max(
 
 /// The largest value, in independent lanes so the comparisons vectorise (one running maximum
 /// is a chain of dependent instructions).
-fn max_of(values: &[f32]) -> f32 {
+pub(crate) fn max_of(values: &[f32]) -> f32 {
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let mut pieces = values.chunks_exact(LANES);
@@ -135,7 +135,7 @@ fn max_of(values: &[f32]) -> f32 {
 /// NaN. Why not a crate: the standard library's `exp` is a scalar libm call, and no maintained
 /// crate offers this one function.
 #[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
+pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     // Adding 1.5 * 2^23 rounds to an integer that lands in the low mantissa bits.
     const MAGIC: f32 = 12_582_912.0;
     // ln 2 split in two, the high part with few mantissa bits, so n * LN2_HI is exact

@@ -20,19 +20,16 @@
 
 use super::LlamaEngine;
 use super::guide::{self, Guide};
-use super::session::{
-    build_sampler, check_ids, context_size, kept_prefix, new_context, pick_token,
-};
+use super::session::{check_ids, context_size, kept_prefix, new_context, pick_token};
 use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
 use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, SideChat, StartPrompt, TokenRecord,
 };
-use catena_engine_api::{SessionState, SessionStats};
+use catena_engine_api::{SessionState, SessionStats, TokenSampler};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
@@ -193,7 +190,7 @@ struct Request {
     pending: Vec<i32>,
     /// Start the sampler again from its seed.
     reseed: bool,
-    /// The grammar this generation follows (its own sampler chain, seeded like the sequence's).
+    /// The grammar this generation follows (its mask applied before the sequence's sampler).
     guide: Option<Guide>,
     stops: StopMatcher,
     limits: GenerateLimits,
@@ -228,7 +225,7 @@ struct Finished {
 
 impl Session for BatchedSession<'_> {
     fn constrain(&mut self, constraint: &crate::Constraint) -> Result<(), EngineError> {
-        self.guide = Some(guide::build(self.engine, constraint, self.state.sampling)?);
+        self.guide = Some(guide::build(self.engine, constraint)?);
         Ok(())
     }
 
@@ -338,8 +335,8 @@ struct Scheduler<'m> {
     batch_size: usize,
     /// The token ids in each sequence's KV cells.
     kv: Vec<Vec<i32>>,
-    /// Each sequence's sampler and the settings it was built for (not needed when greedy).
-    samplers: Vec<Option<(SamplingParams, LlamaSampler)>>,
+    /// Each sequence's sampler (its random state carries over while its settings stay).
+    samplers: Vec<Option<TokenSampler>>,
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
     logprobs: bool,
     active: Vec<Active>,
@@ -606,20 +603,17 @@ impl Scheduler<'_> {
         let active = &mut self.active[index];
         let seq = active.request.seq;
         let sampling = active.request.sampling;
-        let record = match active.request.guide.as_mut().and_then(Guide::sampler) {
-            Some(guided) => guide::pick(&self.ctx, at, guided, &sampling, self.logprobs)?,
-            None => {
-                let slot = &mut self.samplers[seq];
-                pick_token(&self.ctx, at, &sampling, self.logprobs, || {
-                    if slot.as_ref().is_none_or(|(built, _)| *built != sampling) {
-                        *slot = Some((sampling, build_sampler(&sampling)));
-                    }
-                    slot.as_mut()
-                        .map(|(_, sampler)| sampler)
-                        .ok_or_else(|| EngineError::Decode("no sampler".into()))
-                })?
-            }
+        let sampler = match &mut self.samplers[seq] {
+            Some(sampler) if *sampler.params() == sampling => sampler,
+            slot => slot.insert(TokenSampler::new(sampling)),
         };
+        let record = pick_token(
+            &self.ctx,
+            at,
+            sampler,
+            active.request.guide.as_mut(),
+            self.logprobs,
+        )?;
         let token = LlamaToken(record.id);
         active.records.push(record);
         active.sampled += 1;

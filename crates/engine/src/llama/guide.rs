@@ -1,7 +1,8 @@
 //! Constrained decoding: a [`Constraint`]'s grammar held over the sampler with llguidance
 //! (docs/ARCHITECTURE.md, "Constrained decoding"). llguidance computes, at each step, the set of
-//! tokens that keep the text inside the grammar; the sampler then only picks among them. The
-//! tokenizer's view it needs (every token's bytes, in a trie) is built once per model.
+//! tokens that keep the text inside the grammar; the [`TokenSampler`] then only picks among
+//! them, and the picked token advances the grammar. The tokenizer's view it needs (every token's
+//! bytes, in a trie) is built once per model.
 //!
 //! A lazy constraint waits: the model writes freely until its text contains the trigger (a tool
 //! call's opening tag), then the grammar applies to what follows. When the token that completed
@@ -9,10 +10,12 @@
 //! refuses it, the rest of the generation stays free and the caller's parser judges the result.
 
 use super::LlamaEngine;
-use catena_engine_api::{Constraint, EngineError, SamplingParams, TokenRecord, token_logprob};
-use llama_cpp_2::context::LlamaContext;
+#[cfg(doc)]
+use catena_engine_api::TokenSampler;
+use catena_engine_api::{Constraint, EngineError};
 use llama_cpp_2::sampling::LlamaSampler;
 use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::SimpleVob;
 use llguidance::{Matcher, ParserFactory};
 use std::sync::Arc;
 
@@ -31,15 +34,14 @@ pub(super) fn factory(engine: &LlamaEngine) -> Result<GrammarFactory, EngineErro
 /// One generation's constraint, from the first token or from its trigger on.
 pub(super) struct Guide {
     matcher: Matcher,
-    sampling: SamplingParams,
     state: GuideState,
 }
 
 enum GuideState {
     /// Not yet triggered: the text so far, searched for the trigger.
     Waiting { trigger: String, text: String },
-    /// In force: a sampler chain with the grammar's mask first.
-    Active(LlamaSampler),
+    /// In force: each token is picked among those the grammar allows.
+    Active,
     /// Triggered, but the grammar refused the text past the trigger: free from here on.
     Released,
 }
@@ -50,7 +52,6 @@ impl Guide {
     fn new(
         factory: &ParserFactory,
         constraint: &Constraint,
-        sampling: SamplingParams,
         tokenize: impl Fn(&str) -> Vec<u32>,
     ) -> Result<Guide, EngineError> {
         let parser = factory
@@ -62,7 +63,6 @@ impl Guide {
         }
         let mut guide = Guide {
             matcher,
-            sampling,
             state: GuideState::Released,
         };
         match &constraint.trigger {
@@ -78,23 +78,37 @@ impl Guide {
                 if !given.is_empty() && guide.matcher.consume_tokens(&tokenize(given)).is_err() {
                     return Err(EngineError::OutsideGrammar(refusal(&guide.matcher, given)));
                 }
-                guide.state = guide.activate();
+                guide.state = GuideState::Active;
             }
         }
         Ok(guide)
     }
 
-    fn activate(&self) -> GuideState {
-        let mut chain = vec![LlamaSampler::from(self.matcher.deep_clone())];
-        chain.push(super::session::build_sampler(&self.sampling));
-        GuideState::Active(LlamaSampler::chain_simple(chain))
+    /// The tokens the grammar allows next while it is in force (only the end of the text once
+    /// it is complete); `None` while the text is free. A matcher in error leaves the rest free,
+    /// as its caller's parser judges the text anyway.
+    pub(super) fn allowed(&mut self) -> Option<SimpleVob> {
+        if !matches!(self.state, GuideState::Active) {
+            return None;
+        }
+        match self.matcher.compute_mask_or_eos() {
+            Ok(mask) => Some(mask),
+            Err(error) => {
+                tracing::debug!(%error, "the grammar gave no mask; the rest is free");
+                self.state = GuideState::Released;
+                None
+            }
+        }
     }
 
-    /// The sampler to pick the next token with while the grammar is in force.
-    pub(super) fn sampler(&mut self) -> Option<&mut LlamaSampler> {
-        match &mut self.state {
-            GuideState::Active(sampler) => Some(sampler),
-            _ => None,
+    /// Advances the grammar past `token`, the one picked among [`Guide::allowed`].
+    pub(super) fn accept(&mut self, token: i32) {
+        if !matches!(self.state, GuideState::Active) || self.matcher.is_stopped() {
+            return;
+        }
+        if let Err(error) = self.matcher.consume_token(token.cast_unsigned()) {
+            tracing::debug!(%error, token, "the grammar refused a token it allowed");
+            self.state = GuideState::Released;
         }
     }
 
@@ -120,7 +134,7 @@ impl Guide {
             self.state = GuideState::Released;
             return;
         }
-        self.state = self.activate();
+        self.state = GuideState::Active;
     }
 }
 
@@ -136,15 +150,9 @@ pub(super) fn grammar_tokens(engine: &LlamaEngine, text: &str) -> Vec<u32> {
 }
 
 /// Builds `constraint`'s guide for `engine`'s model (its grammar compiler is made once).
-pub(super) fn build(
-    engine: &LlamaEngine,
-    constraint: &Constraint,
-    sampling: SamplingParams,
-) -> Result<Guide, EngineError> {
+pub(super) fn build(engine: &LlamaEngine, constraint: &Constraint) -> Result<Guide, EngineError> {
     let factory = engine.grammar_factory()?;
-    Guide::new(&factory, constraint, sampling, |text| {
-        grammar_tokens(engine, text)
-    })
+    Guide::new(&factory, constraint, |text| grammar_tokens(engine, text))
 }
 
 /// Where `given` leaves the grammar, in words: the end of the text it could not go past.
@@ -157,31 +165,4 @@ fn refusal(matcher: &Matcher, given: &str) -> String {
         Some(error) => format!("{error}; the text ends {tail:?}"),
         None => format!("the text ends {tail:?}"),
     }
-}
-
-/// The next token from the logits at batch index `at`, picked by the guide's sampler chain (the
-/// grammar's mask, then the request's sampling; greedy included, as the mask must come first).
-pub(super) fn pick(
-    ctx: &LlamaContext<'_>,
-    at: i32,
-    sampler: &mut LlamaSampler,
-    sampling: &SamplingParams,
-    logprobs: bool,
-) -> Result<TokenRecord, EngineError> {
-    let unusable = || EngineError::Decode("the model produced no usable logits".into());
-    let token = sampler.sample(ctx, at);
-    let index = usize::try_from(token.0).map_err(|_| unusable())?;
-    let logprob = if logprobs {
-        token_logprob(
-            ctx.get_logits_ith(at),
-            index,
-            sampling.logprob_temperature(),
-        )
-    } else {
-        None
-    };
-    Ok(TokenRecord {
-        id: token.0,
-        logprob,
-    })
 }

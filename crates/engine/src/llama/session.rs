@@ -13,11 +13,10 @@ use crate::{
     Constraint, EngineError, GenerateLimits, Generation, GenerationStop, PromptPart,
     SamplingParams, Session, SessionOptions, StartPrompt, TokenRecord,
 };
-use catena_engine_api::{SessionState, SessionStats, argmax, greedy_pick, token_logprob};
+use catena_engine_api::{AllowedTokens, SessionState, SessionStats, TokenSampler};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use std::num::NonZeroU32;
 use std::time::Instant;
@@ -30,7 +29,7 @@ pub struct LlamaSession<'m> {
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
     batch_size: usize,
-    sampler: LlamaSampler,
+    sampler: TokenSampler,
     state: SessionState,
     /// `tokens[..evaluated]` are in the KV cache.
     evaluated: usize,
@@ -62,7 +61,7 @@ impl<'m> LlamaSession<'m> {
             ctx,
             batch: LlamaBatch::new(batch_size as usize, 1),
             batch_size: batch_size as usize,
-            sampler: build_sampler(&options.sampling),
+            sampler: TokenSampler::new(options.sampling),
             evaluated: 0,
             logits_at: None,
             threads: options.threads,
@@ -199,25 +198,13 @@ impl<'m> LlamaSession<'m> {
                 "no logits to sample from (nothing was evaluated)".into(),
             ));
         };
-        let record = match self.guide.as_mut().and_then(Guide::sampler) {
-            Some(guided) => guide::pick(
-                &self.ctx,
-                index,
-                guided,
-                &self.state.sampling,
-                self.logprobs,
-            )?,
-            None => {
-                let sampler = &mut self.sampler;
-                pick_token(
-                    &self.ctx,
-                    index,
-                    &self.state.sampling,
-                    self.logprobs,
-                    || Ok(sampler),
-                )?
-            }
-        };
+        let record = pick_token(
+            &self.ctx,
+            index,
+            &mut self.sampler,
+            self.guide.as_mut(),
+            self.logprobs,
+        )?;
         let token = LlamaToken(record.id);
         self.state.tokens.push(record);
         self.logits_at = None;
@@ -325,7 +312,7 @@ impl StartPrompt for LlamaSession<'_> {
     /// the runs before it (nor on which sequence of a batch it lands on); the counters start
     /// again too, so a run's summary counts its own work.
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError> {
-        self.sampler = build_sampler(&self.state.sampling);
+        self.sampler = TokenSampler::new(self.state.sampling);
         let shared = kept_prefix(&self.state.tokens, ids);
         self.state.stats = SessionStats {
             context_tokens: self.state.stats.context_tokens,
@@ -368,7 +355,7 @@ impl Session for LlamaSession<'_> {
     }
 
     fn constrain(&mut self, constraint: &Constraint) -> Result<(), EngineError> {
-        self.guide = Some(guide::build(self.engine, constraint, self.state.sampling)?);
+        self.guide = Some(guide::build(self.engine, constraint)?);
         Ok(())
     }
 
@@ -393,7 +380,7 @@ impl Session for LlamaSession<'_> {
 
     fn set_sampling(&mut self, sampling: SamplingParams) {
         if sampling != self.state.sampling {
-            self.sampler = build_sampler(&sampling);
+            self.sampler = TokenSampler::new(sampling);
             self.state.sampling = sampling;
         }
     }
@@ -425,43 +412,32 @@ pub(super) fn kept_prefix(tokens: &[TokenRecord], ids: &[i32]) -> usize {
         .min(ids.len().saturating_sub(1))
 }
 
-/// The next token from the logits at batch index `at` of `ctx`: the most likely one when the
-/// sampling is greedy (no sampler needed), else `sampler`'s pick; with its log-probability only
-/// when `logprobs` asks (a pass over the whole vocabulary that only RL reads).
-pub(super) fn pick_token<'s>(
+/// The next token from the logits at batch index `at` of `ctx`, picked by `sampler` among the
+/// tokens `guide` allows when its grammar is in force (which then advances past it); with its
+/// log-probability only when `logprobs` asks (the sum it needs is a pass over the whole
+/// vocabulary, which a greedy pick or a truncated draw does not take otherwise).
+pub(super) fn pick_token(
     ctx: &LlamaContext<'_>,
     at: i32,
-    sampling: &SamplingParams,
+    sampler: &mut TokenSampler,
+    guide: Option<&mut Guide>,
     logprobs: bool,
-    sampler: impl FnOnce() -> Result<&'s mut LlamaSampler, EngineError>,
 ) -> Result<TokenRecord, EngineError> {
-    let unusable = || EngineError::Decode("the model produced no usable logits".into());
-    let (token, logprob) = if sampling.is_greedy() {
-        let logits = ctx.get_logits_ith(at);
-        if logprobs {
-            let (token, logprob) = greedy_pick(logits).ok_or_else(unusable)?;
-            (token, Some(logprob))
-        } else {
-            (argmax(logits).ok_or_else(unusable)?, None)
-        }
-    } else {
-        let token = sampler()?.sample(ctx, at);
-        let token = usize::try_from(token.0).map_err(|_| unusable())?;
-        let logprob = if logprobs {
-            token_logprob(
-                ctx.get_logits_ith(at),
-                token,
-                sampling.logprob_temperature(),
-            )
-        } else {
-            None
-        };
-        (token, logprob)
+    let logits = ctx.get_logits_ith(at);
+    let Some(guide) = guide else {
+        return sampler
+            .pick(logits, None, logprobs)
+            .ok_or_else(|| EngineError::Decode("the model produced no usable logits".into()));
     };
-    Ok(TokenRecord {
-        id: i32::try_from(token).map_err(|_| unusable())?,
-        logprob,
-    })
+    let mask = guide.allowed();
+    let allowed = mask.as_ref().map(|m| AllowedTokens(m.as_slice()));
+    let record = sampler.pick(logits, allowed, logprobs).ok_or_else(|| {
+        EngineError::Decode(
+            "the model produced no usable logits for the tokens the grammar allows".into(),
+        )
+    })?;
+    guide.accept(record.id);
+    Ok(record)
 }
 
 /// The context window of one sequence: the options' own, else the model's training context
@@ -514,22 +490,6 @@ pub(super) fn new_context<'m>(
         })?;
     engine.apply_adapter(&mut ctx)?;
     Ok(ctx)
-}
-
-pub(super) fn build_sampler(params: &SamplingParams) -> LlamaSampler {
-    if params.is_greedy() {
-        return LlamaSampler::greedy();
-    }
-    let mut chain = Vec::new();
-    if params.top_k > 0 {
-        chain.push(LlamaSampler::top_k(params.top_k));
-    }
-    if params.top_p > 0.0 && params.top_p < 1.0 {
-        chain.push(LlamaSampler::top_p(params.top_p, 1));
-    }
-    chain.push(LlamaSampler::temp(params.temperature));
-    chain.push(LlamaSampler::dist(params.seed));
-    LlamaSampler::chain_simple(chain)
 }
 
 fn kv_cache_type(kind: crate::KvCacheType) -> llama_cpp_2::context::params::KvCacheType {

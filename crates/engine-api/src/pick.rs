@@ -1,0 +1,672 @@
+//! Picking the next token from a row of logits: the request's [`SamplingParams`], a grammar's
+//! mask when one is in force, and the picked token's log-probability under the model's own
+//! (unmasked, untruncated) distribution, all from a few passes over the row.
+//!
+//! Why not llama.cpp's sampler chain: it copies the 151,936 logits into a candidate array at
+//! every token, a grammar's mask is applied by testing every entry, its `dist` sampler takes a
+//! scalar `expf` of each, and the log-probability RL needs is one more pass on top. Here one
+//! vectorised pass gives the weights that are drawn from and the sum the log-probability needs,
+//! and a mask is read word by word (docs/BENCHMARKS.md, "Sampling in one pass").
+//!
+//! The semantics are the chain's (mask, then top-k, then top-p on the temperature-1
+//! probabilities, then temperature, then a weighted draw); the random numbers are not: a seed
+//! gives the same tokens run after run, but not the tokens llama.cpp's `dist` would give.
+
+use crate::TokenRecord;
+use crate::sampling::{SamplingParams, exp_nonpositive, max_of, token_logprob_given_max};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::cmp::Ordering;
+
+/// The tokens a grammar allows next: bit `i % 32` of word `i / 32` is set when token `i` may come
+/// next (llguidance's mask layout). Tokens past the last word are not allowed.
+#[derive(Debug, Clone, Copy)]
+pub struct AllowedTokens<'a>(pub &'a [u32]);
+
+impl AllowedTokens<'_> {
+    /// Calls `f` with each allowed token below `n`, in increasing order, until it returns true;
+    /// returns that token.
+    fn find(self, n: usize, mut f: impl FnMut(usize) -> bool) -> Option<usize> {
+        for (w, &word) in self.0.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let token = w * 32 + bits.trailing_zeros() as usize;
+                if token >= n {
+                    return None;
+                }
+                if f(token) {
+                    return Some(token);
+                }
+                bits &= bits - 1;
+            }
+        }
+        None
+    }
+
+    fn for_each(self, n: usize, mut f: impl FnMut(usize)) {
+        self.find(n, |t| {
+            f(t);
+            false
+        });
+    }
+}
+
+/// Calls `f` with each token below `n` that `allowed` lets through (every one without a mask).
+fn each_token(n: usize, allowed: Option<AllowedTokens<'_>>, f: impl FnMut(usize)) {
+    match allowed {
+        None => (0..n).for_each(f),
+        Some(allowed) => allowed.for_each(n, f),
+    }
+}
+
+/// Picks tokens for one sequence; its random state carries from token to token, so a seed gives
+/// the same generation each time.
+pub struct TokenSampler {
+    params: SamplingParams,
+    rng: ChaCha8Rng,
+    /// Scratch: each token's weight `exp((logit - max) / temperature)`.
+    weights: Vec<f32>,
+    /// Scratch: the sum of each block of [`BLOCK`] weights, so a draw finds its block first.
+    block_sums: Vec<f64>,
+    /// Scratch: the tokens left after a mask, top-k and top-p.
+    candidates: Vec<Candidate>,
+}
+
+const BLOCK: usize = 256;
+const LANES: usize = 16;
+
+/// A token and its logit, ordered by logit (then the lower token first, as llama.cpp's sort
+/// keeps the vocabulary's order among equals).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Candidate {
+    logit: f32,
+    token: u32,
+}
+
+impl Eq for Candidate {}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.logit
+            .total_cmp(&other.logit)
+            .then_with(|| other.token.cmp(&self.token))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl TokenSampler {
+    pub fn new(params: SamplingParams) -> Self {
+        TokenSampler {
+            params,
+            rng: ChaCha8Rng::seed_from_u64(u64::from(params.seed)),
+            weights: Vec::new(),
+            block_sums: Vec::new(),
+            candidates: Vec::new(),
+        }
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The next token from `logits`, among `allowed` when a grammar is in force, with its
+    /// log-probability when `logprob` is set. `None` when the row has no usable number (NaN or
+    /// infinite logits) or the mask allows no token of the row.
+    pub fn pick(
+        &mut self,
+        logits: &[f32],
+        allowed: Option<AllowedTokens<'_>>,
+        logprob: bool,
+    ) -> Option<TokenRecord> {
+        let max = max_of(logits);
+        if !max.is_finite() {
+            return None;
+        }
+        let temperature = self.params.logprob_temperature();
+        let (token, logprob) = if self.params.is_greedy() {
+            let token = match allowed {
+                None => logits.iter().position(|&l| l == max)?,
+                Some(allowed) => best_allowed(logits, allowed)?,
+            };
+            let lp = logprob
+                .then(|| token_logprob_given_max(logits, token, temperature, max))
+                .flatten();
+            (token, lp)
+        } else if self.truncates() {
+            let token = self.draw_truncated(logits, allowed)?;
+            let lp = logprob
+                .then(|| token_logprob_given_max(logits, token, temperature, max))
+                .flatten();
+            (token, lp)
+        } else {
+            let total = self.fill_weights(logits, max, 1.0 / temperature);
+            if !(total.is_finite() && total > 0.0) {
+                return None;
+            }
+            let token = match allowed {
+                None => self.draw_from_weights(total)?,
+                Some(allowed) => self.draw_allowed(logits, allowed)?,
+            };
+            let lp = (logits[token] - max) * (1.0 / temperature) - total.ln() as f32;
+            (token, (logprob && lp.is_finite()).then_some(lp))
+        };
+        Some(TokenRecord {
+            id: i32::try_from(token).ok()?,
+            logprob,
+        })
+    }
+
+    fn truncates(&self) -> bool {
+        let top_p = self.params.top_p;
+        self.params.top_k > 0 || (top_p > 0.0 && top_p < 1.0)
+    }
+
+    /// Writes every token's weight at `inv_t` relative to `max` and returns their sum, the same
+    /// sum `token_logprob` takes (so the log-probability agrees with it to the last bit).
+    fn fill_weights(&mut self, logits: &[f32], max: f32, inv_t: f32) -> f64 {
+        self.weights.resize(logits.len(), 0.0);
+        self.block_sums.clear();
+        let mut total = 0.0f64;
+        for (block, out) in logits.chunks(BLOCK).zip(self.weights.chunks_mut(BLOCK)) {
+            let mut lanes = [0.0f32; LANES];
+            let mut pieces = block.chunks_exact(LANES);
+            let mut outs = out.chunks_exact_mut(LANES);
+            for (piece, out) in (&mut pieces).zip(&mut outs) {
+                for ((lane, &l), w) in lanes.iter_mut().zip(piece).zip(out) {
+                    *w = exp_nonpositive((l - max) * inv_t);
+                    *lane += *w;
+                }
+            }
+            for (&l, w) in pieces.remainder().iter().zip(outs.into_remainder()) {
+                *w = exp_nonpositive((l - max) * inv_t);
+                lanes[0] += *w;
+            }
+            let sum = lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+            self.block_sums.push(sum);
+            total += sum;
+        }
+        total
+    }
+
+    /// A draw over all the weights [`Self::fill_weights`] wrote: the block first, then the token.
+    fn draw_from_weights(&mut self, total: f64) -> Option<usize> {
+        let mut target = self.rng.random::<f64>() * total;
+        let mut last = None;
+        for (b, &sum) in self.block_sums.iter().enumerate() {
+            if sum <= 0.0 {
+                continue;
+            }
+            let start = b * BLOCK;
+            let end = (start + BLOCK).min(self.weights.len());
+            if target < sum {
+                return Some(
+                    pick_in(&self.weights[start..end], target).map_or(end - 1, |i| start + i),
+                );
+            }
+            target -= sum;
+            last = Some(end - 1);
+        }
+        // Rounding left the target just past the end: the last block's last token.
+        last
+    }
+
+    /// A draw among the allowed tokens, weighted as [`Self::fill_weights`] wrote them; when the
+    /// best allowed token sits so far below the row's maximum that those weights lose precision,
+    /// the allowed tokens' weights are taken again relative to their own maximum.
+    fn draw_allowed(&mut self, logits: &[f32], allowed: AllowedTokens<'_>) -> Option<usize> {
+        let n = logits.len();
+        let weights = &mut self.weights;
+        let (mut total, mut best) = (0.0f64, None::<usize>);
+        allowed.for_each(n, |t| {
+            total += f64::from(weights[t]);
+            if !logits[t].is_nan() && best.is_none_or(|b| logits[t] > logits[b]) {
+                best = Some(t);
+            }
+        });
+        let top = logits[best?];
+        // e^-60 of the row's best: the weights keep about 26 of f32's 38 decimal orders.
+        if total < 1e-26 {
+            let inv_t = 1.0 / self.params.logprob_temperature();
+            total = 0.0;
+            allowed.for_each(n, |t| {
+                weights[t] = exp_nonpositive((logits[t] - top) * inv_t);
+                total += f64::from(weights[t]);
+            });
+        }
+        let mut target = self.rng.random::<f64>() * total;
+        let mut last = best;
+        let picked = allowed.find(n, |t| {
+            last = Some(t);
+            let w = f64::from(weights[t]);
+            if target < w {
+                return true;
+            }
+            target -= w;
+            false
+        });
+        // Rounding can leave the target past the last allowed token: that token, then.
+        picked.or(last)
+    }
+
+    /// Mask, top-k, top-p (on the temperature-1 probabilities), then a draw at the temperature.
+    fn draw_truncated(
+        &mut self,
+        logits: &[f32],
+        allowed: Option<AllowedTokens<'_>>,
+    ) -> Option<usize> {
+        let mass = self.gather_candidates(logits, allowed);
+        let candidates = &mut self.candidates;
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        let top = candidates.first()?.logit;
+        let top_p = f64::from(self.params.top_p);
+        if top_p > 0.0 && top_p < 1.0 {
+            let mut cumulative = 0.0;
+            let kept = candidates
+                .iter()
+                .position(|c| {
+                    cumulative += f64::from(exp_nonpositive(c.logit - top));
+                    cumulative >= top_p * mass
+                })
+                .map_or(candidates.len(), |i| i + 1);
+            candidates.truncate(kept);
+        }
+        let inv_t = 1.0 / self.params.logprob_temperature();
+        self.weights.clear();
+        self.weights.extend(
+            candidates
+                .iter()
+                .map(|c| exp_nonpositive((c.logit - top) * inv_t)),
+        );
+        let total: f64 = self.weights.iter().map(|&w| f64::from(w)).sum();
+        let target = self.rng.random::<f64>() * total;
+        let at = pick_in(&self.weights, target).unwrap_or(candidates.len() - 1);
+        Some(candidates[at].token as usize)
+    }
+
+    /// Fills `candidates` with the tokens the mask and top-k leave, and returns the mass top-p
+    /// measures against: the sum of `exp(logit - best)` over those tokens.
+    ///
+    /// With top-p alone, every allowed token is a candidate, but sorting 151,936 of them costs
+    /// milliseconds; the nucleus cannot reach a token under e^-20 of the best while the tokens
+    /// above that already hold `top_p` of the mass, so those are left out first.
+    fn gather_candidates(&mut self, logits: &[f32], allowed: Option<AllowedTokens<'_>>) -> f64 {
+        let n = logits.len();
+        let candidates = &mut self.candidates;
+        candidates.clear();
+        let k = usize::try_from(self.params.top_k).unwrap_or(0);
+        if k > 0 {
+            top_k(logits, allowed, k, candidates);
+            let best = candidates
+                .iter()
+                .map(|c| c.logit)
+                .fold(f32::NEG_INFINITY, f32::max);
+            return candidates
+                .iter()
+                .map(|c| f64::from(exp_nonpositive(c.logit - best)))
+                .sum();
+        }
+        let mut best = f32::NEG_INFINITY;
+        each_token(n, allowed, |t| best = best.max(logits[t]));
+        let floor = best - 20.0;
+        let (mut near, mut all) = (0.0f64, 0.0f64);
+        each_token(n, allowed, |t| {
+            let logit = logits[t];
+            if logit.is_nan() {
+                return;
+            }
+            let p = f64::from(exp_nonpositive(logit - best));
+            all += p;
+            if logit >= floor {
+                near += p;
+                candidates.push(Candidate {
+                    logit,
+                    token: t as u32,
+                });
+            }
+        });
+        if near < f64::from(self.params.top_p) * all {
+            candidates.clear();
+            each_token(n, allowed, |t| {
+                let logit = logits[t];
+                if !logit.is_nan() {
+                    candidates.push(Candidate {
+                        logit,
+                        token: t as u32,
+                    });
+                }
+            });
+        }
+        all
+    }
+}
+
+/// Fills `out` with the `k` allowed tokens of largest logit. One comparison per token against the
+/// least logit kept so far, in most cases: candidates gather in a buffer of up to `2k` and are cut
+/// back to the best `k` when it fills, which raises the bar.
+fn top_k(logits: &[f32], allowed: Option<AllowedTokens<'_>>, k: usize, out: &mut Vec<Candidate>) {
+    let cut = |out: &mut Vec<Candidate>| {
+        if out.len() > k {
+            out.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+            out.truncate(k);
+        }
+        out.iter().map(|c| c.logit).fold(f32::INFINITY, f32::min)
+    };
+    let mut bar = f32::NEG_INFINITY;
+    let limit = 2 * k.max(32);
+    let offer = |t: usize, out: &mut Vec<Candidate>, bar: &mut f32| {
+        let logit = logits[t];
+        // Equal to the bar can only tie with the k-th; NaN never passes.
+        if logit > *bar || (out.len() < k && !logit.is_nan()) {
+            out.push(Candidate {
+                logit,
+                token: t as u32,
+            });
+            if out.len() >= limit {
+                *bar = cut(out);
+            }
+        }
+    };
+    match allowed {
+        Some(allowed) => allowed.for_each(logits.len(), |t| offer(t, out, &mut bar)),
+        // Without a mask, whole blocks under the bar are passed over after one vectorised max.
+        None => {
+            for (b, block) in logits.chunks(BLOCK).enumerate() {
+                if out.len() >= k && max_of(block) <= bar {
+                    continue;
+                }
+                (b * BLOCK..b * BLOCK + block.len()).for_each(|t| offer(t, out, &mut bar));
+            }
+        }
+    }
+    cut(out);
+}
+
+/// The index in `weights` where the running sum first passes `target`; `None` if it never does.
+fn pick_in(weights: &[f32], target: f64) -> Option<usize> {
+    let mut left = target;
+    weights.iter().position(|&w| {
+        let w = f64::from(w);
+        if left < w {
+            return true;
+        }
+        left -= w;
+        false
+    })
+}
+
+/// The allowed token with the largest logit (the lowest of equals).
+fn best_allowed(logits: &[f32], allowed: AllowedTokens<'_>) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    allowed.for_each(logits.len(), |t| {
+        let l = logits[t];
+        if !l.is_nan() && best.is_none_or(|b| l > logits[b]) {
+            best = Some(t);
+        }
+    });
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token_logprob;
+
+    fn params(temperature: f32, top_k: i32, top_p: f32) -> SamplingParams {
+        SamplingParams {
+            temperature,
+            top_p,
+            top_k,
+            seed: 7,
+        }
+    }
+
+    fn mask(n: usize, allowed: &[usize]) -> Vec<u32> {
+        let mut words = vec![0u32; n.div_ceil(32)];
+        for &t in allowed {
+            words[t / 32] |= 1 << (t % 32);
+        }
+        words
+    }
+
+    /// How often each token was drawn in `draws` picks.
+    fn frequencies(
+        sampler: &mut TokenSampler,
+        logits: &[f32],
+        allowed: Option<&[u32]>,
+        draws: usize,
+    ) -> Vec<f64> {
+        let mut counts = vec![0usize; logits.len()];
+        for _ in 0..draws {
+            let record = sampler
+                .pick(logits, allowed.map(AllowedTokens), false)
+                .unwrap();
+            counts[record.id as usize] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / draws as f64).collect()
+    }
+
+    /// softmax(logits / t) over `keep` (all when empty).
+    fn expected(logits: &[f32], t: f64, keep: &[usize]) -> Vec<f64> {
+        let kept = |i: usize| keep.is_empty() || keep.contains(&i);
+        let w: Vec<f64> = (0..logits.len())
+            .map(|i| {
+                if kept(i) {
+                    (f64::from(logits[i]) / t).exp()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let total: f64 = w.iter().sum();
+        w.iter().map(|x| x / total).collect()
+    }
+
+    fn assert_close(seen: &[f64], want: &[f64]) {
+        for (i, (s, w)) in seen.iter().zip(want).enumerate() {
+            assert!(
+                (s - w).abs() < 0.01,
+                "token {i}: drawn {s:.4}, expected {w:.4}"
+            );
+        }
+    }
+
+    const ROW: [f32; 6] = [1.0, 2.5, 0.0, 2.0, -1.0, 1.5];
+
+    #[test]
+    fn draws_follow_the_softmax_at_the_temperature() {
+        let mut sampler = TokenSampler::new(params(0.7, 0, 1.0));
+        let seen = frequencies(&mut sampler, &ROW, None, 200_000);
+        assert_close(&seen, &expected(&ROW, 0.7, &[]));
+    }
+
+    #[test]
+    fn a_mask_keeps_its_tokens_and_their_relative_odds() {
+        let allowed = mask(ROW.len(), &[0, 2, 5]);
+        let mut sampler = TokenSampler::new(params(1.0, 0, 1.0));
+        let seen = frequencies(&mut sampler, &ROW, Some(&allowed), 200_000);
+        assert_close(&seen, &expected(&ROW, 1.0, &[0, 2, 5]));
+        // Greedy under a mask: the best allowed token, not the row's best.
+        let mut greedy = TokenSampler::new(SamplingParams::greedy());
+        let record = greedy
+            .pick(&ROW, Some(AllowedTokens(&allowed)), true)
+            .unwrap();
+        assert_eq!(record.id, 5);
+    }
+
+    #[test]
+    fn top_k_then_top_p_then_temperature() {
+        // top-k 3 leaves tokens 1, 3, 5; at temperature 1 their probabilities are about
+        // 0.51, 0.31, 0.19, so top-p 0.8 keeps 1 and 3; they are drawn at temperature 0.5.
+        let mut sampler = TokenSampler::new(params(0.5, 3, 0.8));
+        let seen = frequencies(&mut sampler, &ROW, None, 200_000);
+        assert_close(&seen, &expected(&ROW, 0.5, &[1, 3]));
+        let mut one = TokenSampler::new(params(1.0, 1, 1.0));
+        let allowed = mask(ROW.len(), &[0, 4]);
+        for _ in 0..100 {
+            assert_eq!(
+                one.pick(&ROW, Some(AllowedTokens(&allowed)), false)
+                    .unwrap()
+                    .id,
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn top_k_finds_the_largest_logits_of_a_vocabulary() {
+        let mut state = 99u32;
+        let logits: Vec<f32> = (0..151_936)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state % 100_000) as f32 / 1000.0
+            })
+            .collect();
+        let every_third: Vec<usize> = (0..logits.len()).step_by(3).collect();
+        let third = mask(logits.len(), &every_third);
+        for k in [1, 40, 100, 5000] {
+            for allowed in [None, Some(AllowedTokens(&third))] {
+                let mut want: Vec<usize> = match allowed {
+                    None => (0..logits.len()).collect(),
+                    Some(_) => every_third.clone(),
+                };
+                want.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+                let kth = logits[want[k - 1]];
+                let mut got = Vec::new();
+                top_k(&logits, allowed, k, &mut got);
+                assert_eq!(got.len(), k);
+                // The same set, up to which of several tokens tied with the k-th is kept.
+                let mut got_logits: Vec<f32> = got.iter().map(|c| c.logit).collect();
+                got_logits.sort_by(|a, b| b.total_cmp(a));
+                let want_logits: Vec<f32> = want[..k].iter().map(|&t| logits[t]).collect();
+                assert_eq!(got_logits, want_logits, "k {k}");
+                assert!(
+                    got.iter()
+                        .all(|c| c.logit >= kth && logits[c.token as usize] == c.logit)
+                );
+                if allowed.is_some() {
+                    assert!(
+                        got.iter().all(|c| c.token % 3 == 0),
+                        "k {k}: a masked token"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn top_p_alone_over_a_vocabulary_keeps_the_nucleus() {
+        // A few strong tokens over a long weak tail: the nucleus at 0.9 is the strong ones,
+        // found without sorting the tail.
+        let mut logits = vec![-30.0f32; 151_936];
+        for (t, l) in [(10usize, 5.0f32), (99_000, 4.0), (151_000, 3.0)] {
+            logits[t] = l;
+        }
+        let mut sampler = TokenSampler::new(params(1.0, 0, 0.9));
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..2_000 {
+            seen.insert(sampler.pick(&logits, None, false).unwrap().id);
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [10, 99_000]);
+        // A flat row: every token is in the nucleus, so the tail must not be cut.
+        let flat = vec![0.0f32; 1000];
+        let mut sampler = TokenSampler::new(params(1.0, 0, 0.99));
+        let mut distinct = std::collections::BTreeSet::new();
+        for _ in 0..20_000 {
+            distinct.insert(sampler.pick(&flat, None, false).unwrap().id);
+        }
+        assert!(distinct.len() > 950, "{} distinct tokens", distinct.len());
+    }
+
+    #[test]
+    fn the_log_probability_is_the_unmasked_policys() {
+        let logits: Vec<f32> = (0..5000)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0)
+            .collect();
+        let allowed = mask(logits.len(), &[3, 400, 4999]);
+        for (p, allowed) in [
+            (params(0.8, 0, 1.0), None),
+            (params(0.8, 0, 1.0), Some(&allowed)),
+            (params(0.8, 40, 0.95), None),
+            (SamplingParams::greedy(), Some(&allowed)),
+        ] {
+            let mut sampler = TokenSampler::new(p);
+            for _ in 0..20 {
+                let record = sampler
+                    .pick(&logits, allowed.map(|a| AllowedTokens(a)), true)
+                    .unwrap();
+                let token = record.id as usize;
+                let want = token_logprob(&logits, token, p.logprob_temperature()).unwrap();
+                assert_eq!(record.logprob, Some(want), "{p:?}");
+                if allowed.is_some() {
+                    assert!([3, 400, 4999].contains(&token));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn allowed_tokens_far_below_the_best_keep_their_odds() {
+        // The grammar allows only tokens 200 below the row's best: relative to the best their
+        // weights would all round to the same floor.
+        let mut logits = vec![0.0f32; 64];
+        logits[0] = 300.0;
+        logits[40] = 100.0;
+        logits[41] = 101.0;
+        let allowed = mask(64, &[40, 41]);
+        let mut sampler = TokenSampler::new(params(1.0, 0, 1.0));
+        let seen = frequencies(&mut sampler, &logits, Some(&allowed), 100_000);
+        let p41 = 1.0 / (1.0 + (-1.0f64).exp());
+        assert!((seen[41] - p41).abs() < 0.01, "{}", seen[41]);
+        assert!((seen[40] - (1.0 - p41)).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_seed_repeats_its_tokens_and_another_seed_does_not() {
+        let logits: Vec<f32> = (0..1000).map(|i| ((i * 31) % 17) as f32 / 4.0).collect();
+        let run = |seed: u32| {
+            let mut sampler = TokenSampler::new(SamplingParams {
+                seed,
+                ..params(1.0, 0, 1.0)
+            });
+            (0..50)
+                .map(|_| sampler.pick(&logits, None, false).unwrap().id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn rows_without_numbers_or_allowed_tokens_give_none() {
+        let mut sampler = TokenSampler::new(params(1.0, 0, 1.0));
+        assert_eq!(sampler.pick(&[], None, true), None);
+        assert_eq!(sampler.pick(&[f32::NAN, f32::NAN], None, true), None);
+        assert_eq!(sampler.pick(&[1.0, f32::INFINITY], None, true), None);
+        // Only a token past the row's end is allowed.
+        let allowed = mask(64, &[50]);
+        assert_eq!(
+            sampler.pick(&[1.0, 2.0], Some(AllowedTokens(&allowed)), true),
+            None
+        );
+        let nothing = mask(64, &[]);
+        for p in [
+            params(1.0, 0, 1.0),
+            params(1.0, 40, 0.9),
+            SamplingParams::greedy(),
+        ] {
+            let mut sampler = TokenSampler::new(p);
+            assert_eq!(
+                sampler.pick(&ROW, Some(AllowedTokens(&nothing)), true),
+                None,
+                "{p:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Picking one token from a 151,936-entry row of logits (Qwen2.5's vocabulary), the work done
+//! between two decoding steps: Catena's [`TokenSampler`] against the anchor it replaced,
+//! llama.cpp's sampler chain as Catena drove it (the row copied into a candidate array, a
+//! grammar's mask applied entry by entry as llama-cpp-2's llguidance sampler does, top-k, top-p,
+//! temperature and `dist`, then Catena's log-probability pass where RL reads it). Computing the
+//! grammar's mask itself is llguidance's work in both and is left out.
+//!
+//! `cargo bench --offline --workspace --bench sampling -- "pick one token"`
+
+use catena_engine_api::{AllowedTokens, SamplingParams, TokenSampler, token_logprob};
+use criterion::{Criterion, criterion_group, criterion_main};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use std::hint::black_box;
+
+const VOCAB: usize = 151_936;
+
+/// A peaked row like a language model's: logit falls with the log of a token's (shuffled) rank.
+fn logits() -> Vec<f32> {
+    let mut x = 0x9E37_79B9u32;
+    (0..VOCAB)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let rank = (x % VOCAB as u32) as f32 + 1.0;
+            12.0 - 2.5 * rank.ln()
+        })
+        .collect()
+}
+
+/// A mask allowing every `stride`-th token.
+fn mask(stride: usize) -> Vec<u32> {
+    let mut words = vec![0u32; VOCAB.div_ceil(32)];
+    for t in (0..VOCAB).step_by(stride) {
+        words[t / 32] |= 1 << (t % 32);
+    }
+    words
+}
+
+fn chain(p: &SamplingParams) -> LlamaSampler {
+    let mut chain = Vec::new();
+    if p.top_k > 0 {
+        chain.push(LlamaSampler::top_k(p.top_k));
+    }
+    if p.top_p > 0.0 && p.top_p < 1.0 {
+        chain.push(LlamaSampler::top_p(p.top_p, 1));
+    }
+    chain.push(LlamaSampler::temp(p.temperature));
+    chain.push(LlamaSampler::dist(p.seed));
+    LlamaSampler::chain_simple(chain)
+}
+
+/// The anchor: what one token cost through llama.cpp's chain.
+fn anchor_pick(
+    sampler: &mut LlamaSampler,
+    logits: &[f32],
+    allowed: Option<&[u32]>,
+    p: &SamplingParams,
+    logprob: bool,
+) -> (i32, Option<f32>) {
+    let mut cur = LlamaTokenDataArray::from_iter(
+        logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+        false,
+    );
+    if let Some(words) = allowed {
+        for item in cur.data.iter_mut() {
+            let t = item.id().0 as usize;
+            if words[t / 32] >> (t % 32) & 1 == 0 {
+                item.set_logit(f32::NEG_INFINITY);
+            }
+        }
+    }
+    cur.apply_sampler(sampler);
+    let token = cur.selected_token().map_or(0, |t| t.0);
+    let lp = logprob
+        .then(|| token_logprob(logits, token as usize, p.logprob_temperature()))
+        .flatten();
+    (token, lp)
+}
+
+fn bench(c: &mut Criterion) {
+    let row = logits();
+    let half = mask(2);
+    let few = mask(5_000);
+    let rl = SamplingParams {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 3,
+    };
+    let run = SamplingParams::default();
+    let cases: [(&str, SamplingParams, Option<&[u32]>, bool); 4] = [
+        ("RL, free, with log-probability", rl, None, true),
+        (
+            "RL, mask allows half, with log-probability",
+            rl,
+            Some(&half),
+            true,
+        ),
+        (
+            "RL, mask allows 31, with log-probability",
+            rl,
+            Some(&few),
+            true,
+        ),
+        (
+            "catena run defaults (top-k 40, top-p 0.95, t 0.6)",
+            run,
+            None,
+            false,
+        ),
+    ];
+    let mut group = c.benchmark_group("pick one token of 151936");
+    for (name, p, allowed, logprob) in cases {
+        let mut sampler = chain(&p);
+        group.bench_function(format!("anchor: llama.cpp chain; {name}"), |b| {
+            b.iter(|| anchor_pick(&mut sampler, black_box(&row), allowed, &p, logprob))
+        });
+        let mut ours = TokenSampler::new(p);
+        group.bench_function(format!("catena: TokenSampler; {name}"), |b| {
+            b.iter(|| ours.pick(black_box(&row), allowed.map(AllowedTokens), logprob))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
