@@ -289,7 +289,8 @@ impl TokenSampler {
     }
 
     /// Fills `candidates` with the tokens the mask and top-k leave, and returns the mass top-p
-    /// measures against: the sum of `exp(logit - best)` over those tokens.
+    /// measures against: the sum of `exp(logit - best)` over the tokens top-k keeps, or over every
+    /// allowed token without top-k (including those left out below).
     ///
     /// With top-p alone, every allowed token is a candidate, but sorting 151,936 of them costs
     /// milliseconds; the nucleus cannot reach a token under e^-20 of the best while the tokens
