@@ -13,7 +13,9 @@
 //! gives the same tokens run after run, but not the tokens llama.cpp's `dist` would give.
 
 use crate::TokenRecord;
-use crate::sampling::{SamplingParams, exp_nonpositive, max_of, token_logprob_given_max};
+use crate::sampling::{
+    BLOCK, SamplingParams, exp_nonpositive, max_of, token_logprob_given_max, weight_sum,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Ordering;
@@ -71,9 +73,6 @@ pub struct TokenSampler {
     /// Scratch: the tokens left after a mask, top-k and top-p.
     candidates: Vec<Candidate>,
 }
-
-const BLOCK: usize = 256;
-const LANES: usize = 16;
 
 /// A token and its logit, ordered by logit (then the lower token first, as llama.cpp's sort
 /// keeps the vocabulary's order among equals).
@@ -173,20 +172,9 @@ impl TokenSampler {
         self.block_sums.clear();
         let mut total = 0.0f64;
         for (block, out) in logits.chunks(BLOCK).zip(self.weights.chunks_mut(BLOCK)) {
-            let mut lanes = [0.0f32; LANES];
-            let mut pieces = block.chunks_exact(LANES);
-            let mut outs = out.chunks_exact_mut(LANES);
-            for (piece, out) in (&mut pieces).zip(&mut outs) {
-                for ((lane, &l), w) in lanes.iter_mut().zip(piece).zip(out) {
-                    *w = exp_nonpositive((l - max) * inv_t);
-                    *lane += *w;
-                }
-            }
-            for (&l, w) in pieces.remainder().iter().zip(outs.into_remainder()) {
-                *w = exp_nonpositive((l - max) * inv_t);
-                lanes[0] += *w;
-            }
-            let sum = lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+            let sum = weight_sum(block, max, inv_t, |at, weights| {
+                out[at..at + weights.len()].copy_from_slice(weights);
+            });
             self.block_sums.push(sum);
             total += sum;
         }

@@ -89,30 +89,55 @@ pub(crate) fn token_logprob_given_max(
     } else {
         1.0
     };
-    const LANES: usize = 16;
-    const CHUNK: usize = 256;
-    let mut total = 0.0f64;
-    for chunk in logits.chunks(CHUNK) {
-        let mut lanes = [0.0f32; LANES];
-        let mut pieces = chunk.chunks_exact(LANES);
-        for piece in &mut pieces {
-            for (lane, &l) in lanes.iter_mut().zip(piece) {
-                *lane += exp_nonpositive((l - max) * inv_t);
-            }
-        }
-        for &l in pieces.remainder() {
-            lanes[0] += exp_nonpositive((l - max) * inv_t);
-        }
-        total += lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
-    }
+    let total: f64 = logits
+        .chunks(BLOCK)
+        .map(|block| weight_sum(block, max, inv_t, |_, _| {}))
+        .sum();
     let logprob = (target - max) * inv_t - total.ln() as f32;
     logprob.is_finite().then_some(logprob)
+}
+
+/// Independent lanes of a vectorised pass over the logits.
+const LANES: usize = 16;
+/// The logits a partial sum covers before it is added, in f64, to the row's total.
+pub(crate) const BLOCK: usize = 256;
+
+/// The sum of the weights `exp((l - max) * inv_t)` of one block of logits, in independent lanes
+/// so it vectorises; `keep(at, weights)` sees each run of weights with its offset in the block (a
+/// no-op where only the sum is wanted). `token_logprob` and the sampler's draw both sum through
+/// here, so the log-probability the sampler records is `token_logprob`'s to the last bit.
+#[inline(always)]
+pub(crate) fn weight_sum(
+    block: &[f32],
+    max: f32,
+    inv_t: f32,
+    mut keep: impl FnMut(usize, &[f32]),
+) -> f64 {
+    let mut lanes = [0.0f32; LANES];
+    let mut pieces = block.chunks_exact(LANES);
+    let mut at = 0;
+    for piece in &mut pieces {
+        let mut weights = [0.0f32; LANES];
+        for ((w, lane), &l) in weights.iter_mut().zip(lanes.iter_mut()).zip(piece) {
+            *w = exp_nonpositive((l - max) * inv_t);
+            *lane += *w;
+        }
+        keep(at, &weights);
+        at += LANES;
+    }
+    let rest = pieces.remainder();
+    let mut weights = [0.0f32; LANES];
+    for (w, &l) in weights.iter_mut().zip(rest) {
+        *w = exp_nonpositive((l - max) * inv_t);
+        lanes[0] += *w;
+    }
+    keep(at, &weights[..rest.len()]);
+    lanes.iter().map(|&v| f64::from(v)).sum()
 }
 
 /// The largest value, in independent lanes so the comparisons vectorise (one running maximum
 /// is a chain of dependent instructions).
 pub(crate) fn max_of(values: &[f32]) -> f32 {
-    const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let mut pieces = values.chunks_exact(LANES);
     for piece in &mut pieces {
