@@ -2,7 +2,7 @@
 //! or JSON lines for programs.
 
 use anstyle::{AnsiColor, Style};
-use catena_agent::{AgentEvent, RunSummary, Source};
+use catena_agent::{AgentEvent, RunSummary, Source, StopReason};
 use catena_distill::RoleTokens;
 use catena_distill::mas::Usage;
 use catena_protocol::Tag;
@@ -243,6 +243,13 @@ impl EventSink for HumanPrinter {
     fn summary(&mut self, s: &RunSummary) {
         self.answer(s);
         let dim = Style::new().dimmed();
+        if s.stop_reason == StopReason::Repetition {
+            let _ = writeln!(
+                self.err,
+                "stopped: the model was writing the same text over and over; a sampled run with \
+                 another --seed, or --samples N, draws other chains"
+            );
+        }
         let t = &s.timings;
         // A chat turn (`--mode chat`) reports no split of its time into reading and decoding.
         let rates = if t.decode_ms > 0.0 {

@@ -288,3 +288,70 @@ fn the_default_model_runs_with_its_shipped_adapter_unless_told_not_to() {
         String::from_utf8_lossy(&both.stderr)
     );
 }
+
+/// A chain that has fallen into a loop is stopped once its latest 384 tokens repeat, not left to
+/// spend its budgets: the prefill starts a plan that repeats a line (one a sampled chain of the
+/// README's first example wrote until its time ran out), and the model goes on repeating it. One
+/// chain (the single session) and two sampled together (the batch scheduler) are both stopped.
+#[test]
+fn a_chain_that_repeats_itself_is_stopped() {
+    common::default_model();
+    let prefill = format!("<plan>\n{}", "<===>\n".repeat(20));
+    let max_tokens = 2000;
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--profile", "math", "--json", "--no-store"];
+        args.extend_from_slice(extra);
+        let budget = max_tokens.to_string();
+        args.extend_from_slice(&[
+            "--max-tokens",
+            &budget,
+            "--prefill",
+            &prefill,
+            "How many primes are there below 100?",
+        ]);
+        let output = common::catena(&args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (common::json_lines(&output), stderr)
+    };
+    let stopped_by_the_loop = |summary: &Value| {
+        assert_eq!(summary["stop_reason"], "repetition", "{summary:#}");
+        let generated = summary["generated_tokens"].as_u64().unwrap();
+        // The window (384 tokens, all but 24 repeating) had to fill, and the budget is far off.
+        assert!((360..1000).contains(&generated), "{generated} tokens");
+    };
+
+    let (events, _) = run(&["--temperature", "0"]);
+    stopped_by_the_loop(of_type(&events, "summary")[0]);
+
+    let (events, _) = run(&["--temperature", "0.3", "--samples", "2", "--seed", "4"]);
+    let chains = of_type(&events, "sample");
+    assert_eq!(chains.len(), 2, "{events:#?}");
+    for chain in chains {
+        stopped_by_the_loop(&chain["summary"]);
+    }
+
+    // Without --json, the user is told why the run ended.
+    let human = common::catena(&[
+        "run",
+        "--profile",
+        "math",
+        "--no-store",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "2000",
+        "--prefill",
+        &prefill,
+        "How many primes are there below 100?",
+    ]);
+    let stderr = String::from_utf8_lossy(&human.stderr);
+    assert!(
+        stderr.contains("writing the same text over and over"),
+        "{stderr}"
+    );
+}

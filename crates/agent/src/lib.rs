@@ -250,6 +250,9 @@ impl<'a> Chain<'a> {
                 max_tokens: remaining,
                 deadline: self.limits.deadline,
                 cancel: self.limits.cancel.clone(),
+                // A chain that repeats itself never reaches an answer (the engine's
+                // `RepetitionWatch`): stop it rather than spend the budgets on the loop.
+                stop_on_repetition: true,
             };
             self.constrain(session, &self.trajectory[self.segment_start..])?;
             let stops = self.stops.clone();
@@ -267,6 +270,7 @@ impl<'a> Chain<'a> {
                 GenerationStop::Deadline => return Ok(StopReason::TimeBudget),
                 GenerationStop::ContextFull => return Ok(StopReason::ContextFull),
                 GenerationStop::Cancelled => return Ok(StopReason::Cancelled),
+                GenerationStop::Repetition { .. } => return Ok(StopReason::Repetition),
                 // Nothing was sampled, so nothing is new in the context: asking again would get
                 // the same answer, for ever.
                 GenerationStop::StopString { .. } if sampled_nothing => {
@@ -456,7 +460,7 @@ impl<'a> Chain<'a> {
     ) -> RunSummary {
         let answer = final_answer(&self.blocks).or_else(|| {
             stop_reason
-                .is_budget()
+                .cut_short()
                 .then(|| last_suggested_answer(&self.blocks))
                 .flatten()
         });

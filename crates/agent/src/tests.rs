@@ -67,6 +67,10 @@ impl Session for Scripted {
     ) -> Result<Generation, EngineError> {
         let mut text = String::new();
         let mut tokens = 0;
+        // One character is one token here.
+        let mut watch = limits
+            .stop_on_repetition
+            .then(catena_engine_api::RepetitionWatch::default);
         loop {
             if limits.is_cancelled() {
                 return Ok(Generation {
@@ -101,6 +105,13 @@ impl Session for Scripted {
                 return Ok(Generation {
                     text,
                     stop: GenerationStop::StopString { index: hit.index },
+                    tokens,
+                });
+            }
+            if let Some(period) = watch.as_mut().and_then(|w| w.push(c as i32)) {
+                return Ok(Generation {
+                    text,
+                    stop: GenerationStop::Repetition { period },
                     tokens,
                 });
             }
@@ -300,6 +311,25 @@ fn tool_budget_ends_the_run_with_the_suggested_answer() {
     assert_eq!(summary.stop_reason, StopReason::ToolBudget);
     assert_eq!(summary.tool_calls, 1);
     assert_eq!(summary.answer.as_deref(), Some("Oslo"));
+}
+
+#[test]
+fn a_chain_in_a_loop_ends_with_its_suggested_answer() {
+    let h = harness(Tag::WebSearch, false);
+    let script = format!(
+        "<suggested_answer>Oslo</suggested_answer><think>{}</think><answer>never</answer>",
+        "it is Oslo. ".repeat(100)
+    );
+    let mut s = Scripted::new(&script);
+    let (summary, _) = run(&mut s, "web", None, budgets(), &h.tools);
+    assert_eq!(summary.stop_reason, StopReason::Repetition);
+    assert_eq!(summary.answer.as_deref(), Some("Oslo"));
+    // Stopped inside the thought, once 384 characters of it had repeated.
+    assert!(
+        summary.trajectory.len() < script.len() - 500,
+        "{}",
+        summary.trajectory.len()
+    );
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod constraint;
 mod pick;
 pub mod plan;
 mod quant;
+mod repetition;
 mod sampling;
 mod stops;
 
@@ -23,6 +24,7 @@ pub use chat::{ChatMessage, chatml_prompt};
 pub use constraint::Constraint;
 pub use pick::{AllowedTokens, TokenSampler};
 pub use quant::QuantType;
+pub use repetition::RepetitionWatch;
 pub use sampling::{SamplingParams, argmax, greedy_pick, token_logprob};
 pub use stops::{StopHit, StopMatcher};
 
@@ -71,6 +73,9 @@ pub enum GenerationStop {
     ContextFull,
     /// The caller asked to stop.
     Cancelled,
+    /// The latest tokens repeat a unit of `period` tokens (asked for with
+    /// [`GenerateLimits::stop_on_repetition`]).
+    Repetition { period: usize },
 }
 
 /// What one [`Session::generate`] call produced.
@@ -293,6 +298,9 @@ pub struct GenerateLimits {
     pub deadline: Option<std::time::Instant>,
     /// Checked between tokens: set it to stop the generation.
     pub cancel: Option<CancelFlag>,
+    /// Stop once the generation has fallen into a loop ([`RepetitionWatch`]). Chains ask for
+    /// it; a plain completion does not, since a user may ask for repeated text.
+    pub stop_on_repetition: bool,
 }
 
 impl GenerateLimits {
@@ -301,6 +309,7 @@ impl GenerateLimits {
             max_tokens,
             deadline: None,
             cancel: None,
+            stop_on_repetition: false,
         }
     }
 

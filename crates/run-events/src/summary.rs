@@ -22,6 +22,9 @@ pub enum StopReason {
     /// The context window is full.
     ContextFull,
     Cancelled,
+    /// The model fell into a loop, the same text over and over, and was stopped (the engine's
+    /// `RepetitionWatch`).
+    Repetition,
 }
 
 impl std::fmt::Display for StopReason {
@@ -41,17 +44,20 @@ impl StopReason {
             StopReason::TimeBudget => "time_budget",
             StopReason::ContextFull => "context_full",
             StopReason::Cancelled => "cancelled",
+            StopReason::Repetition => "repetition",
         }
     }
 
-    /// Whether a budget ended the run (then the last suggested answer stands in for the answer).
-    pub fn is_budget(self) -> bool {
+    /// Whether the run was cut before it could answer, by a budget or a loop (then the last
+    /// suggested answer stands in for the answer).
+    pub fn cut_short(self) -> bool {
         matches!(
             self,
             StopReason::ToolBudget
                 | StopReason::TokenBudget
                 | StopReason::TimeBudget
                 | StopReason::ContextFull
+                | StopReason::Repetition
         )
     }
 }

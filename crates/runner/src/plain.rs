@@ -42,6 +42,8 @@ pub(crate) fn plain_chat(
         max_tokens: plan.budgets.max_tokens,
         deadline: plan.budgets.max_time.map(|t| started + t),
         cancel: plan.cancel.clone(),
+        // The anchor is the model as a chat client would run it, loops and all.
+        stop_on_repetition: false,
     };
     let reply = chat.chat(&turn, limits, &mut |_| {})?;
     on_event(AgentEvent::RunStarted {
@@ -68,6 +70,7 @@ pub(crate) fn plain_chat(
         GenerationStop::Deadline => StopReason::TimeBudget,
         GenerationStop::ContextFull => StopReason::ContextFull,
         GenerationStop::Cancelled => StopReason::Cancelled,
+        GenerationStop::Repetition { .. } => StopReason::Repetition,
         GenerationStop::EndOfTurn | GenerationStop::StopString { .. } if answer.is_some() => {
             StopReason::Answer
         }

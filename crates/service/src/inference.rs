@@ -113,9 +113,10 @@ impl From<&GenerationStop> for FinishReason {
             GenerationStop::StopString { .. }
             | GenerationStop::EndOfTurn
             | GenerationStop::Cancelled => FinishReason::Stop,
-            GenerationStop::MaxTokens | GenerationStop::ContextFull | GenerationStop::Deadline => {
-                FinishReason::Length
-            }
+            GenerationStop::MaxTokens
+            | GenerationStop::ContextFull
+            | GenerationStop::Deadline
+            | GenerationStop::Repetition { .. } => FinishReason::Length,
         }
     }
 }
@@ -469,6 +470,8 @@ impl Worker {
             max_tokens: job.max_tokens,
             deadline: None,
             cancel: Some(job.cancel.clone()),
+            // An API client may ask for repeated text; it has `max_tokens` for loops.
+            stop_on_repetition: false,
         };
         let cancel = job.cancel.clone();
         let reply = job.reply.clone();

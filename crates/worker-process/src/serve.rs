@@ -319,7 +319,18 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
                 deadline_ms,
                 sampling,
                 constraint,
-            } => self.generate(stops, max_tokens, deadline_ms, sampling, constraint),
+                stop_on_repetition,
+            } => self.generate(
+                stops,
+                GenerateLimits {
+                    max_tokens,
+                    deadline: deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
+                    cancel: None,
+                    stop_on_repetition,
+                },
+                sampling,
+                constraint,
+            ),
             Request::Close { keep, conversation } => {
                 self.release(conversation, !keep);
                 Ok(Reply::Closed)
@@ -362,8 +373,7 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
     fn generate(
         &mut self,
         stops: Vec<String>,
-        max_tokens: usize,
-        deadline_ms: Option<u64>,
+        limits: GenerateLimits,
         sampling: catena_engine_api::SamplingParams,
         constraint: Option<catena_engine_api::Constraint>,
     ) -> Result<Reply, EngineError> {
@@ -372,10 +382,10 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
         let cancel = self.cancel.clone();
         let open = self.open.as_mut().ok_or_else(no_session)?;
         cancel.store(false, Ordering::Relaxed);
+        // The lane's own flag, which a `Cancel` request sets.
         let limits = GenerateLimits {
-            max_tokens,
-            deadline: deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
             cancel: Some(cancel.clone()),
+            ..limits
         };
         open.session.set_sampling(sampling);
         if let Some(constraint) = &constraint {

@@ -711,6 +711,7 @@ impl Session for WorkerSession<'_> {
                 deadline_ms,
                 sampling: self.state.sampling,
                 constraint: self.constraint.take(),
+                stop_on_repetition: limits.stop_on_repetition,
             },
         )?;
         match self

@@ -90,6 +90,9 @@ pub enum Request {
         /// The grammar this generation follows (constrained decoding), if any.
         #[serde(default)]
         constraint: Option<Constraint>,
+        /// `GenerateLimits::stop_on_repetition`.
+        #[serde(default)]
+        stop_on_repetition: bool,
     },
     /// Stops the generation in progress between two tokens (ignored when none runs).
     Cancel,

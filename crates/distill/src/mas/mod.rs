@@ -444,6 +444,8 @@ impl System<'_, '_> {
             max_tokens: left,
             deadline: self.deadline,
             cancel: self.request.cancel.clone(),
+            // Each role's reply ends at its own token budget, as the baseline was measured.
+            stop_on_repetition: false,
         };
         // The answerer transcribes what the team found, greedily: sampled, a small model
         // miscopies digits (seen: a printed 914 answered as 194 and 1808 at temperature 0.6,

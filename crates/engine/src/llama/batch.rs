@@ -27,7 +27,7 @@ use crate::{
     EngineError, GenerateLimits, Generation, GenerationStop, PromptPart, SamplingParams, Session,
     SessionOptions, SideChat, StartPrompt, TokenRecord,
 };
-use catena_engine_api::{SessionState, SessionStats, TokenSampler};
+use catena_engine_api::{RepetitionWatch, SessionState, SessionStats, TokenSampler};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
@@ -325,6 +325,8 @@ struct Active {
     /// Whether this sequence already looked for a prefix to share.
     shared: bool,
     copied_tokens: usize,
+    /// Watches for a loop when the request asks to stop on one.
+    repetition: Option<RepetitionWatch>,
 }
 
 /// Owns the context; decodes every active sequence together.
@@ -403,6 +405,10 @@ impl Scheduler<'_> {
         }
         let active = Active {
             pending: std::mem::take(&mut request.pending),
+            repetition: request
+                .limits
+                .stop_on_repetition
+                .then(RepetitionWatch::default),
             request,
             text: GeneratedText::default(),
             sampled: 0,
@@ -654,6 +660,9 @@ impl Scheduler<'_> {
                 let _ = active.request.replies.send(Reply::Text(streamed));
                 return Ok(Some(GenerationStop::StopString { index }));
             }
+        }
+        if let Some(period) = active.repetition.as_mut().and_then(|w| w.push(token.0)) {
+            return Ok(Some(GenerationStop::Repetition { period }));
         }
         Ok(self.limit_reached(&self.active[index]))
     }

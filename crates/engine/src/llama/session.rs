@@ -13,7 +13,7 @@ use crate::{
     Constraint, EngineError, GenerateLimits, Generation, GenerationStop, PromptPart,
     SamplingParams, Session, SessionOptions, StartPrompt, TokenRecord,
 };
-use catena_engine_api::{AllowedTokens, SessionState, SessionStats, TokenSampler};
+use catena_engine_api::{AllowedTokens, RepetitionWatch, SessionState, SessionStats, TokenSampler};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -221,6 +221,7 @@ impl<'m> LlamaSession<'m> {
     ) -> Result<Generation, EngineError> {
         let mut text = GeneratedText::default();
         let mut sampled = 0;
+        let mut watch = limits.stop_on_repetition.then(RepetitionWatch::default);
         let engine = self.engine;
         let vocab = engine.model().vocab();
         let stop = loop {
@@ -266,6 +267,9 @@ impl<'m> LlamaSession<'m> {
                     on_text(&streamed);
                     break GenerationStop::StopString { index };
                 }
+            }
+            if let Some(period) = watch.as_mut().and_then(|w| w.push(token.0)) {
+                break GenerationStop::Repetition { period };
             }
         };
         if !matches!(stop, GenerationStop::StopString { .. }) {

@@ -3,4 +3,4 @@
 /**
  * Why a run ended.
  */
-export type StopReason = "answer" | "end_of_turn" | "tool_budget" | "token_budget" | "time_budget" | "context_full" | "cancelled";
+export type StopReason = "answer" | "end_of_turn" | "tool_budget" | "token_budget" | "time_budget" | "context_full" | "cancelled" | "repetition";
