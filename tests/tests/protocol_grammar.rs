@@ -27,15 +27,15 @@ fn a_constrained_chain_never_leaves_the_protocol() {
         );
         let summary = events.last().unwrap();
         assert_eq!(summary["type"], "summary");
-        // Whatever the model wrote, nothing broke the protocol; a budget may only cut the last
-        // block (and the fence in it) short.
+        // Whatever the model wrote, nothing broke the protocol; a budget or the loop stop may
+        // only cut the last block (and the fence in it) short.
         let issues: Vec<&str> = events
             .iter()
             .filter(|e| e["type"] == "parse_issue")
             .map(|e| e["message"].as_str().unwrap())
             .collect();
-        let cut =
-            summary["stop_reason"] == "token_budget" || summary["stop_reason"] == "time_budget";
+        let cut = ["token_budget", "time_budget", "repetition"]
+            .contains(&summary["stop_reason"].as_str().unwrap());
         assert!(
             issues.is_empty() || (cut && issues.iter().all(|i| i.ends_with("was never closed"))),
             "seed {seed}: {issues:?} {summary}"
@@ -164,12 +164,11 @@ fn samples_are_decoded_together_and_put_to_a_vote() {
         assert!(vote["answer"].is_null());
     }
     for sample in &samples {
-        // At most the last block and its fence, cut by the token budget.
+        // At most the last block and its fence, cut by the token budget or the loop stop.
         let issues = sample["summary"]["parse_issues"].as_u64().unwrap();
-        assert!(
-            issues == 0 || (sample["summary"]["stop_reason"] == "token_budget" && issues <= 2),
-            "{sample}"
-        );
+        let cut = ["token_budget", "repetition"]
+            .contains(&sample["summary"]["stop_reason"].as_str().unwrap());
+        assert!(issues == 0 || (cut && issues <= 2), "{sample}");
         assert!(
             sample["mean_logprob"].as_f64().is_some_and(|l| l <= 0.0),
             "{sample}"

@@ -346,6 +346,32 @@ fn an_agent_run_survives_a_sigkill_of_the_server() {
     assert_eq!(resumed.first().unwrap()["_seq"], 4);
 }
 
+/// The loop stop reaches the model worker: a chain served by `catena serve` that repeats one line
+/// is stopped with `repetition`, well before its token budget.
+#[test]
+fn a_served_chain_in_a_loop_is_stopped() {
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &[], None);
+    let client = http();
+    let run = start_run(
+        &client,
+        &server,
+        &json!({
+            "task": "How many primes are there below 100?",
+            "profile": "math",
+            "prefill": format!("<plan>\n{}", "<===>\n".repeat(20)),
+            "max_tokens": 2000,
+            "temperature": 0,
+        }),
+    );
+    let events = all_events(&client, &server, &run);
+    let summary = events.last().unwrap();
+    assert_eq!(summary["type"], "summary", "{summary}");
+    assert_eq!(summary["stop_reason"], "repetition", "{summary}");
+    let generated = summary["generated_tokens"].as_u64().unwrap();
+    assert!((360..1000).contains(&generated), "{generated} tokens");
+}
+
 #[test]
 fn runs_can_be_cancelled_rated_listed_and_exported() {
     let store = tempfile::tempdir().unwrap();

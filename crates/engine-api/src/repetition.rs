@@ -2,9 +2,9 @@
 //!
 //! A small model sometimes writes the same line or paragraph over and over (a plan whose items
 //! repeat with only their number changing, a line of `<===>` a hundred times) until a budget
-//! runs out: on the README's first example, two of five chains held to the protocol spent their
-//! whole 150 seconds so (docs/BENCHMARKS.md, "Loops"). Such text never turns into an answer, so
-//! the agent asks the engine to stop it early ([`crate::GenerateLimits::stop_on_repetition`]).
+//! runs out: of the 70 chains of the README's first example over ten seeds, 20 spent the rest of
+//! their time so (docs/BENCHMARKS.md, "Loops"). Such text never turns into an answer, so the
+//! agent asks the engine to stop it early ([`crate::GenerateLimits::stop_on_repetition`]).
 //!
 //! The test is near-periodicity of token ids: the latest [`WINDOW`] tokens, each compared with
 //! the token one period back, for every period up to [`MAX_PERIOD`]; when all but
