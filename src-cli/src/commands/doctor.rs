@@ -228,8 +228,11 @@ fn measure(path: &std::path::Path, p: &Plan) -> Result<Speed> {
         ..SessionOptions::default()
     };
     let mut rng = XorShift::default();
-    // Warm-up, as llama-bench does.
-    prompt_rate(&engine, &options, 16, &mut rng)?;
+    // Warm-up, as llama-bench does, with the measured shapes: a Vulkan driver compiles each
+    // pipeline the first time it runs, which took seconds on an H200 and minutes on lavapipe
+    // (docs/BENCHMARKS.md, "The GPU check"), and would otherwise be read as the device's speed.
+    prompt_rate(&engine, &options, 128, &mut rng)?;
+    gen_rate(&engine, &options, 4, &mut rng)?;
     Ok(Speed {
         prompt: prompt_rate(&engine, &options, 128, &mut rng)?,
         generation: gen_rate(&engine, &options, 32, &mut rng)?,

@@ -559,6 +559,9 @@ impl Scheduler<'_> {
         self.ctx
             .decode(&mut self.batch)
             .map_err(|e| EngineError::Decode(e.to_string()))?;
+        // On a GPU, decode returns once the work is queued: wait for it, so that the step's time
+        // is the device's and not counted as sampling (which reads the logits next anyway).
+        self.ctx.synchronize();
         let elapsed = started.elapsed();
         if planned.iter().any(|&(_, take, _)| take > 1) {
             self.occupancy.with_prefill.0 += elapsed;

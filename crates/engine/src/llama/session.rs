@@ -187,6 +187,10 @@ impl<'m> LlamaSession<'m> {
             }
             self.evaluated = end;
         }
+        // On a GPU, decode returns once the work is queued. Waiting for it here makes the
+        // prompt's time (the run summary's, `catena bench`'s pp) the time the device took, as
+        // llama-bench counts it; the next read of the logits would wait for it anyway.
+        self.ctx.synchronize();
         self.state.stats.context_tokens = self.evaluated;
         Ok(pending)
     }
