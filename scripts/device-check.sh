@@ -37,6 +37,19 @@ pack="$root/.device"
 nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 # Everything that travels, in bytes: the device tool takes 64 MiB with the source tree.
 carry_limit=$((64 * 1024 * 1024))
+# The libraries the GPU machine may lack, each by its Debian package and the library that shows
+# whether it is there. NVIDIA's Vulkan driver is `libGLX_nvidia.so.0`, which needs GLVND's
+# dispatch libraries; a bare image has the driver but not always those.
+declare -A runtime_debs=(
+  [libvulkan1]=libvulkan.so.1 [libgomp1]=libgomp.so.1 [libglvnd0]=libGLdispatch.so.0
+  [libglx0]=libGLX.so.0 [libgl1]=libGL.so.1 [libegl1]=libEGL.so.1 [libopengl0]=libOpenGL.so.0
+  [libgles2]=libGLESv2.so.2
+)
+# The seconds the GPU mode may take in all (the device tool stops a command at 600): a CUDA
+# build still running when only the measurements' time is left is stopped, and the check goes
+# on with the Vulkan anchor alone rather than measure nothing.
+budget_s="${DEVICE_CHECK_SECONDS:-540}"
+measure_reserve_s=170
 
 # xz in and out through Python's lzma: the GPU machine has Python, not necessarily xz.
 unxz_to() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"; }
@@ -67,8 +80,9 @@ print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["na
   tar -cJf "$pack/llama-src.tar.xz" -C "$llama_src" CMakeLists.txt LICENSE cmake common ggml include \
     src vendor tools/mtmd
   tar -cJf "$pack/llama-tools.tar.xz" -C "$sdist/tools" llama-bench batched-bench
-  step "Debian packages the GPU machine may lack: the Vulkan loader, OpenMP, glslc, Vulkan headers"
-  (cd "$pack/debs" && apt-get -o APT::Sandbox::User=root download libvulkan1 libgomp1 glslc libshaderc1 spirv-headers >/dev/null)
+  step "Debian packages the GPU machine may lack: the Vulkan loader, OpenMP, GLVND, glslc, Vulkan headers"
+  (cd "$pack/debs" && apt-get -o APT::Sandbox::User=root download "${!runtime_debs[@]}" glslc libshaderc1 \
+    spirv-headers >/dev/null)
   # The headers the cargo build uses: the user's VULKAN_SDK, set-up's newer ones, or the system's.
   local headers=/usr/include
   if [ -n "${VULKAN_SDK:-}" ]; then headers="$VULKAN_SDK/include"
@@ -95,15 +109,27 @@ unpack() {
     untar_xz "$pack/llama-tools.tar.xz" "$u/tools"
     untar_xz "$pack/vulkan-headers.tar.xz" "$u/vulkan/include"
   fi
-  # The loader and OpenMP where the system has none; glslc and its library in a folder of their own.
-  for deb in "$pack"/debs/libvulkan1_*.deb "$pack"/debs/libgomp1_*.deb; do
-    local lib
-    lib="$(basename "$deb" | cut -d_ -f1)"
-    ldconfig -p | grep -q "${lib%1}.so.1" || { dpkg -x "$deb" / && ldconfig; }
+  # The runtime libraries where the system has none; glslc and its library in a folder of their own.
+  local package deb
+  for package in "${!runtime_debs[@]}"; do
+    ldconfig -p | grep -qF "${runtime_debs[$package]} " && continue
+    for deb in "$pack/debs/${package}"_*.deb; do
+      echo "  $package: not here, unpacking the carried one" >&2
+      dpkg -x "$deb" /
+    done
   done
+  ldconfig
   for deb in "$pack"/debs/glslc_*.deb "$pack"/debs/libshaderc1_*.deb "$pack"/debs/spirv-headers_*.deb; do
     dpkg -x "$deb" "$u/vulkan"
   done
+  # The SPIR-V headers beside the Vulkan ones, which the build names with -isystem: llama.cpp's
+  # CMake finds the SPIRV-Headers package but adds no include folder for it, so without this the
+  # compiler takes whatever spirv.hpp the machine has, and on the H200 image (2026-11-28) that
+  # one did not declare `spv`.
+  rm -rf "$u/vulkan/include/spirv"
+  cp -r "$u/vulkan/usr/include/spirv" "$u/vulkan/include/spirv"
+  find /usr/include /usr/local/include /usr/local/cuda/include -name 'spirv*.hpp' 2>/dev/null |
+    sed 's/^/  a SPIR-V header of this machine, not used: /' >&2 || true
   # CMake's FindVulkan links `libvulkan.so`, which only a -dev package provides.
   mkdir -p "$u/vulkan/lib"
   ln -sf "$(ldconfig -p | awk '/libvulkan\.so\.1 / { print $NF; exit }')" "$u/vulkan/lib/libvulkan.so"
@@ -122,6 +148,7 @@ build_anchor() {
       scripts/setup/llama-tool.sh --gpu "$@" ;;
     vulkan) CARGO_TARGET_DIR="$builds" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
       VULKAN_SDK="$pack/unpacked/vulkan" CMAKE_PREFIX_PATH="$pack/unpacked/vulkan/usr" PATH="$pack/unpacked/vulkan/usr/bin:$PATH" \
+      CPLUS_INCLUDE_PATH="$pack/unpacked/vulkan/include" \
       LD_LIBRARY_PATH="$pack/unpacked/vulkan/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" \
       scripts/setup/llama-tool.sh --vulkan "$@" ;;
   esac
@@ -241,9 +268,16 @@ if [ "$mode" = prepare ]; then
   exit 0
 fi
 
+started="$SECONDS"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-results="$work/results.jsonl"
+# The measurements go where the device tool returns files as they are made, and to stderr, so a
+# call stopped at its limit still brings back what was measured.
+logs="${OUT:-$work}"
+mkdir -p "$logs"
+results="$logs/results.jsonl"
+: >"$results"
+record() { tee -a "$results" >&2; }
 if [ "$mode" = cpu ]; then
   catena="$(catena_bin)"
   # The same path as the GPU machine's: a header cut from the real model, random weights from it.
@@ -278,30 +312,44 @@ fi
 # and the next call on the same machine finds the finished builds. The backends build side by
 # side: each has long single-file stretches (ggml-vulkan.cpp, the shader generator) that leave
 # cores idle. Their logs go where the device tool returns files.
-logs="${OUT:-$work}"
-mkdir -p "$logs"
 declare -A bench batched_bench build_pid
 for backend in "${anchors[@]}"; do
   step "llama.cpp's tools with the $backend backend (log: $logs/build-$backend.log)"
+  # Job control on: each build is a process group of its own, so that a build stopped at the
+  # deadline takes its compilers with it.
+  set -m
   build_anchors "$backend" >"$work/tools-$backend" 2>"$logs/build-$backend.log" &
   build_pid[$backend]=$!
+  set +m
 done
+measured=()
 for backend in "${anchors[@]}"; do
-  if ! wait "${build_pid[$backend]}"; then
+  pid="${build_pid[$backend]}"
+  if [ "$mode" = gpu ] && [ "$backend" != vulkan ]; then
+    while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - started)) -lt $((budget_s - measure_reserve_s)) ]; do sleep 2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -- -"$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      echo "The $backend build was still running after $((SECONDS - started)) s: stopped, and measured without it (its objects stay in target/device-check; run the check again on the same machine to finish it)." >&2
+      continue
+    fi
+  fi
+  if ! wait "$pid"; then
     tail -n 30 "$logs/build-$backend.log" >&2
     die "the $backend build of llama.cpp's tools failed (the end of its log is above)"
   fi
   bench[$backend]="$(sed -n 1p "$work/tools-$backend")"
   batched_bench[$backend]="$(sed -n 2p "$work/tools-$backend")"
-  echo "  $backend: ${bench[$backend]} and ${batched_bench[$backend]}" >&2
+  echo "  $backend: ${bench[$backend]} and ${batched_bench[$backend]}, after $((SECONDS - started)) s" >&2
+  measured+=("$backend")
 done
-for backend in "${anchors[@]}"; do
+for backend in "${measured[@]}"; do
   step "engine against llama.cpp ($backend)"
-  engine "$backend" "${bench[$backend]}" >>"$results"
-  batched "$backend" "${batched_bench[$backend]}" >>"$results"
+  engine "$backend" "${bench[$backend]}" | record
+  batched "$backend" "${batched_bench[$backend]}" | record
 done
 step "one SFT step"
-sft_step "$work" >>"$results"
+sft_step "$work" | record
 
 step "the table"
 report "$results" "$device" | tee "${OUT:-$work}/device-check.md"
