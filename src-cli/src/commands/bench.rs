@@ -78,9 +78,10 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         return batched(&engine, &args, &mut rng);
     }
     let mut results = Vec::new();
-    // Warm up as llama-bench does: a short prompt, one generated token.
+    // Warm up as the vendored llama-bench does: the whole prompt, one generated token. On a GPU
+    // the prompt's pipelines are compiled on first use (docs/BENCHMARKS.md, "The GPU check").
     if args.n_prompt > 0 {
-        prompt_rate(&engine, &options, args.n_prompt.min(32), &mut rng)?;
+        prompt_rate(&engine, &options, args.n_prompt, &mut rng)?;
     }
     if args.n_gen > 0 {
         gen_rate(&engine, &options, 1, &mut rng)?;
@@ -181,8 +182,17 @@ fn batched(engine: &LlamaEngine, args: &BenchArgs, rng: &mut XorShift) -> Result
         batch_size: args.batch_size,
         ..SessionOptions::default()
     };
-    // Warm up: one sequence, a short prompt, one generated token.
+    // Warm up: one sequence, a short prompt, one generated token. On a GPU also one unmeasured
+    // round of each count: the sequences start generating a step or two apart, so a round meets
+    // batches of every width up to its count, and a Vulkan driver compiles each new width's
+    // pipelines on first use (about a second each on an H200, docs/BENCHMARKS.md, "The GPU
+    // check"); llama-batched-bench decodes every sequence in each step and meets one width.
     batched_gen_rate(engine, &options, 1, args.n_prompt.min(32), 1, rng)?;
+    if engine.info().gpu_layers > 0 {
+        for &n in &args.sequences {
+            batched_gen_rate(engine, &options, n, args.n_prompt, args.n_gen.min(16), rng)?;
+        }
+    }
     let mut tests = Vec::new();
     for &n in &args.sequences {
         let rates = (0..args.repetitions)
