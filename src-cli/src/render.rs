@@ -246,8 +246,9 @@ impl EventSink for HumanPrinter {
         if s.stop_reason == StopReason::Repetition {
             let _ = writeln!(
                 self.err,
-                "stopped: the model was writing the same text over and over; a sampled run with \
-                 another --seed, or --samples N, draws other chains"
+                "stopped: the model was writing the same text over and over (or making the same \
+                 tool call with the same result); a sampled run with another --seed, or \
+                 --samples N, draws other chains"
             );
         }
         let t = &s.timings;

@@ -293,6 +293,48 @@ fn the_default_model_runs_with_its_shipped_adapter_unless_told_not_to() {
 /// spend its budgets: the prefill starts a plan that repeats a line (one a sampled chain of the
 /// README's first example wrote until its time ran out), and the model goes on repeating it. One
 /// chain (the single session) and two sampled together (the batch scheduler) are both stopped.
+/// A loop across tool calls (PROTOCOL.md §2, item 4): the prefill holds three identical rounds
+/// of the same thought, call and observation, its last call still to run; greedy decoding
+/// writes the round again word for word, and the third identical round in a row ends the chain.
+#[test]
+fn a_chain_that_loops_through_its_tool_calls_is_stopped() {
+    common::default_model();
+    let round = "<think>Count them.</think>\n<code>\n```py\nprint(0)\n```\n</code>";
+    let observation = "\n<observation>\n[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n0\n\
+                       [STDOUT:END]\n</observation>\n\n";
+    let prefill = format!(
+        "<plan>\n1. Count the primes below 100 with a program.\n</plan>\n{}{round}",
+        format!("{round}{observation}").repeat(3)
+    );
+    let output = common::catena(&[
+        "run",
+        "--profile",
+        "math",
+        "--json",
+        "--no-store",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "1500",
+        "--prefill",
+        &prefill,
+        "How many primes are there below 100?",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events = common::json_lines(&output);
+    let summary = of_type(&events, "summary")[0];
+    assert_eq!(summary["stop_reason"], "repetition", "{summary:#}");
+    // The prefill's call and two written by the model; without the stop, the tool budget (12
+    // calls) would have ended it.
+    assert_eq!(summary["tool_calls"], 3, "{summary:#}");
+    let trajectory = summary["trajectory"].as_str().unwrap();
+    assert_eq!(trajectory.matches("print(0)").count(), 6, "{trajectory}");
+}
+
 #[test]
 fn a_chain_that_repeats_itself_is_stopped() {
     common::default_model();

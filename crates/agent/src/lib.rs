@@ -151,7 +151,18 @@ struct Chain<'a> {
     /// Whether the chain's opening is behind it: an observation was appended, or the user
     /// wrote the opening (a prefill).
     opened: bool,
+    /// The last segment that ended in tool calls, with its observations, and how many segments
+    /// in a row have repeated it word for word: the loop across tool calls that the engine's
+    /// `RepetitionWatch`, which sees one generation at a time, cannot see.
+    last_cycle: String,
+    cycle_repeats: usize,
 }
+
+/// Stop a chain at the third segment in a row that is the same as the one before, calls and
+/// observations included: the same text after the same observation again is a loop, not a
+/// check (PROTOCOL.md §2, item 4). Two in a row are allowed: a model may rerun a program to
+/// check it, and one chain of the README's first example did so and then answered right.
+const LOOP_CYCLES: usize = 3;
 
 impl<'a> Chain<'a> {
     fn new(profile: &'a Profile, tools: &'a ToolBox, budgets: Budgets, limits: CallLimits) -> Self {
@@ -173,6 +184,8 @@ impl<'a> Chain<'a> {
             grammar: None,
             segment_start: 0,
             opened: false,
+            last_cycle: String::new(),
+            cycle_repeats: 0,
         }
     }
 
@@ -307,6 +320,7 @@ impl<'a> Chain<'a> {
         emit: &mut dyn FnMut(AgentEvent),
     ) -> Result<Option<StopReason>, AgentError> {
         let calls = std::mem::take(&mut self.pending_calls);
+        let cycle_start = self.segment_start;
         for call in calls {
             if !self.profile.enables(call.tag) {
                 continue;
@@ -357,7 +371,22 @@ impl<'a> Chain<'a> {
                 return Ok(Some(why.stop_reason()));
             }
         }
-        Ok(None)
+        Ok(self
+            .note_cycle(cycle_start)
+            .then_some(StopReason::Repetition))
+    }
+
+    /// Records the segment from `from` to here (its calls and their observations) and says
+    /// whether it closes a loop of [`LOOP_CYCLES`] identical segments.
+    fn note_cycle(&mut self, from: usize) -> bool {
+        let cycle = self.trajectory[from..].trim_start();
+        if cycle == self.last_cycle {
+            self.cycle_repeats += 1;
+        } else {
+            self.last_cycle = cycle.to_string();
+            self.cycle_repeats = 0;
+        }
+        self.cycle_repeats + 1 >= LOOP_CYCLES
     }
 
     /// (observation, success, answered by the duplicate guard, time, why the run stopped it).

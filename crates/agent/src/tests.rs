@@ -332,6 +332,37 @@ fn a_chain_in_a_loop_ends_with_its_suggested_answer() {
     );
 }
 
+/// One round of a loop across tool calls: the same thought, the same call.
+const LOOP_ROUND: &str = "<think>check it again</think><code>\n```py\nprint(1)\n```\n</code>";
+
+#[test]
+fn a_loop_across_tool_calls_stops_at_its_third_identical_round() {
+    let h = harness(Tag::Code, false);
+    // The first segment also holds the suggested answer, so rounds 2, 3 and 4 are the three
+    // identical ones in a row.
+    let script = format!(
+        "<suggested_answer>\\boxed{{1}}</suggested_answer>{}<answer>\\boxed{{2}}</answer>",
+        LOOP_ROUND.repeat(8)
+    );
+    let mut s = Scripted::new(&script);
+    let (summary, _) = run(&mut s, "math", None, budgets(), &h.tools);
+    assert_eq!(summary.stop_reason, StopReason::Repetition);
+    assert_eq!(summary.tool_calls, 4);
+    assert_eq!(h.calls.lock().unwrap().len(), 4);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{1}"));
+}
+
+#[test]
+fn two_identical_rounds_in_a_row_stand() {
+    let h = harness(Tag::Code, false);
+    let script = format!("{}<answer>\\boxed{{1}}</answer>", LOOP_ROUND.repeat(2));
+    let mut s = Scripted::new(&script);
+    let (summary, _) = run(&mut s, "math", None, budgets(), &h.tools);
+    assert_eq!(summary.stop_reason, StopReason::Answer);
+    assert_eq!(summary.tool_calls, 2);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{1}"));
+}
+
 #[test]
 fn repeated_searches_meet_the_duplicate_guard() {
     let h = harness(Tag::WebSearch, true);

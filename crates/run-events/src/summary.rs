@@ -22,8 +22,9 @@ pub enum StopReason {
     /// The context window is full.
     ContextFull,
     Cancelled,
-    /// The model fell into a loop, the same text over and over, and was stopped (the engine's
-    /// `RepetitionWatch`).
+    /// The model fell into a loop, the same text over and over, and was stopped: within one
+    /// generation (the engine's `RepetitionWatch`), or across tool calls (the agent's third
+    /// identical round of a call and its observation).
     Repetition,
 }
 
