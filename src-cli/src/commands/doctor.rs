@@ -229,8 +229,8 @@ fn measure(path: &std::path::Path, p: &Plan) -> Result<Speed> {
     };
     let mut rng = XorShift::default();
     // Warm-up, as llama-bench does, with the measured shapes: a Vulkan driver compiles each
-    // pipeline the first time it runs, which took seconds on an H200 and minutes on lavapipe
-    // (docs/BENCHMARKS.md, "The GPU check"), and would otherwise be read as the device's speed.
+    // pipeline the first time it runs, which took seconds on an H200 (docs/BENCHMARKS.md, "The
+    // GPU check") and would otherwise be read as the device's speed.
     prompt_rate(&engine, &options, 128, &mut rng)?;
     gen_rate(&engine, &options, 4, &mut rng)?;
     Ok(Speed {
