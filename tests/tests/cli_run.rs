@@ -289,13 +289,10 @@ fn the_default_model_runs_with_its_shipped_adapter_unless_told_not_to() {
     );
 }
 
-/// A chain that has fallen into a loop is stopped once its latest 384 tokens repeat, not left to
-/// spend its budgets: the prefill starts a plan that repeats a line (one a sampled chain of the
-/// README's first example wrote until its time ran out), and the model goes on repeating it. One
-/// chain (the single session) and two sampled together (the batch scheduler) are both stopped.
 /// A loop across tool calls (PROTOCOL.md §2, item 4): the prefill holds three identical rounds
-/// of the same thought, call and observation, its last call still to run; greedy decoding
-/// writes the round again word for word, and the third identical round in a row ends the chain.
+/// of thought, call and observation, then the same thought and call once more, still to run;
+/// greedy decoding writes the round again word for word, and the third identical round in a row
+/// that the agent sees (the prefill's last and two of the model's) ends the chain.
 #[test]
 fn a_chain_that_loops_through_its_tool_calls_is_stopped() {
     common::default_model();
@@ -335,6 +332,10 @@ fn a_chain_that_loops_through_its_tool_calls_is_stopped() {
     assert_eq!(trajectory.matches("print(0)").count(), 6, "{trajectory}");
 }
 
+/// A chain that has fallen into a loop is stopped once its latest 384 tokens repeat, not left to
+/// spend its budgets: the prefill starts a plan that repeats a line (one a sampled chain of the
+/// README's first example wrote until its time ran out), and the model goes on repeating it. One
+/// chain (the single session) and two sampled together (the batch scheduler) are both stopped.
 #[test]
 fn a_chain_that_repeats_itself_is_stopped() {
     common::default_model();
