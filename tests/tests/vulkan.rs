@@ -174,17 +174,18 @@ fn greedy_tokens_on_lavapipe_agree_with_the_cpu_backend() {
     assert!(mean_gap <= 0.02 && max_gap <= 0.1, "{gaps:?}");
 }
 
-/// A profile with a short prompt: lavapipe reads about 4 tokens a second on 2 cores, so the
+/// A profile with a short prompt. Lavapipe is slow: on the 2-core VM it evaluates about one
+/// token a second and generates one in 2.4 s (`catena bench -p 32 -n 4` there), so every token
+/// of this test (the prompt, the prefill, the observation, the reply) costs seconds, and the
 /// shipped profiles' 400-token instructions would take minutes.
 const SHORT_PROFILE: &str = r#"
 name = "short"
 description = "One program, then a boxed answer"
 tools = ["code"]
 answer = "boxed"
-max_tool_calls = 2
-opens_with = ["plan"]
+max_tool_calls = 1
 user_template = """
-Write a <plan>...</plan>, run Python in <code>...</code>, then answer in <answer>\boxed{...}</answer>.
+Run Python in <code>, then answer in <answer>.
 
 {question}"""
 "#;
@@ -195,7 +196,7 @@ fn a_chain_with_a_tool_call_runs_with_every_layer_on_lavapipe() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("short.toml");
     std::fs::write(&profile, SHORT_PROFILE).unwrap();
-    let prefill = "<plan>compute it</plan>\n<code>\n```py\nprint(2**100)\n```\n</code>";
+    let prefill = "<code>\n```py\nprint(6*7)\n```\n</code>";
     let run = catena_on_lavapipe(&[
         "run",
         "-v",
@@ -203,14 +204,14 @@ fn a_chain_with_a_tool_call_runs_with_every_layer_on_lavapipe() {
         "--profile-file",
         profile.to_str().unwrap(),
         "--max-tokens",
-        "8",
+        "4",
         "--prefill",
         prefill,
-        "What is 2 to the power 100?",
+        "What is 6 times 7?",
     ]);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
-        common::first_observation(&run).contains("1267650600228229401496703205376"),
+        common::first_observation(&run).contains("[STDOUT:BEGIN]\n42\n"),
         "{stderr}"
     );
     // The model's own tokens came after the observation, decoded on the Vulkan device.
