@@ -177,6 +177,7 @@ impl EventSink for HumanPrinter {
             AgentEvent::BlockStarted { tag, source } => {
                 let label = match source {
                     Source::Prefill => format!("{tag} (prefill)"),
+                    Source::Runtime => format!("{tag} (catena)"),
                     Source::Model => tag.to_string(),
                 };
                 self.held_whitespace.clear();
@@ -212,6 +213,15 @@ impl EventSink for HumanPrinter {
                 let _ = writeln!(self.err, "{yellow}warning: {message}{yellow:#}");
             }
             AgentEvent::ToolCall { .. } => {}
+            AgentEvent::AnswerAsked { reason } => {
+                self.end_line();
+                let dim = Style::new().dimmed();
+                let _ = writeln!(
+                    self.err,
+                    "{dim}cut short ({reason}): the block is closed and the model asked for its \
+                     answer{dim:#}"
+                );
+            }
             // `catena run` asks on the terminal itself (mcp_servers.rs); served runs ask the UI.
             AgentEvent::ApprovalRequested { .. } | AgentEvent::ApprovalAnswered { .. } => {}
             AgentEvent::Observation {

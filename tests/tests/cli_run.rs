@@ -330,6 +330,65 @@ fn a_chain_that_loops_through_its_tool_calls_is_stopped() {
     assert_eq!(summary["tool_calls"], 3, "{summary:#}");
     let trajectory = summary["trajectory"].as_str().unwrap();
     assert_eq!(trajectory.matches("print(0)").count(), 6, "{trajectory}");
+    // Then it was asked for its answer (PROTOCOL.md §2, item 5).
+    let asked = of_type(&events, "answer_asked");
+    assert_eq!(asked.len(), 1, "{events:#?}");
+    assert_eq!(asked[0]["reason"], "repetition");
+}
+
+/// A chain cut short by a budget before it answered closes its block and gives its answer
+/// (PROTOCOL.md §2, item 5): held to the grammar, a boxed value; the stop reason stays the
+/// budget. A free chain ends as it was cut.
+#[test]
+fn a_chain_cut_short_is_asked_for_its_answer() {
+    common::default_model();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--profile",
+            "math",
+            "--json",
+            "--no-store",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "12",
+        ];
+        args.extend_from_slice(extra);
+        args.push("How many primes are there below 100?");
+        let output = common::catena(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        common::json_lines(&output)
+    };
+
+    let events = run(&[]);
+    let summary = of_type(&events, "summary")[0];
+    assert_eq!(summary["stop_reason"], "token_budget", "{summary:#}");
+    let answer = summary["answer"].as_str().unwrap_or_default();
+    assert!(
+        answer.trim().starts_with("\\boxed{") && answer.trim().ends_with('}'),
+        "{summary:#}"
+    );
+    // Twelve tokens end the opening plan: Catena closes it, then asks.
+    let closed_by_catena: Vec<_> = of_type(&events, "block_ended")
+        .into_iter()
+        .filter(|e| e["source"] == "runtime")
+        .collect();
+    assert_eq!(closed_by_catena.len(), 1, "{events:#?}");
+    assert_eq!(closed_by_catena[0]["tag"], "plan");
+    assert_eq!(
+        of_type(&events, "answer_asked")[0]["reason"],
+        "token_budget"
+    );
+    let trajectory = summary["trajectory"].as_str().unwrap();
+    assert!(catena_eval::well_formed(trajectory, true), "{trajectory}");
+
+    let events = run(&["--free"]);
+    let summary = of_type(&events, "summary")[0];
+    assert_eq!(summary["stop_reason"], "token_budget", "{summary:#}");
+    assert!(summary["answer"].is_null(), "{summary:#}");
+    assert!(of_type(&events, "answer_asked").is_empty());
 }
 
 /// A chain that has fallen into a loop is stopped once its latest 384 tokens repeat, not left to

@@ -31,6 +31,22 @@ describe('the chain', () => {
     expect(chain.lastSeq).toBe(run.length);
   });
 
+  it('shows a chain cut short: the block Catena closed, a note, then the answer', () => {
+    const cut: RunEvent[] = [
+      { type: 'block_started', tag: 'think', source: 'model' },
+      { type: 'block_delta', tag: 'think', text: 'again and again', source: 'model' },
+      { type: 'block_ended', tag: 'think', content: 'again and again', closed: true, source: 'runtime' },
+      { type: 'answer_asked', reason: 'repetition' },
+      { type: 'block_started', tag: 'answer', source: 'model' },
+      { type: 'block_ended', tag: 'answer', content: '\\boxed{1229}', closed: true, source: 'model' },
+    ];
+    let chain = emptyChain();
+    cut.forEach((event, i) => (chain = apply(chain, event, i + 1)));
+    expect(chain.items.map((item) => item.kind)).toEqual(['block', 'note', 'block']);
+    expect(chain.items[0]).toMatchObject({ tag: 'think', closed: true, source: 'runtime' });
+    expect(chain.items[1]).toMatchObject({ message: expect.stringContaining('Cut short (repetition)') });
+  });
+
   it('ignores events it has already seen (a resumed stream)', () => {
     let chain = emptyChain();
     run.slice(0, 5).forEach((event, i) => (chain = apply(chain, event, i + 1)));

@@ -15,7 +15,7 @@ use catena_engine_api::{
     SamplingParams, Session, StartChat, StopMatcher,
 };
 use catena_protocol::{
-    Block, ChainGrammar, ParseEvent, Parser, Profile, Segment, Tag, final_answer,
+    AnswerFormat, Block, ChainGrammar, ParseEvent, Parser, Profile, Segment, Tag, final_answer,
     last_suggested_answer, render_observation,
 };
 use std::collections::HashSet;
@@ -44,6 +44,19 @@ pub enum Decoding {
     Free,
 }
 
+/// What a chain does when a budget or the loop watch cuts it short before it has answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutShort {
+    /// It ends as it is. RL rollouts and distillation: their trajectories must be the model's
+    /// own, and a reward for an answer the runtime asked for would teach nothing.
+    End,
+    /// Held to the grammar ([`Decoding::Protocol`]), it gives its answer: the runtime closes the
+    /// block it was in, and the model writes the `<answer>` alone, within an allowance of its
+    /// own (PROTOCOL.md §2, item 5). A free chain, which no grammar can make answer, ends as it
+    /// is.
+    Answer,
+}
+
 /// What to run.
 pub struct RunRequest<'a> {
     pub profile: &'a Profile,
@@ -59,6 +72,7 @@ pub struct RunRequest<'a> {
     /// Set it to stop the run between two tokens, or during a tool call.
     pub cancel: Option<CancelFlag>,
     pub decoding: Decoding,
+    pub cut_short: CutShort,
 }
 
 /// Puts `task`'s prompt (`profile`'s system and user messages in the model's chat template) into
@@ -117,6 +131,9 @@ pub fn run_chain(
         Some(reason) => reason,
         None => chain.generate_until_done(session, emit)?,
     };
+    if request.cut_short == CutShort::Answer && chain.may_still_answer(stop_reason) {
+        chain.last_word(session, stop_reason, emit)?;
+    }
     for event in chain.parser.finish() {
         chain.on_parse_event(event, Source::Model, emit);
     }
@@ -156,6 +173,17 @@ struct Chain<'a> {
     /// `RepetitionWatch`, which sees one generation at a time, cannot see.
     last_cycle: String,
     cycle_repeats: usize,
+}
+
+/// The tokens a chain cut short may spend on its answer (PROTOCOL.md §2, item 5): enough for the
+/// profile's answer format (a boxed value or a short string, a whole program), never a second
+/// chain. Its time is a tenth of the run's, at least 10 s.
+fn answer_allowance(format: AnswerFormat) -> usize {
+    match format {
+        AnswerFormat::Boxed => 64,
+        AnswerFormat::Short | AnswerFormat::Multi => 128,
+        AnswerFormat::Program => 1024,
+    }
 }
 
 /// Stop a chain at the third segment in a row that is the same as the one before, calls and
@@ -374,6 +402,115 @@ impl<'a> Chain<'a> {
         Ok(self
             .note_cycle(cycle_start)
             .then_some(StopReason::Repetition))
+    }
+
+    /// Whether a chain that stopped for `reason` was cut short with no answer, and can still be
+    /// made to give one: it is held to the grammar, no user stopped it, and it wrote no
+    /// `<suggested_answer>` (which stands in for the answer, §2 item 5).
+    fn may_still_answer(&self, reason: StopReason) -> bool {
+        let cut = matches!(
+            reason,
+            StopReason::ToolBudget
+                | StopReason::TokenBudget
+                | StopReason::TimeBudget
+                | StopReason::Repetition
+        );
+        cut && self.grammar.is_some()
+            && final_answer(&self.blocks).is_none()
+            && last_suggested_answer(&self.blocks).is_none()
+            && self.limits.interruption() != Some(Interruption::Cancelled)
+    }
+
+    /// The answer of a chain cut short (PROTOCOL.md §2, item 5): the runtime closes the block
+    /// the cut left open (its code fence first; completing a closing tag the model had begun),
+    /// then the model writes
+    /// the `<answer>` alone, held to the answer's grammar, within [`answer_allowance`]. A call
+    /// the cut left open is closed but not run. Where the cut fell inside a tag the answer
+    /// cannot follow (`<pla` between blocks), the chain ends as it is.
+    fn last_word(
+        &mut self,
+        session: &mut dyn Session,
+        reason: StopReason,
+        emit: &mut dyn FnMut(AgentEvent),
+    ) -> Result<(), AgentError> {
+        let Some(grammar) = &self.grammar else {
+            return Ok(());
+        };
+        let answer = grammar.segment(Segment::Answer).to_string();
+        let closing = match self.parser.open_block() {
+            Some(tag) => {
+                let mut closing = String::new();
+                // Inside a fence a tag is code: the fence closes first, on a line of its own.
+                if self.parser.in_fence() {
+                    if !self.trajectory.ends_with('\n') {
+                        closing.push('\n');
+                    }
+                    closing.push_str("```\n");
+                }
+                let close = tag.close();
+                let begun = if closing.is_empty() {
+                    (1..close.len())
+                        .rev()
+                        .find(|&n| self.trajectory.ends_with(&close[..n]))
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                closing.push_str(&close[begun..]);
+                closing.push('\n');
+                closing
+            }
+            None => {
+                // Between blocks, the segment goes on from the last tag: what follows it must
+                // be white space and the start of `<answer>`.
+                let after_tag = self.trajectory.rfind('>').map_or(0, |at| at + 1);
+                let tail = self.trajectory[after_tag..].trim_start();
+                if !Tag::Answer.open().starts_with(tail) {
+                    return Ok(());
+                }
+                self.segment_start = self.segment_start.max(after_tag);
+                String::new()
+            }
+        };
+        if !closing.is_empty() {
+            match session.append(&[PromptPart::plain(closing.as_str())]) {
+                Ok(_) => {}
+                Err(EngineError::ContextOverflow { .. }) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+            self.feed(&closing, Source::Runtime, emit);
+            self.pending_calls.clear();
+            self.segment_start = self.trajectory.len();
+        }
+        emit(AgentEvent::AnswerAsked { reason });
+        let mut left = answer_allowance(self.profile.answer);
+        let deadline = self
+            .budgets
+            .max_time
+            .map(|t| Instant::now() + (t / 10).max(Duration::from_secs(10)));
+        while left > 0 {
+            let given = &self.trajectory[self.segment_start..];
+            session.constrain(&Constraint::strict(&answer).continuing(given))?;
+            let limits = GenerateLimits {
+                max_tokens: left,
+                deadline,
+                cancel: self.limits.cancel.clone(),
+                stop_on_repetition: true,
+            };
+            let stops = self.stops.clone();
+            let generation = session.generate(&stops, limits, &mut |text| {
+                self.feed(text, Source::Model, emit)
+            })?;
+            let spent = generation.tokens.max(1);
+            self.generated += spent;
+            left = left.saturating_sub(spent);
+            // A fence inside the answer is a stop string too: go on until it closes.
+            let inside = self.parser.open_block() == Some(Tag::Answer);
+            if !(inside && matches!(generation.stop, GenerationStop::StopString { .. })) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Records the segment from `from` to here (its calls and their observations) and says

@@ -195,6 +195,26 @@ fn run_decoded(
     tools: &ToolBox,
     decoding: Decoding,
 ) -> (RunSummary, Vec<AgentEvent>) {
+    run_cut(
+        session,
+        profile,
+        prefill,
+        budgets,
+        tools,
+        decoding,
+        CutShort::Answer,
+    )
+}
+
+fn run_cut(
+    session: &mut Scripted,
+    profile: &str,
+    prefill: Option<&str>,
+    budgets: Budgets,
+    tools: &ToolBox,
+    decoding: Decoding,
+    cut_short: CutShort,
+) -> (RunSummary, Vec<AgentEvent>) {
     let profile = Profile::builtin(profile).unwrap();
     let prompt_tokens = session.append(&[PromptPart::plain("PROMPT")]).unwrap();
     let mut events = Vec::new();
@@ -212,6 +232,7 @@ fn run_decoded(
             prefill,
             budgets,
             decoding,
+            cut_short,
         },
         tools,
         &mut |e| events.push(e),
@@ -469,6 +490,7 @@ fn run_stuck(budgets: Budgets, cancel: Option<CancelFlag>) -> (RunSummary, Vec<A
             },
             cancel,
             decoding: Decoding::Free,
+            cut_short: CutShort::Answer,
             prefill: Some("<crawl_page>http://slow.example/</crawl_page>"),
             budgets,
         },
@@ -596,6 +618,7 @@ fn a_generation_that_samples_nothing_ends_the_run() {
                 prefill: None,
                 budgets: b,
                 decoding: Decoding::Free,
+                cut_short: CutShort::Answer,
             },
             &h.tools,
             &mut |_| {},
@@ -682,4 +705,89 @@ fn free_decoding_sets_no_grammar() {
     let mut s = Scripted::new("<plan>p</plan><answer>\\boxed{1}</answer>");
     run(&mut s, "math", None, budgets(), &h.tools);
     assert!(s.constraints.is_empty());
+}
+
+#[test]
+fn a_chain_cut_short_closes_its_block_and_answers() {
+    let h = harness(Tag::Code, false);
+    let math = Profile::builtin("math").unwrap();
+    let grammar = ChainGrammar::for_profile(&math);
+    // The budget ends the plan after "<plan>Count"; the rest is what the model then writes.
+    let cut = "<plan>Count";
+    let mut s = Scripted::new(&format!("{cut}<answer>\\boxed{{7}}</answer>"));
+    let mut b = budgets();
+    b.max_tokens = cut.len();
+    let (summary, events) = run_decoded(&mut s, "math", None, b, &h.tools, Decoding::Protocol);
+    assert_eq!(summary.stop_reason, StopReason::TokenBudget);
+    assert_eq!(summary.answer.as_deref(), Some("\\boxed{7}"));
+    assert_eq!(
+        summary.trajectory,
+        "<plan>Count</plan>\n<answer>\\boxed{7}</answer>"
+    );
+    assert!(events.contains(&AgentEvent::AnswerAsked {
+        reason: StopReason::TokenBudget
+    }));
+    assert!(events.contains(&AgentEvent::BlockEnded {
+        tag: Tag::Plan,
+        content: "Count".into(),
+        closed: true,
+        source: Source::Runtime,
+    }));
+    let last = s.constraints.last().unwrap();
+    assert_eq!(last.grammar, grammar.segment(Segment::Answer));
+    assert_eq!(last.given, "");
+}
+
+#[test]
+fn a_closing_tag_the_model_had_begun_is_completed_and_a_cut_call_is_not_run() {
+    let h = harness(Tag::Code, false);
+    let cut = "<plan>p</pl";
+    let mut s = Scripted::new(&format!("{cut}<answer>\\boxed{{1}}</answer>"));
+    let mut b = budgets();
+    b.max_tokens = cut.len();
+    let (summary, _) = run_decoded(&mut s, "math", None, b, &h.tools, Decoding::Protocol);
+    assert!(summary.trajectory.starts_with("<plan>p</plan>\n<answer>"));
+
+    let cut = "<plan>p</plan><code>\n```py\nprint(";
+    let mut s = Scripted::new(&format!("{cut}<answer>\\boxed{{1}}</answer>"));
+    b.max_tokens = cut.chars().count();
+    let (summary, _) = run_decoded(&mut s, "math", None, b, &h.tools, Decoding::Protocol);
+    assert_eq!(
+        summary.answer.as_deref(),
+        Some("\\boxed{1}"),
+        "{:?} {}",
+        summary.stop_reason,
+        summary.trajectory
+    );
+    // The fence closes first: inside it, a tag is code.
+    assert!(
+        summary
+            .trajectory
+            .ends_with("print(\n```\n</code>\n<answer>\\boxed{1}</answer>")
+    );
+    assert_eq!(summary.tool_calls, 0);
+    assert!(h.calls.lock().unwrap().is_empty(), "a cut call ran");
+}
+
+#[test]
+fn only_a_chain_held_to_the_grammar_and_asked_to_answer_gets_a_last_word() {
+    let h = harness(Tag::Code, false);
+    let cut = "<plan>Count";
+    let script = format!("{cut}<answer>\\boxed{{7}}</answer>");
+    let mut b = budgets();
+    b.max_tokens = cut.len();
+    for (decoding, cut_short) in [
+        (Decoding::Free, CutShort::Answer),
+        (Decoding::Protocol, CutShort::End),
+    ] {
+        let mut s = Scripted::new(&script);
+        let (summary, events) = run_cut(&mut s, "math", None, b, &h.tools, decoding, cut_short);
+        assert_eq!(summary.answer, None, "{decoding:?} {cut_short:?}");
+        assert_eq!(summary.trajectory, cut);
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, AgentEvent::AnswerAsked { .. }))
+        );
+    }
 }

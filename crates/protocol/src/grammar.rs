@@ -31,6 +31,9 @@ pub enum Segment {
     Resuming,
     /// After the last tool call the budget allows: only role blocks and the answer.
     AnswerOnly,
+    /// The answer and nothing before it: the last word of a chain that a budget or the loop
+    /// watch cut short (PROTOCOL.md §2, item 5).
+    Answer,
 }
 
 /// The grammars of one profile's segments.
@@ -39,6 +42,7 @@ pub struct ChainGrammar {
     opening: String,
     resuming: String,
     answer_only: String,
+    answer: String,
 }
 
 impl ChainGrammar {
@@ -74,6 +78,7 @@ impl ChainGrammar {
             opening: build(format!("{} {}", opening.join(" "), step(true))),
             resuming: build(step(true)),
             answer_only: build(step(false)),
+            answer: build(terminal(Tag::Answer)),
         }
     }
 
@@ -83,6 +88,7 @@ impl ChainGrammar {
             Segment::Opening => &self.opening,
             Segment::Resuming => &self.resuming,
             Segment::AnswerOnly => &self.answer_only,
+            Segment::Answer => &self.answer,
         }
     }
 }

@@ -1,15 +1,19 @@
 //! What a run reports as it goes: typed events for the CLI now, the server and UI later.
 
+use crate::StopReason;
 use catena_protocol::{ParseIssue, Tag};
 use serde::Serialize;
 
-/// Who wrote a block: the model, or the caller's `--prefill`.
+/// Who wrote a block: the model, the caller's `--prefill`, or Catena itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     Model,
     Prefill,
+    /// The runtime: the closing tag of a block that a budget or the loop watch cut short, so
+    /// the model can still give its answer ([`AgentEvent::AnswerAsked`]).
+    Runtime,
 }
 
 /// Who settled a question about an external tool's call ([`AgentEvent::ApprovalAnswered`]).
@@ -99,5 +103,13 @@ pub enum AgentEvent {
         ask: u64,
         allowed: bool,
         decided_by: DecidedBy,
+    },
+    /// A budget or the loop watch cut the chain short before it answered (`reason`). The
+    /// runtime has closed the block the chain was in (its `BlockEnded` comes first, from
+    /// [`Source::Runtime`]); the model now writes its answer, held to the answer's grammar,
+    /// within an allowance of its own (PROTOCOL.md §2, item 5). The run's stop reason stays
+    /// `reason`.
+    AnswerAsked {
+        reason: StopReason,
     },
 }

@@ -13,7 +13,7 @@ mod queue;
 pub use queue::{run_fed, run_queue};
 
 use catena_agent::tools::ToolBox;
-use catena_agent::{AgentError, Budgets, Decoding, RunRequest, run_chain, start_task};
+use catena_agent::{AgentError, Budgets, CutShort, Decoding, RunRequest, run_chain, start_task};
 use catena_distill::mas::{MasError, MasRequest, MasSummary, run_multi_agent};
 use catena_engine_api::{CancelFlag, ChatEngine, EngineError, SamplingParams, StartChat};
 use catena_protocol::Profile;
@@ -32,6 +32,8 @@ pub struct RunPlan<'a> {
     /// Whether a chain's generations are held to the protocol's grammar (the explicit agents'
     /// calls are plain chat turns either way).
     pub decoding: Decoding,
+    /// Whether a chain cut short by a budget or a loop still gives its answer.
+    pub cut_short: CutShort,
 }
 
 /// One run: the task and how it is sampled.
@@ -152,6 +154,7 @@ fn chain(
         budgets: plan.budgets,
         cancel: plan.cancel.clone(),
         decoding: plan.decoding,
+        cut_short: plan.cut_short,
     };
     let summary = run_chain(session, request, plan.tools, on_event)?;
     Ok(Outcome {

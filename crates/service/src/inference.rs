@@ -10,7 +10,7 @@ use crate::approvals::{McpHost, RunQuestions};
 use crate::live::LiveRuns;
 use crate::sandbox::SharedSandbox;
 use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
-use catena_agent::{Budgets, Decoding};
+use catena_agent::{Budgets, CutShort, Decoding};
 use catena_chat_format::ChatTemplate;
 use catena_engine_api::ChatMessage;
 use catena_engine_api::{
@@ -546,6 +546,7 @@ impl Worker {
             budgets: job.budgets,
             cancel: Some(job.cancel.clone()),
             decoding: job.decoding,
+            cut_short: CutShort::Answer,
         };
         let run = TaskRun {
             id: &job.run_id,

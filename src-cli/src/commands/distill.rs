@@ -7,7 +7,7 @@
 use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_agent::tools::ToolBox;
-use catena_agent::{Budgets, Decoding};
+use catena_agent::{Budgets, CutShort, Decoding};
 use catena_distill::{
     FilterConfig, FilterReport, RunLog, TeacherRun, alpaca_item, filter_runs, sft_line,
 };
@@ -361,6 +361,7 @@ impl Teacher<'_> {
             cancel: Some(self.cancel.clone()),
             // The teacher's agents answer plain chat turns: there is no chain to hold.
             decoding: Decoding::Free,
+            cut_short: CutShort::End,
         };
         let run = TaskRun {
             id: &task.id,

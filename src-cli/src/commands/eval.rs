@@ -7,7 +7,7 @@ use crate::setup;
 use anyhow::{Context, Result, bail};
 use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::ToolBox;
-use catena_agent::{Budgets, Decoding};
+use catena_agent::{Budgets, CutShort, Decoding};
 use catena_engine::llama::{BatchedSession, LlamaEngine, LocalChat};
 use catena_engine_api::plan::Overrides;
 use catena_engine_api::{SamplingParams, SessionOptions};
@@ -306,6 +306,7 @@ impl Evaluation<'_> {
             budgets: self.budgets,
             cancel: None,
             decoding: self.decoding,
+            cut_short: CutShort::Answer,
         }
     }
 

@@ -6,7 +6,7 @@ use crate::setup::{self, AppliedAdapter};
 use anyhow::{Context, Result, bail};
 use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::profile_tools;
-use catena_agent::{Budgets, Decoding};
+use catena_agent::{Budgets, CutShort, Decoding};
 use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
 use catena_engine_api::plan::{Overrides, Plan};
 use catena_engine_api::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
@@ -205,6 +205,7 @@ pub fn run(args: RunArgs, paths: &Paths) -> Result<ExitCode> {
         },
         cancel: Some(cancel),
         decoding: backend.decoding(args.free),
+        cut_short: CutShort::Answer,
     };
     let run = TaskRun {
         id: "task",

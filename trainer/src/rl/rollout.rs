@@ -4,7 +4,7 @@
 
 use crate::{Result, TrainError};
 use catena_agent::tools::ToolBox;
-use catena_agent::{Budgets, Decoding};
+use catena_agent::{Budgets, CutShort, Decoding};
 use catena_engine::llama::BatchedSession;
 use catena_engine_api::{SamplingParams, Session, TokenRecord};
 use catena_eval::EvalTask;
@@ -87,6 +87,8 @@ impl RolloutSetup<'_> {
             },
             cancel: None,
             decoding: self.decoding,
+            // A rollout is scored on what the model wrote by itself.
+            cut_short: CutShort::End,
         }
     }
 }

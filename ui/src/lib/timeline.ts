@@ -22,6 +22,7 @@ export type Item =
   | { kind: 'text'; text: string }
   | { kind: 'observation'; index: number; tool: string; text: string; success: boolean; duplicate: boolean; elapsedMs: number }
   | { kind: 'issue'; message: string }
+  | { kind: 'note'; message: string }
   | Approval;
 
 export interface Chain {
@@ -60,6 +61,8 @@ export function apply(chain: Chain, event: RunEvent, seq: number | null): Chain 
         last.text = event.content;
         last.closed = event.closed;
         last.open = false;
+        // A block a budget cut short, closed by the runtime so the model could still answer.
+        if (event.source === 'runtime') last.source = 'runtime';
       } else {
         chain.items.push({ kind: 'block', tag: event.tag, text: event.content, closed: event.closed, open: false, source: event.source });
       }
@@ -73,6 +76,12 @@ export function apply(chain: Chain, event: RunEvent, seq: number | null): Chain 
       chain.items.push({ kind: 'issue', message: event.message });
       break;
     case 'tool_call':
+      break;
+    case 'answer_asked':
+      chain.items.push({
+        kind: 'note',
+        message: `Cut short (${event.reason.replace(/_/g, ' ')}): Catena closed the block and asked the model for its answer.`,
+      });
       break;
     case 'observation':
       chain.items.push({

@@ -30,7 +30,12 @@ const CODE: &str = "<code>\n```py\nprint(sum(1 for n in range(2, 10) if all(n % 
 #[test]
 fn every_builtin_profile_has_grammars_that_build() {
     for name in Profile::builtin_names() {
-        for segment in [Segment::Opening, Segment::Resuming, Segment::AnswerOnly] {
+        for segment in [
+            Segment::Opening,
+            Segment::Resuming,
+            Segment::AnswerOnly,
+            Segment::Answer,
+        ] {
             // An empty text is never a whole segment, but the grammar must compile.
             assert!(!accepts(&grammar(name, segment), ""), "{name} {segment:?}");
         }
@@ -175,6 +180,23 @@ fn the_last_call_of_the_budget_leaves_only_the_answer() {
         "<reflection>Done.</reflection><answer>\\boxed{1229}</answer>"
     ));
     assert!(!accepts(&last, CODE));
+}
+
+#[test]
+fn a_chain_cut_short_may_only_answer() {
+    let answer = grammar("math", Segment::Answer);
+    assert!(accepts(&answer, "\n<answer>\\boxed{1229}</answer>"));
+    assert!(!accepts(
+        &answer,
+        "<reflection>Done.</reflection><answer>\\boxed{1229}</answer>"
+    ));
+    assert!(!accepts(&answer, CODE));
+    let code = grammar("code", Segment::Answer);
+    assert!(accepts(
+        &code,
+        "<answer>\n```py\ndef f():\n    return 1\n```\n</answer>"
+    ));
+    assert!(!accepts(&code, "<answer>return 1</answer>"));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 import type { DecidedBy } from "./DecidedBy";
 import type { ParseIssue } from "./ParseIssue";
 import type { Source } from "./Source";
+import type { StopReason } from "./StopReason";
 import type { Tag } from "./Tag";
 
 /**
@@ -47,4 +48,4 @@ tool: string,
 /**
  * The call's arguments, as JSON text.
  */
-arguments: string, } | { "type": "approval_answered", ask: number, allowed: boolean, decided_by: DecidedBy, };
+arguments: string, } | { "type": "approval_answered", ask: number, allowed: boolean, decided_by: DecidedBy, } | { "type": "answer_asked", reason: StopReason, };
