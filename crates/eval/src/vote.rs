@@ -3,13 +3,18 @@
 //! the same when the verifier could not tell them apart: math answers that are equal as values
 //! (the math reward's equivalence), QA answers equal after its normalisation, programs that
 //! print the same on the same inputs. A tie goes to the group whose chains the model found more
-//! likely (the higher mean log-probability per sampled token).
+//! likely (the higher mean log-probability per sampled token). An answer a chain gave only when
+//! it was cut short and asked for it (PROTOCOL.md §2, item 5) counts only when no chain reached
+//! an answer by itself: such answers are mostly guesses, and in the README's first example,
+//! counted like the others, their single votes tied with the right answer and won the tie in
+//! four seeds of ten.
 
 use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
 use crate::{EvalTask, TaskKind, TaskResult};
 use catena_protocol::fence::fenced_blocks;
 use catena_protocol::{AnswerFormat, Tag, parse_all};
+use catena_run_events::StopReason;
 use catena_sandbox::{Exit, Sandbox};
 use serde::Serialize;
 
@@ -20,6 +25,8 @@ pub struct Ballot {
     pub answer: Option<String>,
     /// Mean log-probability of the chain's sampled tokens.
     pub mean_logprob: f64,
+    /// The answer was asked for after a budget or a loop cut the chain short.
+    pub cut_short: bool,
 }
 
 /// Answers that count as one.
@@ -86,6 +93,13 @@ pub fn tally(ballots: &[Ballot], equivalence: &Equivalence<'_>) -> Tally {
             Some(key) => keyed.push((key, index)),
             None => abstained.push(index),
         }
+    }
+    if keyed.iter().any(|&(_, i)| !ballots[i].cut_short) {
+        let (asked, reached): (Vec<_>, Vec<_>) =
+            keyed.into_iter().partition(|&(_, i)| ballots[i].cut_short);
+        abstained.extend(asked.into_iter().map(|(_, i)| i));
+        abstained.sort_unstable();
+        keyed = reached;
     }
     let mut groups: Vec<(Key, VoteGroup)> = Vec::new();
     for (key, index) in keyed {
@@ -182,6 +196,9 @@ pub struct ChainAnswer<'t> {
     pub mean_logprob: Option<f64>,
     /// The whole assistant turn: where the inputs its tests used are.
     pub trajectory: &'t str,
+    /// Why it ended, when known: a chain cut short whose answer was asked for votes only when
+    /// no chain answered by itself.
+    pub stop: Option<StopReason>,
 }
 
 /// A vote over programs was asked for without a sandbox to run them in.
@@ -202,6 +219,7 @@ pub fn vote_on_chains(
         .map(|c| Ballot {
             answer: c.answer.map(str::to_string),
             mean_logprob: c.mean_logprob.unwrap_or(f64::NEG_INFINITY),
+            cut_short: c.stop.is_some_and(StopReason::cut_short),
         })
         .collect();
     let equivalence = match format {
@@ -246,6 +264,7 @@ pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option
             .map(|r| Ballot {
                 answer: r.answer.clone(),
                 mean_logprob: r.mean_logprob.unwrap_or(f64::NEG_INFINITY),
+                cut_short: StopReason::from_name(&r.stop).is_some_and(StopReason::cut_short),
             })
             .collect();
         let kind = task.kind.unwrap_or_default();
@@ -278,7 +297,30 @@ mod tests {
         Ballot {
             answer: answer.map(str::to_string),
             mean_logprob,
+            cut_short: false,
         }
+    }
+
+    #[test]
+    fn answers_asked_of_chains_cut_short_count_only_when_no_chain_answered_by_itself() {
+        let asked = |answer: &str, mean_logprob: f64| Ballot {
+            cut_short: true,
+            ..ballot(Some(answer), mean_logprob)
+        };
+        // A guess that the model found likelier would have won the tie of single votes.
+        let ballots = [
+            asked("\\boxed{4}", -0.1),
+            ballot(Some("\\boxed{1229}"), -0.5),
+            ballot(None, -0.2),
+        ];
+        let counted = tally(&ballots, &Equivalence::Math);
+        assert_eq!(counted.winner().unwrap().answer, "\\boxed{1229}");
+        assert_eq!(counted.groups.len(), 1);
+        assert_eq!(counted.abstained, [0, 2]);
+        // With no answer reached, the answers asked for are the vote.
+        let ballots = [asked("\\boxed{4}", -0.3), asked("\\boxed{4.0}", -0.4)];
+        let counted = tally(&ballots, &Equivalence::Math);
+        assert_eq!(counted.winner().unwrap().members, [0, 1]);
     }
 
     #[test]

@@ -49,6 +49,22 @@ impl StopReason {
         }
     }
 
+    /// The reason named `name` (its [`StopReason::as_str`]), as the store and reports keep it.
+    pub fn from_name(name: &str) -> Option<StopReason> {
+        [
+            StopReason::Answer,
+            StopReason::EndOfTurn,
+            StopReason::ToolBudget,
+            StopReason::TokenBudget,
+            StopReason::TimeBudget,
+            StopReason::ContextFull,
+            StopReason::Cancelled,
+            StopReason::Repetition,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+    }
+
     /// Whether the run was cut before it could answer, by a budget or a loop (then the last
     /// suggested answer stands in for the answer).
     pub fn cut_short(self) -> bool {

@@ -5,6 +5,7 @@
 use crate::{MAX_SAMPLES, Service, ServiceError};
 use catena_eval::vote::{ChainAnswer, vote_on_chains};
 use catena_protocol::{AnswerFormat, Profile};
+use catena_run_events::StopReason;
 use catena_store::{RunKind, RunRecord, RunStatus};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
@@ -148,6 +149,11 @@ fn count_votes(
             answer: run.answer.as_deref(),
             mean_logprob: mean_logprob(run),
             trajectory: run.trajectory.as_deref().unwrap_or(""),
+            stop: run
+                .summary
+                .as_ref()
+                .and_then(|s| s["stop_reason"].as_str())
+                .and_then(StopReason::from_name),
         })
         .collect();
     let tally = vote_on_chains(&answers, format, sandbox)

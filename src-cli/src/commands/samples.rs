@@ -88,6 +88,7 @@ pub fn vote(samples: &[Sample], answer: AnswerFormat, sandbox: Option<&Sandbox>)
             answer: s.summary.answer.as_deref(),
             mean_logprob: s.summary.mean_logprob,
             trajectory: &s.summary.trajectory,
+            stop: Some(s.summary.stop_reason),
         })
         .collect();
     Ok(vote_on_chains(&chains, answer, sandbox)?)
