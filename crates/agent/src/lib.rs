@@ -408,13 +408,8 @@ impl<'a> Chain<'a> {
     /// made to give one: it is held to the grammar, no user stopped it, and it wrote no
     /// `<suggested_answer>` (which stands in for the answer, §2 item 5).
     fn may_still_answer(&self, reason: StopReason) -> bool {
-        let cut = matches!(
-            reason,
-            StopReason::ToolBudget
-                | StopReason::TokenBudget
-                | StopReason::TimeBudget
-                | StopReason::Repetition
-        );
+        // A full context leaves no room for an answer.
+        let cut = reason.cut_short() && reason != StopReason::ContextFull;
         cut && self.grammar.is_some()
             && final_answer(&self.blocks).is_none()
             && last_suggested_answer(&self.blocks).is_none()

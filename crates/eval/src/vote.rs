@@ -7,7 +7,8 @@
 //! it was cut short and asked for it (PROTOCOL.md §2, item 5) counts only when no chain reached
 //! an answer by itself: such answers are mostly guesses, and in the README's first example,
 //! counted like the others, their single votes tied with the right answer and won the tie in
-//! four seeds of ten.
+//! three seeds of ten. The same holds for a last suggested answer standing in for a chain cut
+//! short: it was not reached either.
 
 use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
@@ -25,7 +26,8 @@ pub struct Ballot {
     pub answer: Option<String>,
     /// Mean log-probability of the chain's sampled tokens.
     pub mean_logprob: f64,
-    /// The answer was asked for after a budget or a loop cut the chain short.
+    /// A budget or a loop cut the chain short: its answer was asked for then, or is its last
+    /// suggested answer, not one it reached by itself.
     pub cut_short: bool,
 }
 
