@@ -52,7 +52,9 @@ fn two_samples_a_task_make_one_result_each_and_pass_at_k() {
     for r in results {
         let reward = r["reward"].as_f64().unwrap();
         assert!(reward == 0.0 || reward == 1.0, "{r}");
-        assert!(r["generated_tokens"].as_u64().unwrap() <= 64 + 8, "{r}");
+        // A chain cut by the budget writes its answer within at most the budget again
+        // (PROTOCOL.md §2, item 5); the slack is the last step's tokens past a stop.
+        assert!(r["generated_tokens"].as_u64().unwrap() <= 2 * 64 + 8, "{r}");
     }
     let (pass_1, pass_k) = (
         report["pass_at_1"].as_f64().unwrap(),

@@ -177,7 +177,8 @@ struct Chain<'a> {
 
 /// The tokens a chain cut short may spend on its answer (PROTOCOL.md §2, item 5): enough for the
 /// profile's answer format (a boxed value or a short string, a whole program), never a second
-/// chain. Its time is a tenth of the run's, at least 10 s.
+/// chain, so never more than the chain's own token budget. Its time is a tenth of the run's, at
+/// least 10 s.
 fn answer_allowance(format: AnswerFormat) -> usize {
     match format {
         AnswerFormat::Boxed => 64,
@@ -478,7 +479,7 @@ impl<'a> Chain<'a> {
             self.segment_start = self.trajectory.len();
         }
         emit(AgentEvent::AnswerAsked { reason });
-        let mut left = answer_allowance(self.profile.answer);
+        let mut left = answer_allowance(self.profile.answer).min(self.budgets.max_tokens);
         let deadline = self
             .budgets
             .max_time
