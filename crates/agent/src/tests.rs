@@ -712,8 +712,9 @@ fn a_chain_cut_short_closes_its_block_and_answers() {
     let h = harness(Tag::Code, false);
     let math = Profile::builtin("math").unwrap();
     let grammar = ChainGrammar::for_profile(&math);
-    // The budget ends the plan after "<plan>Count"; the rest is what the model then writes.
-    let cut = "<plan>Count";
+    // The budget ends the plan after its first words; the rest is what the model then writes,
+    // within an allowance no larger than the chain's own budget.
+    let cut = "<plan>Count the primes below ten";
     let mut s = Scripted::new(&format!("{cut}<answer>\\boxed{{7}}</answer>"));
     let mut b = budgets();
     b.max_tokens = cut.len();
@@ -722,20 +723,37 @@ fn a_chain_cut_short_closes_its_block_and_answers() {
     assert_eq!(summary.answer.as_deref(), Some("\\boxed{7}"));
     assert_eq!(
         summary.trajectory,
-        "<plan>Count</plan>\n<answer>\\boxed{7}</answer>"
+        "<plan>Count the primes below ten</plan>\n<answer>\\boxed{7}</answer>"
     );
     assert!(events.contains(&AgentEvent::AnswerAsked {
         reason: StopReason::TokenBudget
     }));
     assert!(events.contains(&AgentEvent::BlockEnded {
         tag: Tag::Plan,
-        content: "Count".into(),
+        content: "Count the primes below ten".into(),
         closed: true,
         source: Source::Runtime,
     }));
     let last = s.constraints.last().unwrap();
     assert_eq!(last.grammar, grammar.segment(Segment::Answer));
     assert_eq!(last.given, "");
+}
+
+#[test]
+fn the_last_word_spends_at_most_the_chains_own_budget() {
+    let h = harness(Tag::Code, false);
+    let cut = "<plan>Count";
+    let mut s = Scripted::new(&format!("{cut}<answer>\\boxed{{7}}</answer>"));
+    let mut b = budgets();
+    b.max_tokens = cut.len();
+    let (summary, _) = run_decoded(&mut s, "math", None, b, &h.tools, Decoding::Protocol);
+    assert_eq!(summary.generated_tokens, 2 * cut.len());
+    assert_eq!(summary.answer, None, "the answer was cut by its allowance");
+    assert!(
+        summary.trajectory.ends_with("</plan>\n<answer>\\bo"),
+        "{}",
+        summary.trajectory
+    );
 }
 
 #[test]
