@@ -177,14 +177,17 @@ struct Chain<'a> {
 
 /// The tokens a chain cut short may spend on its answer (PROTOCOL.md §2, item 5): enough for the
 /// profile's answer format (a boxed value or a short string, a whole program), never a second
-/// chain, so never more than the chain's own token budget. Its time is a tenth of the run's, at
-/// least 10 s.
-fn answer_allowance(format: AnswerFormat) -> usize {
-    match format {
-        AnswerFormat::Boxed => 64,
+/// chain, so never more than the chain's own token budget, unless that is less than a boxed
+/// value needs: a user who gave 12 tokens still gets an answer. Its time is a tenth of the
+/// run's, at least 10 s.
+fn answer_allowance(format: AnswerFormat, budget: usize) -> usize {
+    const BOXED: usize = 64;
+    let most = match format {
+        AnswerFormat::Boxed => BOXED,
         AnswerFormat::Short | AnswerFormat::Multi => 128,
         AnswerFormat::Program => 1024,
-    }
+    };
+    most.min(budget.max(BOXED))
 }
 
 /// Stop a chain at the third segment in a row that is the same as the one before, calls and
@@ -479,7 +482,7 @@ impl<'a> Chain<'a> {
             self.segment_start = self.trajectory.len();
         }
         emit(AgentEvent::AnswerAsked { reason });
-        let mut left = answer_allowance(self.profile.answer).min(self.budgets.max_tokens);
+        let mut left = answer_allowance(self.profile.answer, self.budgets.max_tokens);
         let deadline = self
             .budgets
             .max_time

@@ -740,20 +740,15 @@ fn a_chain_cut_short_closes_its_block_and_answers() {
 }
 
 #[test]
-fn the_last_word_spends_at_most_the_chains_own_budget() {
-    let h = harness(Tag::Code, false);
-    let cut = "<plan>Count";
-    let mut s = Scripted::new(&format!("{cut}<answer>\\boxed{{7}}</answer>"));
-    let mut b = budgets();
-    b.max_tokens = cut.len();
-    let (summary, _) = run_decoded(&mut s, "math", None, b, &h.tools, Decoding::Protocol);
-    assert_eq!(summary.generated_tokens, 2 * cut.len());
-    assert_eq!(summary.answer, None, "the answer was cut by its allowance");
-    assert!(
-        summary.trajectory.ends_with("</plan>\n<answer>\\bo"),
-        "{}",
-        summary.trajectory
-    );
+fn the_last_word_spends_at_most_the_chains_own_budget_but_enough_for_a_boxed_value() {
+    use catena_protocol::AnswerFormat;
+    let allowance = super::answer_allowance;
+    assert_eq!(allowance(AnswerFormat::Boxed, 12), 64);
+    assert_eq!(allowance(AnswerFormat::Boxed, 4096), 64);
+    assert_eq!(allowance(AnswerFormat::Short, 100), 100);
+    assert_eq!(allowance(AnswerFormat::Program, 12), 64);
+    assert_eq!(allowance(AnswerFormat::Program, 768), 768);
+    assert_eq!(allowance(AnswerFormat::Program, 4096), 1024);
 }
 
 #[test]
