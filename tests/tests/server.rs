@@ -1015,9 +1015,10 @@ fn samples_of_one_task_run_side_by_side_and_are_put_to_a_vote() {
     let other = start_run(
         &client,
         &server,
-        &json!({"task": "What is 2+2?", "max_tokens": 4, "temperature": 0}),
+        &json!({"task": "What is 2+2?", "max_tokens": 4, "temperature": 0, "free": true}),
     );
-    // Its lane's session served a chain before: the summary counts this run's own work.
+    // Its lane's session served a chain before: the summary counts this run's own work (a free
+    // chain, so no last word adds its answer's tokens to the 4).
     let summary = all_events(&client, &server, &other).pop().unwrap();
     assert_eq!(summary["type"], "summary", "{summary}");
     assert!(
