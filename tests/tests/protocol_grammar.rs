@@ -97,6 +97,41 @@ fn a_prefill_that_breaks_the_protocol_is_refused_before_decoding() {
     assert_eq!(events.last().unwrap()["type"], "summary");
 }
 
+/// A chain held to the grammar once wrote its fences on the tags' lines (`<code>```py`,
+/// ```` ```</code> ````): the grammar allowed it, the parser read no call, and the chain ended its
+/// turn without running its program. The grammar and the parser now agree.
+#[test]
+fn a_call_with_its_fences_on_the_tags_lines_is_run() {
+    let (output, events) = run(&[
+        "--profile",
+        "math",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "40",
+        "--prefill",
+        "<plan>p</plan>\n<code>```py\nprint(6*7)\n```</code>",
+        "What is 6*7?",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let issues: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "parse_issue")
+        .collect();
+    assert!(issues.is_empty(), "{issues:#?}");
+    let observation = events
+        .iter()
+        .find(|e| e["type"] == "observation")
+        .unwrap_or_else(|| panic!("the call did not run: {events:#?}"));
+    assert!(observation.to_string().contains("42"), "{observation}");
+    // The prefill's call, and whatever the model called after it.
+    assert!(events.last().unwrap()["tool_calls"].as_u64() >= Some(1));
+}
+
 #[test]
 fn samples_are_decoded_together_and_put_to_a_vote() {
     let store = tempfile::tempdir().unwrap();

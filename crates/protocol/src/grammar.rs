@@ -132,6 +132,9 @@ fn terminals(profile: &Profile) -> String {
     // White space between blocks and around fences, a little of it: unbounded, a small model
     // can fill its whole budget with it.
     out.push_str("WS: /[ \\t\\r\\n]{0,4}/\n");
+    // A fence opens only at the start of a line (the parser's rule, PROTOCOL.md §1), so the stdin
+    // fence needs a line break after the program's closing fence.
+    out.push_str("LINE_BREAK: /[ \\t]{0,2}\\r?\\n[ \\t\\r\\n]{0,3}/\n");
     out.push_str("FENCED_PROGRAM: \"```\" /py|python/ \"\\n\" PROGRAM \"\\n```\"\n");
     // A boxed value: braces nest up to three deep (\frac{\sqrt{2}}{2}), no tag-like text.
     out.push_str("BOXED_VALUE: /([^{}<]|\\{([^{}<]|\\{([^{}<]|\\{[^{}<]*\\})*\\})*\\})*/\n");
@@ -141,7 +144,7 @@ fn terminals(profile: &Profile) -> String {
             TagKind::Environment => continue,
             TagKind::Final => answer_body(profile.answer),
             TagKind::Tool if tag == Tag::Code => {
-                "WS FENCED_PROGRAM (WS \"```sh\\n\" PROGRAM \"\\n```\")? WS".to_string()
+                "WS FENCED_PROGRAM (LINE_BREAK \"```sh\\n\" PROGRAM \"\\n```\")? WS".to_string()
             }
             TagKind::Tool if tag == Tag::ToolCall => "FILLED_TEXT".to_string(),
             TagKind::Tool => "FILLED_PROSE".to_string(),

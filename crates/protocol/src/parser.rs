@@ -273,7 +273,9 @@ impl Parser {
                 return;
             }
         }
-        self.line_blank = false;
+        // A block's first line starts right after its opening tag: the grammar lets a fence open
+        // there (`<code>```py`), and the parser must read what the grammar allows.
+        self.line_blank = !closing;
     }
 
     fn start_block(&mut self, tag: Tag) {

@@ -243,3 +243,35 @@ fn a_profile_file_cannot_open_with_a_block_it_does_not_describe() {
     let err = Profile::from_toml(text, "test").unwrap_err();
     assert!(err.to_string().contains("opens_with"), "{err}");
 }
+
+/// Texts at the edges of what the grammar lets a model write around fences: the trajectory parser
+/// must read each of them whole, or a call the grammar allowed is never run.
+#[test]
+fn what_the_grammar_accepts_the_parser_reads_whole() {
+    let resuming = grammar("code", Segment::Resuming);
+    let texts = [
+        // Fences on the tags' own lines (seen from the shipped adapter).
+        "<code>```py\nprint(6*7)\n```</code>",
+        "<code> ```python\nprint(1)\n```  </code>",
+        "<code>\n```py\nx = input()\n```\n```sh\n3\n```</code>",
+        "<code>```py\nx = input()\n```  \n  ```sh\n3\n```\n</code>",
+        "<answer>```py\ndef f():\n    return 1\n```</answer>",
+    ];
+    for text in texts {
+        assert!(accepts(&resuming, text), "the grammar refuses {text:?}");
+        let (blocks, issues) = crate::parse_all(text);
+        assert!(issues.is_empty(), "{text:?}: {issues:?}");
+        let block = &blocks[0];
+        assert!(block.closed, "{text:?}");
+        assert!(
+            crate::fence::program_and_stdin(&block.content).is_some(),
+            "{text:?}: no program in {:?}",
+            block.content
+        );
+    }
+    // A stdin fence glued to the program's closing fence would be read as neither.
+    assert!(!accepts(
+        &resuming,
+        "<code>\n```py\nx = input()\n``````sh\n3\n```\n</code>"
+    ));
+}
