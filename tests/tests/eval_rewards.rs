@@ -109,3 +109,61 @@ fn score_run_runs_the_answer_program_and_gates_the_format() {
     let score = score_run(&task, None, &good, Some(&sandbox));
     assert_eq!(score.reward, 0.0);
 }
+
+/// Functions print nothing: compared on standard input alone, every program looks the same and
+/// the likeliest chain wins. The values of the task's example calls tell them apart.
+#[test]
+fn a_vote_over_functions_compares_the_values_of_the_examples() {
+    use catena_eval::vote::{ChainAnswer, vote_on_chains};
+    use catena_protocol::AnswerFormat;
+    let sandbox = common::python_sandbox(Limits {
+        wall: Duration::from_secs(5),
+        ..Limits::default()
+    });
+    let question =
+        "Complete `def largest(xs):`, the largest of the list.\n    >>> largest([3, 9, 2])\n    9";
+    let fenced = |body: &str| format!("```python\n{body}\n```");
+    let right = fenced("def largest(xs):\n    return max(xs)");
+    let right_too = fenced(
+        "def largest(xs):\n    best = xs[0]\n    for x in xs:\n        best = x if x > best else best\n    return best\nprint('tried')",
+    );
+    let wrong = fenced("def largest(xs):\n    return xs[0]");
+    fn chain(answer: &str, mean_logprob: f64) -> ChainAnswer<'_> {
+        ChainAnswer {
+            answer: Some(answer),
+            mean_logprob: Some(mean_logprob),
+            trajectory: "",
+            stop: None,
+        }
+    }
+    let (right, right_too, wrong) = (right.as_str(), right_too.as_str(), wrong.as_str());
+    let chains = [
+        chain(wrong, -0.1),
+        chain(right, -0.5),
+        chain(right_too, -0.6),
+    ];
+    let vote = |chains: &[ChainAnswer<'_>], question: &str| {
+        vote_on_chains(chains, AnswerFormat::Program, question, Some(&sandbox)).unwrap()
+    };
+    let tally = vote(&chains, question);
+    assert_eq!(tally.winner().unwrap().members, [1, 2], "{tally:?}");
+    assert_eq!(tally.groups[1].members, [0]);
+    // Without an example in the question, the chains' own test calls are the examples; a
+    // chain that ran only its function's definition adds none.
+    let tested = "<code>\n```py\nprint(largest([1, 5, 2]))\n```\n</code>";
+    let chains = [
+        ChainAnswer {
+            trajectory: tested,
+            ..chain(wrong, -0.1)
+        },
+        chain(right, -0.5),
+        chain(right_too, -0.6),
+    ];
+    let tally = vote(&chains, "The largest.");
+    assert_eq!(tally.winner().unwrap().members, [1, 2], "{tally:?}");
+    // With no call anywhere, they all print nothing on no input: one group, the likeliest speaks.
+    let chains = [chain(wrong, -0.1), chain(right, -0.5)];
+    let tally = vote(&chains, "The largest.");
+    assert_eq!(tally.winner().unwrap().members, [0, 1]);
+    assert_eq!(tally.winner().unwrap().best, 0);
+}

@@ -2,7 +2,7 @@
 //! verifier, the largest group wins (docs/ARCHITECTURE.md, "Samples and votes"). Two answers are
 //! the same when the verifier could not tell them apart: math answers that are equal as values
 //! (the math reward's equivalence), QA answers equal after its normalisation, programs that
-//! print the same on the same inputs. A tie goes to the group whose chains the model found more
+//! print the same on the same inputs and return the same from the same example calls. A tie goes to the group whose chains the model found more
 //! likely (the higher mean log-probability per sampled token). An answer a chain gave only when
 //! it was cut short and asked for it (PROTOCOL.md §2, item 5) counts only when no chain reached
 //! an answer by itself: such answers are mostly guesses, and in the README's first example,
@@ -14,10 +14,13 @@ use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
 use crate::{EvalTask, TaskKind, TaskResult};
 use catena_protocol::fence::fenced_blocks;
-use catena_protocol::{AnswerFormat, Tag, parse_all};
+use catena_protocol::{AnswerFormat, Block, Tag, parse_all};
 use catena_run_events::StopReason;
 use catena_sandbox::{Exit, Sandbox};
 use serde::Serialize;
+
+mod calls;
+pub use calls::example_calls;
 
 /// One chain's say.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,23 +69,13 @@ pub enum Equivalence<'s> {
     Math,
     /// Equal after QA normalisation (case, punctuation, articles).
     Qa,
-    /// Programs that print the same on each input (a failed run counts as its own output).
+    /// Programs that print the same on each input (a failed run counts as its own output); with
+    /// example calls ([`example_calls`]), what those return on each input is compared instead.
     Outputs {
         inputs: Vec<String>,
+        calls: Vec<String>,
         sandbox: &'s Sandbox,
     },
-}
-
-impl<'s> Equivalence<'s> {
-    /// The verifier's equivalence for a task of `kind`; a code task's needs the inputs to run
-    /// the programs on and the sandbox to run them in.
-    pub fn for_kind(kind: TaskKind, inputs: Vec<String>, sandbox: &'s Sandbox) -> Self {
-        match kind {
-            TaskKind::Math => Equivalence::Math,
-            TaskKind::Qa => Equivalence::Qa,
-            TaskKind::Code => Equivalence::Outputs { inputs, sandbox },
-        }
-    }
 }
 
 /// Groups `ballots` by `equivalence` and orders the groups; see the module's doc.
@@ -172,13 +165,33 @@ fn key(answer: &str, equivalence: &Equivalence<'_>) -> Option<Key> {
     match equivalence {
         Equivalence::Math => Some(Key::Math(answer.to_string())),
         Equivalence::Qa => Some(Key::Exact(qa_normalise(answer))),
-        Equivalence::Outputs { inputs, sandbox } => {
+        Equivalence::Outputs {
+            inputs,
+            calls,
+            sandbox,
+        } => {
             let program = answer_program(answer)?;
+            let probed;
+            let program = if calls.is_empty() {
+                program
+            } else {
+                probed = calls::with_calls(program, calls);
+                &probed
+            };
             let outputs = inputs
                 .iter()
                 .map(|input| match sandbox.run(program, input.as_bytes()) {
                     Ok(run) if run.exit == Exit::Status(0) => {
-                        output_lines(&run.stdout.to_text()).join("\n")
+                        let stdout = run.stdout.to_text();
+                        let compared = if calls.is_empty() {
+                            Some(stdout.as_ref())
+                        } else {
+                            calls::calls_output(&stdout)
+                        };
+                        compared.map_or_else(
+                            || "(the calls did not run)".to_string(),
+                            |text| output_lines(text).join("\n"),
+                        )
                     }
                     Ok(run) => format!("(ended: {:?})", run.exit),
                     Err(e) => format!("(not run: {e})"),
@@ -208,12 +221,15 @@ pub struct ChainAnswer<'t> {
 #[error("comparing programs needs the sandbox")]
 pub struct NeedsSandbox;
 
-/// The vote over the chains of one task answering in `format`, by the verifier of that format:
+/// The vote over the chains of `question` answering in `format`, by the verifier of that format:
 /// math values, QA strings, or programs' outputs (in `sandbox`) on the inputs the chains tested
-/// them with and on no input. A chain without a recorded log-probability loses every tie.
+/// them with and on no input, and the values of the example calls that the question and the
+/// chains' tests make of the functions the programs define. A chain without a recorded
+/// log-probability loses every tie.
 pub fn vote_on_chains(
     chains: &[ChainAnswer<'_>],
     format: AnswerFormat,
+    question: &str,
     sandbox: Option<&Sandbox>,
 ) -> Result<Tally, NeedsSandbox> {
     let ballots: Vec<Ballot> = chains
@@ -227,12 +243,31 @@ pub fn vote_on_chains(
     let equivalence = match format {
         AnswerFormat::Boxed => Equivalence::Math,
         AnswerFormat::Short | AnswerFormat::Multi => Equivalence::Qa,
-        AnswerFormat::Program => Equivalence::Outputs {
-            inputs: tested_inputs(chains.iter().map(|c| c.trajectory)),
-            sandbox: sandbox.ok_or(NeedsSandbox)?,
-        },
+        AnswerFormat::Program => {
+            let sandbox = sandbox.ok_or(NeedsSandbox)?;
+            let tested = code_blocks(chains.iter().map(|c| c.trajectory));
+            let programs: Vec<&str> = chains
+                .iter()
+                .filter_map(|c| answer_program(c.answer?))
+                .collect();
+            let texts = std::iter::once(question).chain(tested.iter().map(|b| b.content.as_str()));
+            Equivalence::Outputs {
+                inputs: tested_inputs(chains.iter().map(|c| c.trajectory)),
+                calls: example_calls(texts, &programs),
+                sandbox,
+            }
+        }
     };
     Ok(tally(&ballots, &equivalence))
+}
+
+/// The `<code>` blocks of `trajectories`, in order.
+fn code_blocks<'t>(trajectories: impl IntoIterator<Item = &'t str>) -> Vec<Block> {
+    trajectories
+        .into_iter()
+        .flat_map(|t| parse_all(t).0)
+        .filter(|b| b.tag == Tag::Code)
+        .collect()
 }
 
 /// The standard inputs the chains gave their test programs (the ```` ```sh ```` fences of their
@@ -240,13 +275,10 @@ pub fn vote_on_chains(
 /// has no inputs of its own.
 pub fn tested_inputs<'t>(trajectories: impl IntoIterator<Item = &'t str>) -> Vec<String> {
     let mut inputs = vec![String::new()];
-    for trajectory in trajectories {
-        let (blocks, _) = parse_all(trajectory);
-        for block in blocks.iter().filter(|b| b.tag == Tag::Code) {
-            for fence in fenced_blocks(&block.content) {
-                if fence.closed && fence.lang == "sh" && !inputs.iter().any(|i| i == fence.body) {
-                    inputs.push(fence.body.to_string());
-                }
+    for block in code_blocks(trajectories) {
+        for fence in fenced_blocks(&block.content) {
+            if fence.closed && fence.lang == "sh" && !inputs.iter().any(|i| i == fence.body) {
+                inputs.push(fence.body.to_string());
             }
         }
     }
@@ -255,8 +287,11 @@ pub fn tested_inputs<'t>(trajectories: impl IntoIterator<Item = &'t str>) -> Vec
 
 /// maj@K of an evaluation: the share of tasks whose vote, over their K runs in `results`, picks
 /// a solved run (the winning group's most likely chain). Code tasks compare programs on their
-/// tests' inputs; a task with assert tests has none, so its programs are compared on no input
-/// (where they all print the same, the vote falls to the most likely chain).
+/// tests' inputs; a task with assert tests has none (its asserts hold the expected values, which
+/// a vote must not see), so its programs are compared by the values of the example calls in the
+/// task's text, on no input (without such calls they all print the same, and the vote falls to
+/// the most likely chain). The report keeps no trajectories, so the chains' own calls are not
+/// used here.
 pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option<&Sandbox>) -> f64 {
     let mut solved = 0usize;
     for task in tasks {
@@ -272,11 +307,22 @@ pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option
         let kind = task.kind.unwrap_or_default();
         let equivalence = match (kind, sandbox) {
             (TaskKind::Code, Some(sandbox)) => {
-                let inputs = match &task.tests {
-                    Some(CodeTests::Io { inputs, .. }) => inputs.clone(),
-                    _ => vec![String::new()],
+                let (inputs, calls) = match &task.tests {
+                    Some(CodeTests::Io { inputs, .. }) => (inputs.clone(), Vec::new()),
+                    _ => {
+                        let programs: Vec<&str> = runs
+                            .iter()
+                            .filter_map(|r| answer_program(r.answer.as_deref()?))
+                            .collect();
+                        let calls = example_calls([task.question.as_str()], &programs);
+                        (vec![String::new()], calls)
+                    }
                 };
-                Equivalence::Outputs { inputs, sandbox }
+                Equivalence::Outputs {
+                    inputs,
+                    calls,
+                    sandbox,
+                }
             }
             // Without the sandbox no program ran, and none was solved either.
             (TaskKind::Code, None) => continue,

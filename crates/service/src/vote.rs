@@ -156,8 +156,13 @@ fn count_votes(
                 .and_then(StopReason::from_name),
         })
         .collect();
-    let tally = vote_on_chains(&answers, format, sandbox)
-        .map_err(|e| ServiceError::internal(e.to_string()))?;
+    let tally = vote_on_chains(
+        &answers,
+        format,
+        runs.first().map_or("", |r| r.task.as_str()),
+        sandbox,
+    )
+    .map_err(|e| ServiceError::internal(e.to_string()))?;
     let id = |index: usize| runs[index].id.clone();
     let chains = runs
         .iter()

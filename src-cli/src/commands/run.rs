@@ -338,7 +338,7 @@ impl Chains<'_> {
             catena_protocol::AnswerFormat::Program => Some(setup::sandbox(paths, limits)?),
             _ => None,
         };
-        let tally = samples::vote(&chains, answer, sandbox.as_ref())?;
+        let tally = samples::vote(&chains, answer, run.question, sandbox.as_ref())?;
         if args.json {
             samples::print_json(&chains, &tally);
         } else {

@@ -80,8 +80,14 @@ pub fn run_samples<'r>(
     Ok(finished)
 }
 
-/// The vote over `samples` by the verifier of the profile's answers (`catena_eval::vote`).
-pub fn vote(samples: &[Sample], answer: AnswerFormat, sandbox: Option<&Sandbox>) -> Result<Tally> {
+/// The vote over `samples` of `question` by the verifier of the profile's answers
+/// (`catena_eval::vote`).
+pub fn vote(
+    samples: &[Sample],
+    answer: AnswerFormat,
+    question: &str,
+    sandbox: Option<&Sandbox>,
+) -> Result<Tally> {
     let chains: Vec<ChainAnswer<'_>> = samples
         .iter()
         .map(|s| ChainAnswer {
@@ -91,7 +97,7 @@ pub fn vote(samples: &[Sample], answer: AnswerFormat, sandbox: Option<&Sandbox>)
             stop: Some(s.summary.stop_reason),
         })
         .collect();
-    Ok(vote_on_chains(&chains, answer, sandbox)?)
+    Ok(vote_on_chains(&chains, answer, question, sandbox)?)
 }
 
 /// The tally for people, on stderr, and the winning answer on stdout.
