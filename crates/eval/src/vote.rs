@@ -2,13 +2,13 @@
 //! verifier, the largest group wins (docs/ARCHITECTURE.md, "Samples and votes"). Two answers are
 //! the same when the verifier could not tell them apart: math answers that are equal as values
 //! (the math reward's equivalence), QA answers equal after its normalisation, programs that
-//! print the same on the same inputs and return the same from the same example calls. A tie goes to the group whose chains the model found more
-//! likely (the higher mean log-probability per sampled token). An answer a chain gave only when
-//! it was cut short and asked for it (PROTOCOL.md §2, item 5) counts only when no chain reached
-//! an answer by itself: such answers are mostly guesses, and in the README's first example,
-//! counted like the others, their single votes tied with the right answer and won the tie in
-//! three seeds of ten. The same holds for a last suggested answer standing in for a chain cut
-//! short: it was not reached either.
+//! print the same on the same inputs and return the same from the same example calls. A tie goes
+//! to the group whose chains the model found more likely (the higher mean log-probability per
+//! sampled token). An answer a chain gave only when it was cut short and asked for it
+//! (PROTOCOL.md §2, item 5) counts only when no chain reached an answer by itself: such answers
+//! are mostly guesses, and in the README's first example, counted like the others, their single
+//! votes tied with the right answer and won the tie in three seeds of ten. The same holds for a
+//! last suggested answer standing in for a chain cut short: it was not reached either.
 
 use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
