@@ -252,7 +252,7 @@ pub fn vote_on_chains(
                 .collect();
             let texts = std::iter::once(question).chain(tested.iter().map(|b| b.content.as_str()));
             Equivalence::Outputs {
-                inputs: tested_inputs(chains.iter().map(|c| c.trajectory)),
+                inputs: stdin_fences(&tested),
                 calls: example_calls(texts, &programs),
                 sandbox,
             }
@@ -274,8 +274,13 @@ fn code_blocks<'t>(trajectories: impl IntoIterator<Item = &'t str>) -> Vec<Block
 /// `<code>` calls), each once, after the empty input: what programs are compared on when a task
 /// has no inputs of its own.
 pub fn tested_inputs<'t>(trajectories: impl IntoIterator<Item = &'t str>) -> Vec<String> {
+    stdin_fences(&code_blocks(trajectories))
+}
+
+/// The empty input, then each distinct closed ```` ```sh ```` fence of `code` blocks.
+fn stdin_fences(code: &[Block]) -> Vec<String> {
     let mut inputs = vec![String::new()];
-    for block in code_blocks(trajectories) {
+    for block in code {
         for fence in fenced_blocks(&block.content) {
             if fence.closed && fence.lang == "sh" && !inputs.iter().any(|i| i == fence.body) {
                 inputs.push(fence.body.to_string());
