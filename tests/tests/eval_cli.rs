@@ -11,6 +11,37 @@ fn fixture() -> PathBuf {
         .join("../crates/eval/tests/fixtures/verl_tasks.parquet")
 }
 
+/// `runs.jsonl` in `out` holds each of the report's `results` once (in the order runs ended), with
+/// the same outcome, and the run's trajectory: its observations when it called a tool.
+fn assert_runs_logged(out: &std::path::Path, results: &[Value]) {
+    let log = std::fs::read_to_string(out.join("runs.jsonl")).expect("runs.jsonl in --out");
+    let mut lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), results.len(), "{log}");
+    let key = |r: &Value| (r["id"].as_str().unwrap().to_string(), r["sample"].as_u64());
+    lines.sort_by_key(key);
+    let mut results = results.to_vec();
+    results.sort_by_key(key);
+    for (line, result) in lines.iter().zip(&results) {
+        assert_eq!(key(line), key(result));
+        for field in ["solved", "stop", "answer"] {
+            assert_eq!(
+                line[field], result[field],
+                "{field}: {line} against {result}"
+            );
+        }
+        let trajectory = line["trajectory"].as_str().unwrap();
+        assert!(!trajectory.is_empty(), "{line}");
+        let calls = result["tool_calls"].as_u64().unwrap() as usize;
+        assert!(
+            trajectory.matches("<observation>").count() >= calls,
+            "{calls} calls: {trajectory}"
+        );
+    }
+}
+
 /// `catena eval` on the fixture with `args`.
 fn eval(args: &[&str]) -> std::process::Output {
     let tasks = fixture();
@@ -76,6 +107,7 @@ fn two_samples_a_task_make_one_result_each_and_pass_at_k() {
     let written: Value =
         serde_json::from_slice(&std::fs::read(out.path().join("report.json")).unwrap()).unwrap();
     assert_eq!(written["results"], report["results"]);
+    assert_runs_logged(out.path(), results);
     for plot in ["pass_by_family.svg", "tokens.svg"] {
         let svg = std::fs::read_to_string(out.path().join(plot)).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -215,6 +247,8 @@ fn a_vote_of_three_runs_a_task_adds_maj_at_k() {
     );
     let markdown = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(markdown.contains("- maj@3: "), "{markdown}");
+    // Decoded together, the runs end out of order; each is logged once all the same.
+    assert_runs_logged(out.path(), results);
     // --vote sets the runs a task: with --samples too it is refused.
     let refused = eval(&["--vote", "3", "--samples", "2"]);
     assert!(!refused.status.success());

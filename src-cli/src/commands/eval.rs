@@ -66,7 +66,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
 
-    /// Folder for report.md, report.json and the plots.
+    /// Folder for report.md, report.json and the plots, and runs.jsonl: every run's whole
+    /// trajectory, written as the run ends (so a stopped evaluation keeps the runs it finished).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 
@@ -174,7 +175,8 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         },
     };
     let started = Instant::now();
-    let (model_name, adapter, results) = evaluate(&args, paths, &eval)?;
+    let mut log = RunLog::create(args.out.as_deref())?;
+    let (model_name, adapter, results) = evaluate(&args, paths, &eval, &mut log)?;
     let mut report = Report::new(
         model_name,
         adapter,
@@ -207,6 +209,7 @@ fn evaluate(
     args: &EvalArgs,
     paths: &Paths,
     eval: &Evaluation<'_>,
+    log: &mut RunLog,
 ) -> Result<(String, Option<String>, Vec<TaskResult>)> {
     let base_sampling = eval.base_sampling;
     let remote = match (&args.engine, args.mode) {
@@ -223,7 +226,7 @@ fn evaluate(
         (None, _) => None,
     };
     if let Some((name, mut remote)) = remote {
-        let results = eval.one_at_a_time(remote.engine(args.mode), &name)?;
+        let results = eval.one_at_a_time(remote.engine(args.mode), &name, log)?;
         return Ok((name, None, results));
     }
     let model_path = setup::model_path(args.model.as_deref(), paths)?;
@@ -245,16 +248,23 @@ fn evaluate(
     };
     let name = setup::model_name(&engine, &model_path);
     let results = match args.mode {
-        mode if args.parallel > 1 => {
-            eval.batched(&engine, &options, args.parallel as usize, mode, &name)?
-        }
+        mode if args.parallel > 1 => eval.batched(
+            &engine,
+            &options,
+            (args.parallel as usize, mode),
+            &name,
+            log,
+        )?,
         // One session for all runs: the prompt's shared beginning (system message and
         // instructions) stays in the KV cache and only each question is evaluated anew; a
         // task's later samples reuse its whole prompt.
-        Mode::Coa => eval.one_at_a_time(Engine::Chain(&mut engine.session(&options)?), &name)?,
+        Mode::Coa => {
+            eval.one_at_a_time(Engine::Chain(&mut engine.session(&options)?), &name, log)?
+        }
         mode @ (Mode::Mas | Mode::Chat) => eval.one_at_a_time(
             mode.over_chat(&mut LocalChat::new(&engine, &options)?),
             &name,
+            log,
         )?,
     };
     Ok((name, adapter.map(|a| a.name), results))
@@ -310,13 +320,13 @@ impl Evaluation<'_> {
         }
     }
 
-    /// Run `sample` of task `index` on `engine`, scored.
+    /// Run `sample` of task `index` on `engine`, scored, with its trajectory.
     fn run_one(
         &self,
         mut engine: Engine<'_>,
         plan: &RunPlan<'_>,
         (index, sample): (usize, usize),
-    ) -> Result<TaskResult> {
+    ) -> Result<(TaskResult, String)> {
         let task = &self.tasks[index];
         let run = TaskRun {
             id: &task.id,
@@ -327,28 +337,38 @@ impl Evaluation<'_> {
         let t0 = Instant::now();
         let outcome = run_task(engine.reborrow(), plan, &run, None, &mut |_| {})
             .with_context(|| format!("task {}", task.id))?;
-        Ok(self.scored(index, sample, outcome, t0.elapsed()))
+        let result = self.scored(index, sample, &outcome, t0.elapsed());
+        Ok((result, outcome.summary.trajectory))
     }
 
-    /// Every run in order on one engine.
-    fn one_at_a_time(&self, mut engine: Engine<'_>, model: &str) -> Result<Vec<TaskResult>> {
+    /// Every run in order on one engine, each logged as it ends.
+    fn one_at_a_time(
+        &self,
+        mut engine: Engine<'_>,
+        model: &str,
+        log: &mut RunLog,
+    ) -> Result<Vec<TaskResult>> {
         let plan = self.plan(model);
         self.runs()
             .into_iter()
-            .map(|run| self.run_one(engine.reborrow(), &plan, run))
+            .map(|run| {
+                let (result, trajectory) = self.run_one(engine.reborrow(), &plan, run)?;
+                log.keep(&result, &trajectory)?;
+                Ok(result)
+            })
             .collect()
     }
 
     /// Every run on `parallel` sequences decoded together, each taking the next run as it
-    /// finishes one; the results in the order one at a time gives. A multi-agent run makes its
-    /// agents' calls one after another in its sequence.
+    /// finishes one and logged as it ends; the results in the order one at a time gives. A
+    /// multi-agent run makes its agents' calls one after another in its sequence.
     fn batched(
         &self,
         engine: &LlamaEngine,
         options: &SessionOptions,
-        parallel: usize,
-        mode: Mode,
+        (parallel, mode): (usize, Mode),
         model: &str,
+        log: &mut RunLog,
     ) -> Result<Vec<TaskResult>> {
         let runs = self.runs();
         let plan = self.plan(model);
@@ -365,7 +385,8 @@ impl Evaluation<'_> {
                 lanes,
                 runs.len(),
                 |lane, job| self.run_one(lane.engine(mode), &plan, runs[job]).map(Some),
-                |job, result| {
+                |job, (result, trajectory)| {
+                    log.keep(&result, &trajectory)?;
                     results.push((job, result));
                     Ok(())
                 },
@@ -376,7 +397,7 @@ impl Evaluation<'_> {
     }
 
     /// The run scored by the task's reward, with a progress line.
-    fn scored(&self, index: usize, sample: usize, run: Outcome, took: Duration) -> TaskResult {
+    fn scored(&self, index: usize, sample: usize, run: &Outcome, took: Duration) -> TaskResult {
         let task = &self.tasks[index];
         let summary = &run.summary;
         let score = catena_eval::score_run(
@@ -415,6 +436,53 @@ impl Evaluation<'_> {
             );
         }
         result
+    }
+}
+
+/// `runs.jsonl` of an evaluation's `--out` folder: a line for each run as it ends (in the order
+/// runs end, which `--parallel` makes differ from the report's), so where a task was lost (the
+/// budget, a loop, a wrong program, a wrong answer after a right observation) can be read back,
+/// and a stopped evaluation keeps the runs it finished.
+struct RunLog {
+    file: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+}
+
+impl RunLog {
+    const FILE: &'static str = "runs.jsonl";
+
+    /// A log in `out` (created, and emptied of an earlier evaluation's runs), or none.
+    fn create(out: Option<&Path>) -> Result<Self> {
+        let Some(out) = out else {
+            return Ok(Self { file: None });
+        };
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let path = out.join(Self::FILE);
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self {
+            file: Some((path, std::io::BufWriter::new(file))),
+        })
+    }
+
+    /// Appends the run and flushes it to the file.
+    fn keep(&mut self, result: &TaskResult, trajectory: &str) -> Result<()> {
+        use std::io::Write;
+        let Some((path, file)) = &mut self.file else {
+            return Ok(());
+        };
+        // The trajectory is the whole assistant turn: prefill, generated text and observations.
+        let line = serde_json::json!({
+            "id": result.id,
+            "sample": result.sample,
+            "solved": result.solved,
+            "stop": result.stop,
+            "answer": result.answer,
+            "trajectory": trajectory,
+        });
+        serde_json::to_writer(&mut *file, &line)?;
+        file.write_all(b"\n")
+            .and_then(|()| file.flush())
+            .with_context(|| format!("writing {}", path.display()))
     }
 }
 
