@@ -444,7 +444,7 @@ impl Evaluation<'_> {
 /// budget, a loop, a wrong program, a wrong answer after a right observation) can be read back,
 /// and a stopped evaluation keeps the runs it finished.
 struct RunLog {
-    file: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+    file: Option<(PathBuf, std::fs::File)>,
 }
 
 impl RunLog {
@@ -460,28 +460,27 @@ impl RunLog {
         let file =
             std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         Ok(Self {
-            file: Some((path, std::io::BufWriter::new(file))),
+            file: Some((path, file)),
         })
     }
 
-    /// Appends the run and flushes it to the file.
+    /// Appends the run as one line, in one write.
     fn keep(&mut self, result: &TaskResult, trajectory: &str) -> Result<()> {
         use std::io::Write;
         let Some((path, file)) = &mut self.file else {
             return Ok(());
         };
         // The trajectory is the whole assistant turn: prefill, generated text and observations.
-        let line = serde_json::json!({
+        let mut line = serde_json::to_vec(&serde_json::json!({
             "id": result.id,
             "sample": result.sample,
             "solved": result.solved,
             "stop": result.stop,
             "answer": result.answer,
             "trajectory": trajectory,
-        });
-        serde_json::to_writer(&mut *file, &line)?;
-        file.write_all(b"\n")
-            .and_then(|()| file.flush())
+        }))?;
+        line.push(b'\n');
+        file.write_all(&line)
             .with_context(|| format!("writing {}", path.display()))
     }
 }
