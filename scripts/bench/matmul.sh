@@ -18,7 +18,11 @@ torch.set_num_threads(int(sys.argv[1]))
 for name, m, k, n, transposed in [("gate_up_forward", 620, 896, 4864, True),
                                   ("down_backward", 620, 4864, 896, False),
                                   ("q_o_forward", 620, 896, 896, True),
-                                  ("gate_up_backward", 620, 896, 4864, False)]:
+                                  ("gate_up_backward", 620, 896, 4864, False),
+                                  ("head_forward_32", 32, 896, 151936, True),
+                                  ("head_backward_32", 32, 151936, 896, False),
+                                  ("head_forward_128", 128, 896, 151936, True),
+                                  ("head_backward_128", 128, 151936, 896, False)]:
     x = torch.randn(m, k)
     w = torch.randn(n, k).t() if transposed else torch.randn(k, n)
     x @ w

@@ -18,9 +18,11 @@ use candle_core::{D, DType, Device, Tensor, Var};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Positions of the vocabulary projection computed at once: 32 rows of a 152k vocabulary are
-/// 19 MB per tensor, small enough for the allocator to reuse instead of mapping fresh pages.
-const HEAD_CHUNK: usize = 32;
+/// Positions of the vocabulary projection computed at once. Each chunk reads the whole
+/// projection (545 MB in f32 for a 152k vocabulary) forward and again backward, so short chunks
+/// are bound by memory: on the 2-core VM 128 rows cost 6.3 ms a row against 14.8 at 32
+/// (`scripts/bench/matmul.sh`). 128 rows of that vocabulary are 78 MB per logits-sized tensor.
+const HEAD_CHUNK: usize = 128;
 
 /// The most memory spent on dequantised copies of the layers' weights on the CPU (small models
 /// keep them all; a 7B model dequantises per use instead).
@@ -99,10 +101,10 @@ impl Qwen2Lora {
             }
             weights.push(layer);
         }
+        // Kept copies serve both passes, so every layer's weight counts.
         let dense_bytes: usize = weights
             .iter()
             .flatten()
-            .filter(|(_, w)| !crate::qlinear::fast_cpu_kernel(w.dtype()))
             .map(|(_, w)| w.shape().elem_count() * 4)
             .sum();
         let keep_dense = device.is_cpu() && dense_bytes <= DENSE_CACHE_BYTES;

@@ -4,11 +4,15 @@
 //! gradient and says nothing. This op computes the forward product and gives the input its
 //! gradient, `grad x dequant(W)`, backward; `W` itself is frozen (LoRA trains beside it).
 //!
-//! How the forward product is computed depends on where it runs. On a GPU, and on the CPU for
-//! the types candle has fast CPU kernels for (Q4_K, Q6_K), it is candle's quantised kernel.
-//! For other types (Q5_0, Q8_0, ... measured 20 to 40 times slower than a dense product on this
-//! project's machines) it is a dense product with `dequant(W)`, the very values the quantised
-//! kernel multiplies by; that dense copy is kept when the caller can afford the memory.
+//! How the forward product is computed depends on where it runs. On a GPU it is candle's
+//! quantised kernel. On the CPU it is a dense product with `dequant(W)`, the very values the
+//! quantised kernel multiplies by, whenever that dense copy is kept (the backward pass needs it
+//! anyway) or candle has no fast CPU kernel for the type (Q5_0, Q8_0, ... measured 20 to 40 times
+//! slower than a dense product on this project's machines). Only a Q4_K or Q6_K weight whose copy
+//! is not kept (a model too large for the copies) runs candle's quantised CPU kernel. At
+//! training's row counts that kernel costs what the dense product does, but it rounds the
+//! activations to 8 bits first, so the backward pass (always through `dequant(W)`) is then the
+//! gradient of a slightly different function (docs/BENCHMARKS.md, "Training").
 
 use crate::fused::cpu_matmul;
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -39,7 +43,7 @@ struct QLinearOp {
 }
 
 /// Whether candle's CPU kernel for `dtype` is fast (a repacked, runtime-dispatched path).
-pub fn fast_cpu_kernel(dtype: GgmlDType) -> bool {
+fn fast_cpu_kernel(dtype: GgmlDType) -> bool {
     matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K)
 }
 
@@ -47,7 +51,7 @@ impl QLinear {
     /// A layer over `weight`; `keep_dense` keeps the dequantised copy once made.
     pub fn new(weight: Arc<QTensor>, keep_dense: bool) -> QLinear {
         let op = Arc::new(QLinearOp {
-            dense_on_cpu: !fast_cpu_kernel(weight.dtype()),
+            dense_on_cpu: keep_dense || !fast_cpu_kernel(weight.dtype()),
             weight,
             keep_dense,
             dense: OnceLock::new(),
@@ -279,9 +283,11 @@ mod tests {
     /// noise, backward exactly the dense gradient.
     #[test]
     fn matches_a_dense_matmul_forward_and_backward() -> candle_core::Result<()> {
-        // Q4_K runs candle's kernel on the CPU, Q5_0 and Q8_0 the dense product; kept or not.
+        // Q4_K runs candle's kernel on the CPU unless its dense copy is kept, Q5_0 and Q8_0 the
+        // dense product, kept or not.
         for (dtype, keep) in [
             (GgmlDType::Q4K, false),
+            (GgmlDType::Q4K, true),
             (GgmlDType::Q5_0, false),
             (GgmlDType::Q8_0, true),
         ] {
@@ -296,9 +302,13 @@ mod tests {
     fn the_adapted_op_matches_the_product_plus_lora_forward_and_backward() -> candle_core::Result<()>
     {
         let dev = Device::Cpu;
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q5_0] {
+        for (dtype, keep) in [
+            (GgmlDType::Q4K, true),
+            (GgmlDType::Q4K, false),
+            (GgmlDType::Q5_0, true),
+        ] {
             let w = Tensor::randn(0f32, 0.05, (96, 512), &dev)?;
-            let lin = QLinear::new(Arc::new(QTensor::quantize(&w, dtype)?), true);
+            let lin = QLinear::new(Arc::new(QTensor::quantize(&w, dtype)?), keep);
             let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (9, 512), &dev)?)?;
             let a = Var::from_tensor(&Tensor::randn(0f32, 0.1, (4, 512), &dev)?)?;
             let b = Var::from_tensor(&Tensor::randn(0f32, 0.1, (96, 4), &dev)?)?;
