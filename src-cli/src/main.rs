@@ -1,5 +1,8 @@
 //! `catena`: run Chain-of-Agents models on your own machine.
 
+// The one FFI call into mimalloc's option table, with its SAFETY comment.
+#[allow(unsafe_code)]
+mod allocator;
 mod commands;
 mod mcp_servers;
 mod render;
@@ -70,13 +73,6 @@ enum Command {
     #[command(hide = true)]
     Worker,
 }
-
-/// mimalloc instead of the system allocator: training allocates and frees tensors of tens of
-/// megabytes thousands of times a step, and glibc's malloc hands those back to the kernel and
-/// faults them in again (measured: a fifth of the trainer's time in page faults and TLB
-/// flushes); mimalloc keeps them for reuse.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -33,6 +33,9 @@ enum TrainCommand {
 }
 
 pub fn run(args: TrainArgs, paths: &Paths) -> Result<ExitCode> {
+    if matches!(args.command, TrainCommand::Sft(_) | TrainCommand::Rl(_)) {
+        crate::allocator::keep_freed_memory();
+    }
     match args.command {
         TrainCommand::Sft(args) => {
             catena_trainer::cli::run_sft(args, &|base| setup::model_path(base, paths))
