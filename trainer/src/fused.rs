@@ -18,22 +18,37 @@ pub fn applies(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == candle_core::DType::F32
 }
 
-/// Causal attention for `q`, `k`, `v` of shape `(heads, len, head_dim)` (keys and values
-/// already repeated to the query heads): `softmax(scale · q kᵀ, causal) v`.
+/// Causal attention for `q (heads, len, head_dim)` and `k`, `v (kv_heads, len, _)`:
+/// `softmax(scale · q kᵀ, causal) v`, where each key and value head serves `heads / kv_heads`
+/// consecutive query heads (grouped-query attention).
 ///
 /// As one graph node the `(heads, len, len)` scores and weights are no longer nodes of their
 /// own, so the backward pass allocates the two such tensors it needs instead of about six (candle
 /// adds a zero tensor and a sum for each node's gradient). The weights are kept for the backward
-/// pass only when an input takes part in a graph.
+/// pass only when an input takes part in a graph. The query heads of a group are laid end to
+/// end, `(kv_heads, group · len, head_dim)`, so the products serve the group without copying its
+/// keys and values, and their backward sums the group's gradients in the same products.
 pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
     check_scale(scale)?;
+    let (heads, len, head_dim) = q.dims3()?;
+    let kv_heads = k.dim(0)?;
+    if kv_heads == 0 || heads % kv_heads != 0 || v.dim(0)? != kv_heads {
+        candle_core::bail!(
+            "attention of {heads} query heads over keys {:?} and values {:?}",
+            k.dims(),
+            v.dims()
+        )
+    }
     let keep = q.track_op() || k.track_op() || v.track_op();
     let op = CausalAttention {
         scale,
         weights: keep.then(|| std::sync::Mutex::new(None)),
     };
-    q.contiguous()?
-        .apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    let grouped = q
+        .contiguous()?
+        .reshape((kv_heads, heads / kv_heads * len, head_dim))?;
+    let out = grouped.apply_op3(&k.contiguous()?, &v.contiguous()?, op)?;
+    out.reshape((heads, len, v.dim(2)?))
 }
 
 /// `lhs · rhs` on the CPU for `(m, k)` by `(k, n)` or batched `(b, m, k)` by `(b, k, n)`
@@ -77,7 +92,7 @@ fn check_scale(scale: f32) -> Result<()> {
 }
 
 /// The contiguous f32 values a layout points at.
-fn values<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
+pub(crate) fn values<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
     let Some((start, end)) = layout.contiguous_offsets() else {
         candle_core::bail!("fused kernel given a non-contiguous tensor")
     };
@@ -85,7 +100,7 @@ fn values<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
 }
 
 /// The last dimension of `shape` and the number of rows before it.
-fn rows_of(shape: &Shape) -> Result<(usize, usize)> {
+pub(crate) fn rows_of(shape: &Shape) -> Result<(usize, usize)> {
     let cols = shape.dims().last().copied().unwrap_or(0);
     if cols == 0 {
         candle_core::bail!("fused kernel given an empty last dimension")
@@ -139,9 +154,16 @@ impl CustomOp3 for CausalAttention {
         v: &CpuStorage,
         v_layout: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (heads, len, _) = q_layout.shape().dims3()?;
+        // `rows` is a multiple of `len` (a group of query heads), so row `r` is position
+        // `r % len` of its head.
+        let (heads, rows, dim) = q_layout.shape().dims3()?;
+        let (k_heads, len, k_dim) = k_layout.shape().dims3()?;
         let (v_heads, v_len, v_dim) = v_layout.shape().dims3()?;
-        if k_layout.dims() != q_layout.dims() || (v_heads, v_len) != (heads, len) {
+        if (k_heads, k_dim) != (heads, dim)
+            || (v_heads, v_len) != (heads, len)
+            || len == 0
+            || rows % len != 0
+        {
             candle_core::bail!(
                 "attention over q {:?}, k {:?}, v {:?}",
                 q_layout.dims(),
@@ -150,7 +172,7 @@ impl CustomOp3 for CausalAttention {
             )
         }
         let scores = cpu_matmul(q, q_layout, k, &k_layout.transpose(1, 2)?)?;
-        let weights_layout = Layout::contiguous((heads, len, len));
+        let weights_layout = Layout::contiguous((heads, rows, len));
         let weights = causal_softmax_rows(values(&scores, &weights_layout)?, len, self.scale);
         drop(scores);
         let weights = CpuStorage::F32(weights);
@@ -159,13 +181,12 @@ impl CustomOp3 for CausalAttention {
             let CpuStorage::F32(values) = weights else {
                 candle_core::bail!("attention weights that are not f32")
             };
-            let tensor = Tensor::from_vec(values, (heads, len, len), &candle_core::Device::Cpu)?;
+            let tensor = Tensor::from_vec(values, (heads, rows, len), &candle_core::Device::Cpu)?;
             *kept
                 .lock()
                 .map_err(|_| candle_core::Error::Msg("attention lock".into()))? = Some(tensor);
         }
-        let dims = (heads, len, v_dim);
-        Ok((out, Shape::from(dims)))
+        Ok((out, Shape::from((heads, rows, v_dim))))
     }
 
     /// With `g` the output's gradient and `p` the weights: `dv = pᵀ g`; `ds` the softmax's

@@ -33,6 +33,7 @@ pub mod cli;
 pub mod data;
 pub mod export;
 mod fused;
+mod fused_block;
 mod gguf_adapter;
 mod lora;
 mod model;

@@ -208,24 +208,9 @@ impl Qwen2Lora {
         let q = add_bias(self.linear(l, Target::Q, &h, pass)?, &blk.q_bias)?;
         let k = add_bias(self.linear(l, Target::K, &h, pass)?, &blk.k_bias)?;
         let v = add_bias(self.linear(l, Target::V, &h, pass)?, &blk.v_bias)?;
-        let heads = |t: Tensor, n: usize| -> Result<Tensor> {
-            Ok(t.reshape((len, n, c.head_dim))?
-                .transpose(0, 1)?
-                .contiguous()?)
-        };
-        let q = ops::rope(&heads(q, c.heads)?, &rope.cos, &rope.sin)?;
-        let k = ops::rope(&heads(k, c.kv_heads)?, &rope.cos, &rope.sin)?;
-        let v = heads(v, c.kv_heads)?;
-        let group = c.heads / c.kv_heads;
-        let repeat = |t: Tensor| -> Result<Tensor> {
-            if group == 1 {
-                return Ok(t);
-            }
-            Ok(t.unsqueeze(1)?
-                .broadcast_as((c.kv_heads, group, len, c.head_dim))?
-                .reshape((c.heads, len, c.head_dim))?)
-        };
-        let (k, v) = (repeat(k)?, repeat(v)?);
+        let q = ops::rope_heads(&q, c.heads, &rope.cos, &rope.sin)?;
+        let k = ops::rope_heads(&k, c.kv_heads, &rope.cos, &rope.sin)?;
+        let v = ops::split_heads(&v, c.kv_heads)?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         let attn = ops::causal_attention(&q, &k, &v, scale, &rope.mask)?;
         let attn = attn.transpose(0, 1)?.reshape((len, c.heads * c.head_dim))?;

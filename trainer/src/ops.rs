@@ -6,11 +6,15 @@
 //! the gated unit, the head's log-probabilities), the f32 CPU path takes a fused kernel with its
 //! own backward instead (fused.rs).
 
-use crate::fused;
+use crate::{fused, fused_block};
 use candle_core::{D, DType, Device, Result, Tensor};
 
-/// `x / sqrt(mean(x²) + eps) * weight` over the last dimension.
+/// `x / sqrt(mean(x²) + eps) * weight` over the last dimension. One graph node on the CPU
+/// (fused_block.rs), elementary ops elsewhere.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    if fused::applies(x) {
+        return fused_block::rms_norm(x, weight, eps);
+    }
     let mean_square = x.sqr()?.mean_keepdim(D::Minus1)?;
     let scale = (mean_square + eps)?.sqrt()?.recip()?;
     x.broadcast_mul(&scale)?.broadcast_mul(weight)
@@ -47,6 +51,23 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     Tensor::cat(&[rotated_first, rotated_second], D::Minus1)
 }
 
+/// The projection `x (len, heads · head_dim)` split into `(heads, len, head_dim)` and rotated
+/// ([`rope`]). One graph node on the CPU (fused_block.rs), elementary ops elsewhere.
+pub fn rope_heads(x: &Tensor, heads: usize, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    if fused::applies(x) {
+        return fused_block::rope_heads(x, heads, cos, sin);
+    }
+    rope(&split_heads(x, heads)?, cos, sin)
+}
+
+/// `x (len, heads · head_dim)` as `(heads, len, head_dim)`.
+pub fn split_heads(x: &Tensor, heads: usize) -> Result<Tensor> {
+    let (len, width) = x.dims2()?;
+    x.reshape((len, heads, width / heads))?
+        .transpose(0, 1)?
+        .contiguous()
+}
+
 /// An additive causal mask `(len, len)`: 0 on and below the diagonal, -inf above.
 pub fn causal_mask(len: usize, device: &Device) -> Result<Tensor> {
     let mask: Vec<f32> = (0..len)
@@ -76,9 +97,10 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     x * sigmoid
 }
 
-/// Causal attention, `softmax(scale · q kᵀ + mask) v`, for `(heads, len, head_dim)` inputs,
-/// `mask` the additive causal mask. One graph node on the CPU (fused.rs), elementary ops
-/// elsewhere.
+/// Causal attention, `softmax(scale · q kᵀ + mask) v`, for `q (heads, len, head_dim)` and
+/// `k`, `v (kv_heads, len, _)`, each key and value head serving `heads / kv_heads` consecutive
+/// query heads; `mask` the additive causal mask. One graph node on the CPU (fused.rs),
+/// elementary ops elsewhere.
 pub fn causal_attention(
     q: &Tensor,
     k: &Tensor,
@@ -89,8 +111,23 @@ pub fn causal_attention(
     if fused::applies(q) {
         return fused::causal_attention(q, k, v, scale as f32);
     }
+    let heads = q.dim(0)?;
+    let kv_heads = k.dim(0)?;
+    let repeat = |t: &Tensor| -> Result<Tensor> {
+        let (kv, len, dim) = t.dims3()?;
+        if kv == heads {
+            return Ok(t.clone());
+        }
+        t.unsqueeze(1)?
+            .broadcast_as((kv, heads / kv, len, dim))?
+            .reshape((heads, len, dim))
+    };
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        candle_core::bail!("{heads} query heads do not share {kv_heads} key heads evenly")
+    }
+    let (k, v) = (repeat(k)?, repeat(v)?);
     let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(mask)?;
-    softmax_last(&scores)?.matmul(v)
+    softmax_last(&scores)?.matmul(&v)
 }
 
 /// The gated feed-forward unit, `silu(gate) · up`.
