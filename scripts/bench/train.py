@@ -4,10 +4,19 @@ LoRA configuration and sequence lengths, measured in one run, printed as a ratio
 
 Both sides train the default model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF) for the same
 number of optimizer steps, one trajectory per step, LoRA rank 16 / alpha 32 on
-q,k,v,o,gate,up,down, AdamW at 2e-4, per-layer gradient checkpointing on both sides, the
-prompt masked. PyTorch loads the GGUF through transformers (dequantised to f32, the dense
-model PEFT trains); catena keeps the GGUF's quantised weights. The first step of each is a
-warm-up and is not counted. Peak memory is each process's maximum resident set (wait4).
+q,k,v,o,gate,up,down, AdamW at 2e-4, the prompt masked. PyTorch loads the GGUF through
+transformers (dequantised to f32, the dense model PEFT trains); catena keeps the GGUF's
+quantised weights. The first step of each is a warm-up and is not counted. Peak memory is each
+process's maximum resident set (wait4).
+
+PyTorch runs twice: with per-layer gradient checkpointing, the algorithm catena runs (each
+block's forward pass done again in the backward pass), and without it, PyTorch's fastest way,
+which keeps every block's activations. transformers' checkpointing only acts on layers in
+training mode, and after `from_pretrained` (eval mode) and `get_peft_model` the decoder layers
+stay in eval mode even though the PEFT wrapper reports training, so the checkpointed run calls
+`model.train()`. Until 2026-11-29 this script enabled checkpointing without it: that side ran
+without checkpointing (a hook on a decoder layer's feed-forward module counts one run a step,
+not two; the script now checks that count on both runs).
 
     python3 scripts/bench/train.py --steps 6 [--threads 2] [--device cpu|cuda]
 
@@ -72,9 +81,16 @@ device = cfg["device"]
 folder, name = os.path.split(cfg["model"])
 tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
 model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32).to(device)
-model.gradient_checkpointing_enable()
+if cfg["checkpointing"]:
+    model.gradient_checkpointing_enable()
 model.enable_input_require_grads()
 model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=cfg["targets"], task_type="CAUSAL_LM"))
+# Checkpointing acts only on layers in training mode; from_pretrained left them in eval mode.
+model.train()
+# Counts the first layer's feed-forward module runs a step: 2 when the layer is recomputed.
+calls = [0]
+model.base_model.model.model.layers[0].mlp.register_forward_pre_hook(
+    lambda *_: calls.__setitem__(0, calls[0] + 1))
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
 samples = [json.loads(l) for l in open(cfg["data"])][: cfg["steps"]]
 results = []
@@ -95,18 +111,27 @@ for s in samples:
     opt.zero_grad()
     if device == "cuda":
         torch.cuda.synchronize()
-    results.append({"tokens": ids.shape[1], "seconds": time.time() - t, "loss": loss.item()})
+    results.append({"tokens": ids.shape[1], "seconds": time.time() - t, "loss": loss.item(),
+                    "layer_calls": calls[0]})
+    calls[0] = 0
 peak_gpu = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
 print(json.dumps({"steps": results, "peak_gpu_mib": peak_gpu, "torch": torch.__version__}))
 '''
 
 
-def torch_side(args, data):
+def torch_side(args, data, checkpointing):
     cfg = dict(model=args.model, data=data, steps=args.steps, threads=args.threads,
-               device=args.device, targets=TARGETS)
+               device=args.device, targets=TARGETS, checkpointing=checkpointing)
     out, _, peak, _ = spawn_measured([args.python, "-c", TORCH_WORKER, json.dumps(cfg)])
     result = json.loads(out.strip().splitlines()[-1])
     counted = result["steps"][1:]
+    # A checkpointed step runs each layer's feed-forward module twice (forward, then again in
+    # the backward pass).
+    want = 2 if checkpointing else 1
+    calls = {s["layer_calls"] for s in result["steps"]}
+    if calls != {want}:
+        sys.exit(f"PyTorch ran a layer's feed-forward {sorted(calls)} times a step, not {want}: "
+                 f"checkpointing is {'not ' if checkpointing else ''}in effect")
     return {"tokens": sum(s["tokens"] for s in counted), "seconds": sum(s["seconds"] for s in counted),
             "peak_mib": peak, "steps": len(counted), "peak_gpu_mib": result["peak_gpu_mib"],
             "lengths": [s["tokens"] for s in result["steps"]], "torch": result["torch"]}
@@ -128,15 +153,21 @@ def main():
                             "--held-out", "0", "--seed", "99"], check=True, stderr=subprocess.DEVNULL)
             data = os.path.join(tmp, "train.jsonl")
         ours = catena_side(args, data, os.path.join(tmp, "out"))
-        theirs = torch_side(args, data)
+        anchors = {"checkpointed": torch_side(args, data, True),
+                   "not checkpointed": torch_side(args, data, False)}
     rate = lambda r: r["tokens"] / r["seconds"]
-    print(f"sequence lengths (tokens): catena {ours['lengths']}, torch {theirs['lengths']}")
-    print(f"{'':24}{'tokens/s':>10}{'peak RSS MiB':>14}")
-    print(f"{'catena (GGUF Q4_K_M)':24}{rate(ours):>10.1f}{ours['peak_mib']:>14.0f}")
-    print(f"{'PyTorch ' + theirs['torch'] + ' + PEFT':24}{rate(theirs):>10.1f}{theirs['peak_mib']:>14.0f}")
-    if theirs["peak_gpu_mib"]:
-        print(f"PyTorch peak GPU memory: {theirs['peak_gpu_mib']:.0f} MiB")
-    print(f"ratio catena/PyTorch: speed {rate(ours) / rate(theirs):.2f}x, peak memory {ours['peak_mib'] / theirs['peak_mib']:.2f}x")
+    print(f"sequence lengths (tokens): catena {ours['lengths']}, "
+          f"torch {anchors['checkpointed']['lengths']}")
+    print(f"{'':44}{'tokens/s':>10}{'peak RSS MiB':>14}")
+    print(f"{'catena (GGUF Q4_K_M, checkpointed)':44}{rate(ours):>10.1f}{ours['peak_mib']:>14.0f}")
+    for name, theirs in anchors.items():
+        label = f"PyTorch {theirs['torch']} + PEFT, {name}"
+        print(f"{label:44}{rate(theirs):>10.1f}{theirs['peak_mib']:>14.0f}")
+        if theirs["peak_gpu_mib"]:
+            print(f"  its peak GPU memory: {theirs['peak_gpu_mib']:.0f} MiB")
+    for name, theirs in anchors.items():
+        print(f"ratio catena/PyTorch {name}: speed {rate(ours) / rate(theirs):.2f}x, "
+              f"peak memory {ours['peak_mib'] / theirs['peak_mib']:.2f}x")
 
 
 if __name__ == "__main__":
