@@ -18,7 +18,7 @@ use crate::fused::cpu_matmul;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, D, Layout, Shape, Storage, Tensor};
 use rayon::prelude::*;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A frozen linear layer over a quantised weight of shape `(out, in)`.
 #[derive(Clone)]
@@ -32,7 +32,12 @@ pub struct QLinear {
 struct GraphOp(Arc<QLinearOp>);
 
 struct QLinearOp {
-    weight: Arc<QTensor>,
+    /// `(out, in)`.
+    dims: (usize, usize),
+    dtype: GgmlDType,
+    /// The quantised weight, until a dense copy kept on the CPU stands for it in every use:
+    /// then it is let go, so a small model's layers are not held twice.
+    weight: Mutex<Option<Arc<QTensor>>>,
     /// Whether the CPU forward pass multiplies by the dequantised weight.
     dense_on_cpu: bool,
     /// The dequantised weight, kept after its first use when asked to (the vocabulary
@@ -50,9 +55,15 @@ fn fast_cpu_kernel(dtype: GgmlDType) -> bool {
 impl QLinear {
     /// A layer over `weight`; `keep_dense` keeps the dequantised copy once made.
     pub fn new(weight: Arc<QTensor>, keep_dense: bool) -> QLinear {
+        let dims = weight.shape().dims();
         let op = Arc::new(QLinearOp {
+            dims: (
+                dims.first().copied().unwrap_or(0),
+                dims.last().copied().unwrap_or(0),
+            ),
+            dtype: weight.dtype(),
             dense_on_cpu: keep_dense || !fast_cpu_kernel(weight.dtype()),
-            weight,
+            weight: Mutex::new(Some(weight)),
             keep_dense,
             dense: OnceLock::new(),
         });
@@ -64,17 +75,19 @@ impl QLinear {
 
     /// `(out, in)`.
     pub fn dims(&self) -> (usize, usize) {
-        let dims = self.op.weight.shape().dims();
-        (
-            dims.first().copied().unwrap_or(0),
-            dims.last().copied().unwrap_or(0),
-        )
+        self.op.dims
+    }
+
+    /// The rows `ids` of the dequantised weight (an embedding table's lookup), from the kept
+    /// dense copy.
+    pub fn dense_rows(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        self.op.dense_weight(ids.device())?.index_select(ids, 0)
     }
 
     /// `x Wᵀ` for `x` of shape `(.., in)`.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let x = x.contiguous()?;
-        if is_dense(self.op.weight.dtype()) {
+        if is_dense(self.op.dtype) {
             // F32/F16 weights: a plain matmul, whose backward candle knows.
             let w = self.op.dense_weight(x.device())?;
             return x.broadcast_matmul(&w.t()?);
@@ -92,19 +105,34 @@ impl QLinear {
     /// operand's gradient); for the feed-forward layers those are the largest tensors of a
     /// block. Here the LoRA path is added into the product in place, and the backward pass
     /// allocates only the three gradients it returns.
+    ///
+    /// `known`, when given, is this node's value for the same `x` and factors, computed earlier
+    /// in the same step (the forward pass before a checkpointed block is recomputed): the node
+    /// then copies it instead of multiplying, and differentiates as usual.
     pub fn forward_adapted(
         &self,
         x: &Tensor,
         a: &Tensor,
         b: &Tensor,
         scale: f32,
+        known: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
         let op = AdaptedOp {
             base: self.op.clone(),
             scale,
+            known: known.cloned(),
         };
         x.contiguous()?
             .apply_op3(&a.contiguous()?, &b.contiguous()?, op)
+    }
+
+    /// `x Wᵀ` whose value is already known for this `x` (see [`QLinear::forward_adapted`]): a
+    /// copy of `known` that differentiates like [`QLinear::forward`]. CPU f32 only.
+    pub fn forward_known(&self, x: &Tensor, known: &Tensor) -> candle_core::Result<Tensor> {
+        x.contiguous()?.apply_op1(KnownProduct {
+            base: self.op.clone(),
+            known: known.clone(),
+        })
     }
 }
 
@@ -112,6 +140,27 @@ impl QLinear {
 struct AdaptedOp {
     base: Arc<QLinearOp>,
     scale: f32,
+    /// The op's value, when the forward pass already computed it.
+    known: Option<Tensor>,
+}
+
+/// The frozen product with its value given: argument `x`.
+struct KnownProduct {
+    base: Arc<QLinearOp>,
+    known: Tensor,
+}
+
+/// A CPU copy of `known`, refused unless it has the shape the node would have computed.
+fn copy_known(known: &Tensor, shape: Shape) -> candle_core::Result<(CpuStorage, Shape)> {
+    if known.dims() != shape.dims() || !known.device().is_cpu() {
+        candle_core::bail!(
+            "a kept product of shape {:?} stands for one of {:?} (internal error)",
+            known.dims(),
+            shape.dims()
+        )
+    }
+    let values = known.flatten_all()?.to_vec1::<f32>()?;
+    Ok((CpuStorage::F32(values), shape))
 }
 
 /// `lhs · rhsᵀ` on the CPU for `lhs (m, k)` given as storage and `rhs (n, k)` as a tensor.
@@ -144,11 +193,14 @@ impl CustomOp3 for AdaptedOp {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, _) = x_layout.shape().dims2()?;
         let (out_dim, _) = b_layout.shape().dims2()?;
-        let base = if self.base.dense_on_cpu || is_dense(self.base.weight.dtype()) {
+        if let Some(known) = &self.known {
+            return copy_known(known, Shape::from((rows, out_dim)));
+        }
+        let base = if self.base.dense_on_cpu || is_dense(self.base.dtype) {
             let w = self.base.dense_weight(&candle_core::Device::Cpu)?;
             cpu_matmul_t(x, x_layout, &w)?
         } else {
-            self.base.weight.cpu_fwd(x, x_layout)?.0
+            self.base.quantised()?.cpu_fwd(x, x_layout)?.0
         };
         let xa = cpu_matmul(x, x_layout, a, &a_layout.transpose(0, 1)?)?;
         let (rank, _) = a_layout.shape().dims2()?;
@@ -196,13 +248,42 @@ fn is_dense(dtype: GgmlDType) -> bool {
 }
 
 impl QLinearOp {
+    /// The quantised weight, while it is kept.
+    fn quantised(&self) -> candle_core::Result<Arc<QTensor>> {
+        match &*self.weight.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(w) => Ok(w.clone()),
+            None => candle_core::bail!(
+                "a quantised weight was asked for after its dense copy replaced it (internal error)"
+            ),
+        }
+    }
+
+    /// `d(x Wᵀ)/dx = grad W`, for `x` of any rank.
+    fn input_gradient(&self, x: &Tensor, grad: &Tensor) -> candle_core::Result<Tensor> {
+        let w = self.dense_weight(x.device())?;
+        let out = grad.dim(D::Minus1)?;
+        let rows = grad.elem_count() / out.max(1);
+        grad.reshape((rows, out))?.matmul(&w)?.reshape(x.shape())
+    }
+
     fn dense_weight(&self, device: &candle_core::Device) -> candle_core::Result<Tensor> {
         if let Some(w) = self.dense.get() {
             return Ok(w.clone());
         }
-        let w = self.weight.dequantize(device)?;
-        if self.keep_dense || is_dense(self.weight.dtype()) {
+        // Held while dequantising, so no other use finds the weight gone and the copy unmade.
+        let mut weight = self.weight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = self.dense.get() {
+            return Ok(w.clone());
+        }
+        let Some(quantised) = weight.as_ref() else {
+            candle_core::bail!("a layer lost both its weight and its dense copy (internal error)")
+        };
+        let w = quantised.dequantize(device)?;
+        if self.keep_dense || is_dense(self.dtype) {
             let _ = self.dense.set(w.clone());
+            if device.is_cpu() && self.dense_on_cpu {
+                *weight = None;
+            }
         }
         Ok(w)
     }
@@ -219,7 +300,7 @@ impl CustomOp1 for GraphOp {
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         if !self.0.dense_on_cpu {
-            return self.0.weight.cpu_fwd(storage, layout);
+            return self.0.quantised()?.cpu_fwd(storage, layout);
         }
         // `x (.., in)` as the rows of one `(rows, in)` product, read in place.
         let dims = layout.dims();
@@ -248,7 +329,7 @@ impl CustomOp1 for GraphOp {
         storage: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        self.0.weight.cuda_fwd(storage, layout)
+        self.0.quantised()?.cuda_fwd(storage, layout)
     }
 
     fn metal_fwd(
@@ -256,21 +337,43 @@ impl CustomOp1 for GraphOp {
         storage: &candle_core::MetalStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::MetalStorage, Shape)> {
-        self.0.weight.metal_fwd(storage, layout)
+        self.0.quantised()?.metal_fwd(storage, layout)
     }
 
-    /// `d(x Wᵀ)/dx = grad W`.
     fn bwd(
         &self,
         arg: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let w = self.0.dense_weight(arg.device())?;
-        let out = grad.dim(D::Minus1)?;
-        let rows = grad.elem_count() / out.max(1);
-        let flat = grad.reshape((rows, out))?.matmul(&w)?;
-        Ok(Some(flat.reshape(arg.shape())?))
+        self.0.input_gradient(arg, grad).map(Some)
+    }
+}
+
+impl CustomOp1 for KnownProduct {
+    fn name(&self) -> &'static str {
+        "catena-qlinear-known"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let mut dims = layout.dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = self.base.dims.0;
+        }
+        copy_known(&self.known, Shape::from(dims))
+    }
+
+    fn bwd(
+        &self,
+        arg: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        self.base.input_gradient(arg, grad).map(Some)
     }
 }
 
@@ -316,7 +419,7 @@ mod tests {
             let scale = 2.5f32;
             let (xt, at, bt) = (x.as_tensor(), a.as_tensor(), b.as_tensor());
 
-            let fused = lin.forward_adapted(xt, at, bt, scale)?;
+            let fused = lin.forward_adapted(xt, at, bt, scale, None)?;
             let got = (&fused * &upstream)?.sum_all()?.backward()?;
             let delta = xt.matmul(&at.t()?)?.matmul(&bt.t()?)?;
             let separate = (lin.forward(xt)? + (delta * f64::from(scale))?)?;

@@ -213,10 +213,14 @@ pub fn train(
     stop: &AtomicBool,
 ) -> Result<Progress> {
     let prepared = prepare(&tokenizer(&options.base)?, options)?;
-    let base = BaseModel::load(&options.base, device)?;
-    let model = Qwen2Lora::new(&base, &options.lora, options.seed)?;
     let plan = Plan::new(options, &prepared.train);
-    on_event(&prepared_event(&prepared, &plan, &model, &base));
+    let (model, base_name) = {
+        let base = BaseModel::load(&options.base, device)?;
+        let model = Qwen2Lora::new(&base, &options.lora, options.seed)?;
+        on_event(&prepared_event(&prepared, &plan, &model, &base));
+        // The base's hold on the quantised weights ends here: the model keeps what it uses.
+        (model, base.name.clone())
+    };
     let mut adam = AdamW::new(options.adam);
     let policy = checkpoint::Policy {
         out: &options.out,
@@ -274,7 +278,13 @@ pub fn train(
         )?;
         policy.after_step(&progress, total_steps, (&model.lora, &adam), on_event)?;
     }
-    finish(&model, &base, &options.out, progress, on_event)
+    finish(
+        &model,
+        base_name.as_deref(),
+        &options.out,
+        progress,
+        on_event,
+    )
 }
 
 /// Which samples make which optimizer step, how many steps this invocation runs to, and the
@@ -398,12 +408,12 @@ fn evaluate_when_due(
 /// The adapter in both formats and the loss curve, after the last step.
 fn finish(
     model: &Qwen2Lora,
-    base: &BaseModel,
+    base_name: Option<&str>,
     out: &Path,
     progress: Progress,
     on_event: &mut dyn FnMut(&Event),
 ) -> Result<Progress> {
-    let exported = export::export(&model.lora, "qwen2", base.name.as_deref(), out)?;
+    let exported = export::export(&model.lora, "qwen2", base_name, out)?;
     let curve = out.join("loss.svg");
     plot::loss_curve(&progress.history, &progress.evals, &curve)?;
     on_event(&Event::Finished {

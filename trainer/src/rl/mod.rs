@@ -245,8 +245,11 @@ pub fn train(
     stop: &AtomicBool,
 ) -> Result<RlProgress> {
     let profile = check(options, tasks)?;
-    let base = BaseModel::load(&options.base, device)?;
-    let model = starting_model(options, &base, device)?;
+    let (model, base_name) = {
+        let base = BaseModel::load(&options.base, device)?;
+        // The base's hold on the quantised weights ends here: the model keeps what it uses.
+        (starting_model(options, &base, device)?, base.name.clone())
+    };
     on_event(&RlEvent::Prepared {
         tasks: tasks.len(),
         steps: options.steps,
@@ -299,7 +302,13 @@ pub fn train(
         curves::rl_curves(&progress.history, &options.out.join("curves.svg"))?;
         policy.after_step(&progress, options.steps, (&model.lora, &adam), on_event)?;
     }
-    finish(&model, &base, &options.out, progress, on_event)
+    finish(
+        &model,
+        base_name.as_deref(),
+        &options.out,
+        progress,
+        on_event,
+    )
 }
 
 /// The settings a run cannot start with, and the profile its rollouts use.
@@ -347,12 +356,12 @@ fn starting_model(options: &RlOptions, base: &BaseModel, device: &Device) -> Res
 /// file is no longer needed.
 fn finish(
     model: &Qwen2Lora,
-    base: &BaseModel,
+    base_name: Option<&str>,
     out: &Path,
     progress: RlProgress,
     on_event: &mut dyn FnMut(&RlEvent),
 ) -> Result<RlProgress> {
-    let exported = export::export(&model.lora, ARCHITECTURE, base.name.as_deref(), out)?;
+    let exported = export::export(&model.lora, ARCHITECTURE, base_name, out)?;
     let curves = out.join("curves.svg");
     curves::rl_curves(&progress.history, &curves)?;
     let _ = std::fs::remove_file(out.join("rollout-adapter.gguf"));
