@@ -18,7 +18,11 @@ stay in eval mode even though the PEFT wrapper reports training, so the checkpoi
 without checkpointing (a hook on a decoder layer's feed-forward module counts one run a step,
 not two; the script now checks that count on both runs).
 
-    python3 scripts/bench/train.py --steps 6 [--threads 2] [--device cpu|cuda]
+    python3 scripts/bench/train.py --steps 6 [--rounds 2] [--threads 2] [--device cpu|cuda]
+
+With --rounds N the three runs are made N times, in turn (catena, checkpointed, not), so that a
+machine whose speed drifts over minutes (the 2-core VMs here, by up to a third) weighs on every
+side alike; each round's ratios are printed, then the ratio of the totals.
 
 Needs torch, transformers, peft and gguf (scripts/setup/packages.sh --bench installs them into a
 virtual environment outside the clone) and a release build of catena.
@@ -63,6 +67,8 @@ def catena_side(args, data, out_dir):
     out, _, peak, _ = spawn_measured(cmd, env)
     steps = [json.loads(l) for l in out.splitlines() if '"event":"step"' in l]
     counted = steps[1:]
+    if not counted:
+        sys.exit(f"catena reported {len(steps)} steps; at least 2 are needed (the first is a warm-up)")
     tokens = sum(s["tokens"] for s in counted)
     seconds = sum(s["tokens"] / s["tokens_per_second"] for s in counted)
     return {"tokens": tokens, "seconds": seconds, "peak_mib": peak, "steps": len(counted),
@@ -137,25 +143,48 @@ def torch_side(args, data, checkpointing):
             "lengths": [s["tokens"] for s in result["steps"]], "torch": result["torch"]}
 
 
+def total(runs):
+    """The runs of one side over all rounds: tokens and seconds summed, the highest peak."""
+    merged = dict(runs[0])
+    merged["tokens"] = sum(r["tokens"] for r in runs)
+    merged["seconds"] = sum(r["seconds"] for r in runs)
+    merged["peak_mib"] = max(r["peak_mib"] for r in runs)
+    return merged
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--model", default=os.path.expanduser("~/.local/share/catena/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
     p.add_argument("--python", default=os.path.expanduser("~/.cache/catena-bench/venv/bin/python"))
     p.add_argument("--data", help="trajectories (default: written by `catena train synth`)")
     args = p.parse_args()
+    if args.rounds < 1 or args.steps < 2:
+        p.error("--rounds must be at least 1 and --steps at least 2 (the first is a warm-up)")
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if data is None:
             subprocess.run([catena_bin(), "train", "synth", "--out", tmp, "--train", str(args.steps),
                             "--held-out", "0", "--seed", "99"], check=True, stderr=subprocess.DEVNULL)
             data = os.path.join(tmp, "train.jsonl")
-        ours = catena_side(args, data, os.path.join(tmp, "out"))
-        anchors = {"checkpointed": torch_side(args, data, True),
-                   "not checkpointed": torch_side(args, data, False)}
+        rounds = []
+        for i in range(args.rounds):
+            # A folder of its own each round: in the last one's, catena would resume, finished.
+            ours = catena_side(args, data, os.path.join(tmp, f"out{i}"))
+            anchors = {"checkpointed": torch_side(args, data, True),
+                       "not checkpointed": torch_side(args, data, False)}
+            rounds.append((ours, anchors))
     rate = lambda r: r["tokens"] / r["seconds"]
+    if len(rounds) > 1:
+        for i, (ours, anchors) in enumerate(rounds, 1):
+            print(f"round {i}: catena {rate(ours):.1f} tokens/s; " + "; ".join(
+                f"PyTorch {name} {rate(theirs):.1f}, ratio {rate(ours) / rate(theirs):.2f}x"
+                for name, theirs in anchors.items()))
+    ours, anchors = total([r[0] for r in rounds]), {
+        name: total([r[1][name] for r in rounds]) for name in rounds[0][1]}
     print(f"sequence lengths (tokens): catena {ours['lengths']}, "
           f"torch {anchors['checkpointed']['lengths']}")
     print(f"{'':44}{'tokens/s':>10}{'peak RSS MiB':>14}")
