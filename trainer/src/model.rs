@@ -455,9 +455,9 @@ impl Qwen2Lora {
         let per_block: usize = self.blocks.first().map_or(0, |blk| {
             blk.linears.values().map(|lin| lin.dims().0).sum::<usize>() * len * 4
         });
-        let fit = self.kept_products_bytes / per_block.max(1);
+        let first_kept = layers.saturating_sub(self.kept_products_bytes / per_block.max(1));
         (0..layers)
-            .map(|l| (l + fit >= layers).then(HashMap::new))
+            .map(|l| (l >= first_kept).then(HashMap::new))
             .collect()
     }
 
