@@ -21,7 +21,7 @@ not two; the script now checks that count on both runs).
     python3 scripts/bench/train.py --steps 6 [--rounds 2] [--threads 2] [--device cpu|cuda]
 
 With --rounds N the three runs are made N times, in turn (catena, checkpointed, not), so that a
-machine whose speed drifts over minutes (the 2-core VMs here, by up to a third) weighs on every
+machine whose speed drifts over minutes (the 2-core VMs here, by a third or more) weighs on every
 side alike; each round's ratios are printed, then the ratio of the totals.
 
 Needs torch, transformers, peft and gguf (scripts/setup/packages.sh --bench installs them into a

@@ -1,5 +1,5 @@
 //! One SFT step (forward, head, recomputing backward) on a GGUF model, timed with and without
-//! the kept products (docs/ARCHITECTURE.md, "Training"), the two alternated in one process so
+//! the kept products (docs/ARCHITECTURE.md, `trainer/`), the two alternated in one process so
 //! that the machine's drift between runs falls on both alike. The tokens are a fixed
 //! pseudo-random sequence: a step's arithmetic depends on its length and its trained positions,
 //! not on which tokens they are.
