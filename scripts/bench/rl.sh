@@ -11,7 +11,9 @@
 # a fresh synthetic set. RL_FLAGS: more `catena train rl` flags (e.g. `--parallel-groups 1`).
 # The batched anchor runs twice, before and after the rollouts (this VM drifts), at two shapes:
 # pp256 tg128, and pp400 tg256, the shape of these rollouts (the math profile's prompt is about
-# 400 tokens, and they generate about 260 each).
+# 400 tokens, and they generate about 260 each). S_TG leaves out what rollouts also do: evaluate
+# prompts and observations. The same work at the anchor's own rates (its S_PP for the prompt and
+# observation tokens the engine evaluated, its S_TG for the generated ones) is printed beside it.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 adapter="${1:?usage: scripts/bench/rl.sh ADAPTER [TASKS] [STEPS]}"
@@ -51,9 +53,10 @@ import json, sys
 anchor = json.load(open(sys.argv[1]))[0]["avg_ts"]
 # Each shape's S_TG, measured before and after the rollouts; the mean is the anchor.
 runs = [json.loads(line) for line in open(sys.argv[3])]
-batched = {}
+batched, prefill_rate = {}, {}
 for run in runs:
     batched.setdefault((run["pp"], run["tg"]), []).append(run["speed_tg"])
+    prefill_rate.setdefault((run["pp"], run["tg"]), []).append(run["speed_pp"])
 group = sys.argv[4]
 steps = [e for e in map(json.loads, open(sys.argv[2])) if e.get("event") == "step"]
 tot = lambda k: sum(s[k] for s in steps)
@@ -62,7 +65,9 @@ parts = {k: tot(f"{k}_seconds") for k in ("reload", "rollout", "scoring", "updat
 wall = sum(parts.values())
 tok_s = tokens / roll_s
 print(f"steps {len(steps)}, rollouts {rollouts}, generated tokens {tokens}, trained tokens {tot('trained_tokens')}")
+prefill = tot("prefill_tokens")
 print(f"rollout throughput: {60 * rollouts / roll_s:.1f} trajectories/min, {tok_s:.1f} generated tokens/s")
+print(f"prompt and observation tokens evaluated: {prefill}; sequences a decode step carried: " + ", ".join(f"{s['mean_batch_width']:.1f}" for s in steps))
 print(f"llama-bench tg128 (same model, same threads): {anchor:.1f} tokens/s")
 print(f"ratio rollout tokens/s / llama-bench tg128: {tok_s / anchor:.2f}x")
 for (pp, tg), speeds in batched.items():
@@ -70,5 +75,8 @@ for (pp, tg), speeds in batched.items():
     each = ", ".join(f"{s:.1f}" for s in speeds)
     print(f"llama-batched-bench S_TG at {group} sequences (pp{pp}, tg{tg}): {mean:.1f} tokens/s (before, after: {each})")
     print(f"ratio rollout tokens/s / llama-batched-bench at the group size, pp{pp} tg{tg}: {tok_s / mean:.2f}x")
+    pp_rate = sum(prefill_rate[(pp, tg)]) / len(prefill_rate[(pp, tg)])
+    same = prefill / pp_rate + tokens / mean
+    print(f"  the same work at its rates (S_PP {pp_rate:.1f}, S_TG {mean:.1f}): {same:.0f} s against {roll_s:.0f} s of rollouts: {same / roll_s:.2f}x")
 print("time split: " + ", ".join(f"{k} {100 * v / wall:.1f}% ({v:.0f} s)" for k, v in parts.items()))
 PY

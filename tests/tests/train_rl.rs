@@ -242,6 +242,11 @@ fn train_rl_runs_checkpoints_and_resumes() {
         assert_eq!(s["groups_dropped"], 2 - kept);
         assert!(s["generated_tokens"].as_u64().unwrap() > 0);
         assert!(s["rollout_seconds"].as_f64().unwrap() > 0.0);
+        // The scheduler's report: the prompts at least were evaluated, and a decode step
+        // carried between one sequence and all four of the step's two groups of two.
+        assert!(s["prefill_tokens"].as_u64().unwrap() > 0, "{s}");
+        let width = s["mean_batch_width"].as_f64().unwrap();
+        assert!((1.0..=4.0).contains(&width), "{s}");
     }
     for file in [
         "adapter.gguf",

@@ -138,6 +138,14 @@ pub struct RlStepRecord {
     pub generated_tokens: usize,
     pub reload_seconds: f64,
     pub rollout_seconds: f64,
+    /// Tokens of prompts and observations the engine evaluated during the rollouts (what a
+    /// prompt shared within a group saved is not counted): the work beside generating.
+    #[serde(default)]
+    pub prefill_tokens: usize,
+    /// Sequences a rollout decode step carried on average (steps that read a prompt or an
+    /// observation left out): how full the batch was kept.
+    #[serde(default)]
+    pub mean_batch_width: f64,
     pub scoring_seconds: f64,
     pub update_seconds: f64,
 }
@@ -284,6 +292,8 @@ mod tests {
             generated_tokens: 3840,
             reload_seconds: 0.2,
             rollout_seconds: 30.0,
+            prefill_tokens: 700,
+            mean_batch_width: 6.5,
             scoring_seconds: 0.1,
             update_seconds: 12.0,
         };

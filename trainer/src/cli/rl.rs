@@ -284,7 +284,7 @@ impl ShowProgress for RlEvent {
                     "no update (every group's rewards were equal)".to_string()
                 };
                 bar.line(format!(
-                    "step {}: reward {:.3}  solved {:.0}%  length {:.0}  dropped {}/{}  {update}  ({:.0} s rollout, {:.1} s scoring, {:.0} s update)",
+                    "step {}: reward {:.3}  solved {:.0}%  length {:.0}  dropped {}/{}  {update}  ({:.0} s rollout at {:.1} sequences a step, {:.1} s scoring, {:.0} s update)",
                     r.step,
                     r.reward_mean,
                     100.0 * r.solved_share,
@@ -292,6 +292,7 @@ impl ShowProgress for RlEvent {
                     r.groups_dropped,
                     r.groups_sampled,
                     r.rollout_seconds,
+                    r.mean_batch_width,
                     r.scoring_seconds,
                     r.update_seconds
                 ));

@@ -104,6 +104,8 @@ mod tests {
             generated_tokens: 2400,
             reload_seconds: 0.0,
             rollout_seconds: 1.0,
+            prefill_tokens: 0,
+            mean_batch_width: 0.0,
             scoring_seconds: 0.0,
             update_seconds: 1.0,
         }

@@ -428,9 +428,10 @@ fn run_step(
         * options
             .parallel_groups
             .clamp(1, options.batch_prompts.max(1));
-    let drawn = engine.with_sequences(&session_options, lanes, |sessions| {
+    let (drawn, batches) = engine.with_sequences_reported(&session_options, lanes, |sessions| {
         draw_groups(run, &setup, sessions, progress, on_event)
-    })??;
+    })?;
+    let drawn = drawn?;
     drop(engine);
     let t_update = Instant::now();
     let update = if drawn.kept.is_empty() {
@@ -443,7 +444,10 @@ fn run_step(
         reload: reload_seconds,
         update: t_update.elapsed().as_secs_f64(),
     };
-    Ok(step_record(options, step, &drawn, &update, seconds))
+    let mut record = step_record(options, step, &drawn, &update, seconds);
+    record.prefill_tokens = batches.prefill_tokens;
+    record.mean_batch_width = batches.mean_width();
+    Ok(record)
 }
 
 /// Draws prompts in the seeded order and samples a group for each until `batch_prompts`
@@ -621,6 +625,9 @@ fn step_record(
         generated_tokens: drawn.lengths.iter().sum(),
         reload_seconds: seconds.reload,
         rollout_seconds: drawn.rollout_seconds,
+        // Filled in from the scheduler's report by `run_step`.
+        prefill_tokens: 0,
+        mean_batch_width: 0.0,
         scoring_seconds: drawn.scoring_seconds,
         update_seconds: seconds.update,
     }

@@ -46,6 +46,17 @@ impl LlamaEngine {
         sequences: usize,
         work: impl for<'s> FnOnce(Vec<BatchedSession<'s>>) -> T,
     ) -> Result<T, EngineError> {
+        self.with_sequences_reported(options, sequences, work)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`LlamaEngine::with_sequences`], also returning where the scheduler's time went.
+    pub fn with_sequences_reported<T>(
+        &self,
+        options: &SessionOptions,
+        sequences: usize,
+        work: impl for<'s> FnOnce(Vec<BatchedSession<'s>>) -> T,
+    ) -> Result<(T, BatchReport), EngineError> {
         let sequences = sequences.max(1);
         let per_sequence = context_size(self, options);
         let total = u32::try_from(sequences)
@@ -86,7 +97,7 @@ impl LlamaEngine {
                     }
                     Err(e) => {
                         let _ = ready.send(Err(e));
-                        return;
+                        return BatchReport::default();
                     }
                 };
                 Scheduler {
@@ -98,9 +109,9 @@ impl LlamaEngine {
                     samplers: (0..sequences).map(|_| None).collect(),
                     logprobs: options.logprobs,
                     active: Vec::new(),
-                    occupancy: Occupancy::default(),
+                    report: BatchReport::default(),
                 }
-                .run(&inbox);
+                .run(&inbox)
             });
             let outcome = match made.recv() {
                 Ok(Ok(())) => Ok(work(sessions)),
@@ -110,10 +121,10 @@ impl LlamaEngine {
                 )),
             };
             // `work` has dropped its sessions, so the scheduler's inbox is closed and it ends.
-            scheduler
+            let report = scheduler
                 .join()
                 .map_err(|_| EngineError::Decode("the batch scheduler panicked".into()))?;
-            outcome
+            outcome.map(|outcome| (outcome, report))
         })
     }
 }
@@ -342,37 +353,63 @@ struct Scheduler<'m> {
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
     logprobs: bool,
     active: Vec<Active>,
-    occupancy: Occupancy,
+    report: BatchReport,
 }
 
-/// Where the scheduler's wall time went, logged when it ends: decode steps by how many
-/// sequences they carried, steps that also evaluated a prompt or an observation, sampling, and
-/// waits with no generation under way (every sequence running a tool, or between tasks).
-#[derive(Debug, Default)]
-struct Occupancy {
+/// Where the scheduler's wall time went (logged at debug level when it ends, returned by
+/// [`LlamaEngine::with_sequences_reported`]): decode steps by how many sequences they carried,
+/// steps that also evaluated a prompt or an observation, sampling, and waits with no generation
+/// under way (every sequence running a tool, or between tasks). It separates what a batch of
+/// sequences costs from what the work around it adds (docs/BENCHMARKS.md, the RL section).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct BatchReport {
     /// `by_width[n]`: time and count of steps that carried one token of each of `n` sequences.
-    by_width: Vec<(Duration, usize)>,
+    pub by_width: Vec<(Duration, usize)>,
     /// Time and count of steps that carried more than one token of some sequence.
-    with_prefill: (Duration, usize),
-    prefill_tokens: usize,
-    sampled_tokens: usize,
-    sampling: Duration,
-    idle: Duration,
+    pub with_prefill: (Duration, usize),
+    /// Tokens of prompts and observations evaluated (not those copied from another sequence).
+    pub prefill_tokens: usize,
+    /// Tokens sampled, one per sequence in each step that ended a sequence's pending tokens.
+    pub sampled_tokens: usize,
+    /// Time spent picking tokens (the grammar's mask, the sampler, stop strings) between steps.
+    pub sampling: Duration,
+    /// Time with no generation under way.
+    pub idle: Duration,
+}
+
+impl BatchReport {
+    /// Sequences a decode step carried on average (steps that read a prompt or an observation
+    /// left out); 0 without any.
+    pub fn mean_width(&self) -> f64 {
+        let (tokens, steps) = self
+            .by_width
+            .iter()
+            .enumerate()
+            .fold((0, 0), |(tokens, steps), (width, &(_, count))| {
+                (tokens + width * count, steps + count)
+            });
+        if steps == 0 {
+            0.0
+        } else {
+            tokens as f64 / steps as f64
+        }
+    }
 }
 
 impl Scheduler<'_> {
-    fn run(&mut self, inbox: &Receiver<Request>) {
+    /// Decodes until every session is dropped; returns where the time went.
+    fn run(mut self, inbox: &Receiver<Request>) -> BatchReport {
         loop {
             if self.active.is_empty() {
                 let waiting = Instant::now();
                 match inbox.recv() {
                     Ok(request) => self.admit(request),
                     Err(_) => {
-                        tracing::debug!(occupancy = ?self.occupancy, "batch scheduler ends");
-                        return;
+                        tracing::debug!(report = ?self.report, "batch scheduler ends");
+                        return self.report;
                     }
                 }
-                self.occupancy.idle += waiting.elapsed();
+                self.report.idle += waiting.elapsed();
             }
             while let Ok(request) = inbox.try_recv() {
                 self.admit(request);
@@ -564,11 +601,11 @@ impl Scheduler<'_> {
         self.ctx.synchronize();
         let elapsed = started.elapsed();
         if planned.iter().any(|&(_, take, _)| take > 1) {
-            self.occupancy.with_prefill.0 += elapsed;
-            self.occupancy.with_prefill.1 += 1;
+            self.report.with_prefill.0 += elapsed;
+            self.report.with_prefill.1 += 1;
         } else {
             let width = planned.len();
-            let by_width = &mut self.occupancy.by_width;
+            let by_width = &mut self.report.by_width;
             if by_width.len() <= width {
                 by_width.resize(width + 1, (Duration::ZERO, 0));
             }
@@ -582,7 +619,7 @@ impl Scheduler<'_> {
             let seq = active.request.seq;
             self.kv[seq].extend(active.pending.drain(..take));
             if take > 1 {
-                self.occupancy.prefill_tokens += take;
+                self.report.prefill_tokens += take;
                 active.prefill_tokens += take;
                 active.prefill_time += elapsed;
             } else {
@@ -590,13 +627,13 @@ impl Scheduler<'_> {
                 active.decode_time += elapsed;
             }
             if let Some(at) = logits {
-                self.occupancy.sampled_tokens += 1;
+                self.report.sampled_tokens += 1;
                 if let Some(stop) = self.sample(index, at)? {
                     finished.push((index, stop));
                 }
             }
         }
-        self.occupancy.sampling += sampling_started.elapsed();
+        self.report.sampling += sampling_started.elapsed();
         // Remove from the back so the indices stay valid.
         finished.sort_by_key(|&(index, _)| std::cmp::Reverse(index));
         for (index, stop) in finished {
@@ -692,5 +729,30 @@ impl Scheduler<'_> {
             decode_time: active.decode_time,
         };
         let _ = active.request.replies.send(Reply::Done(Ok(done)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BatchReport;
+    use std::time::Duration;
+
+    #[test]
+    fn the_mean_width_weighs_each_step_by_its_sequences() {
+        let ms = Duration::from_millis;
+        let report = BatchReport {
+            // Three steps of one sequence, one of four; the prefill steps are not decode steps.
+            by_width: vec![
+                (ms(0), 0),
+                (ms(90), 3),
+                (ms(0), 0),
+                (ms(0), 0),
+                (ms(150), 1),
+            ],
+            with_prefill: (ms(900), 2),
+            ..BatchReport::default()
+        };
+        assert!((report.mean_width() - 7.0 / 4.0).abs() < 1e-12);
+        assert_eq!(BatchReport::default().mean_width(), 0.0);
     }
 }

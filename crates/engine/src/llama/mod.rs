@@ -15,7 +15,7 @@ mod log;
 mod quantize;
 mod session;
 
-pub use batch::BatchedSession;
+pub use batch::{BatchReport, BatchedSession};
 pub use chat::LocalChat;
 pub use quantize::quantize;
 pub use session::LlamaSession;
