@@ -369,7 +369,7 @@ pub struct BatchReport {
     pub with_prefill: (Duration, usize),
     /// Tokens of prompts and observations evaluated (not those copied from another sequence).
     pub prefill_tokens: usize,
-    /// Tokens sampled, one per sequence in each step that ended a sequence's pending tokens.
+    /// Tokens sampled.
     pub sampled_tokens: usize,
     /// Time spent picking tokens (the grammar's mask, the sampler, stop strings) between steps.
     pub sampling: Duration,
