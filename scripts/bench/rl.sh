@@ -9,6 +9,9 @@
 # ADAPTER: a `catena train sft` output, a GGUF adapter or `catena-coa-0.5b` (RL from an adapter
 # that solves some tasks, so groups have signal and there is an update to time); TASKS: default
 # a fresh synthetic set. RL_FLAGS: more `catena train rl` flags (e.g. `--parallel-groups 1`).
+# RL_GROUP (default 4) and RL_PROMPTS (default 2): the group size, which is also the anchor's
+# number of sequences, and the groups with signal a step trains on (`train rl`'s defaults are 8
+# and 4).
 # The batched anchor runs twice, before and after the rollouts (this VM drifts), at two shapes:
 # pp256 tg128, and pp400 tg256, the shape of these rollouts (the math profile's prompt is about
 # 400 tokens, and they generate about 260 each). S_TG leaves out what rollouts also do: evaluate
@@ -24,7 +27,8 @@ catena="$(catena_bin)"
 threads="$(nproc)"
 bench_bin="$(cd "$root" && scripts/setup/llama-tool.sh llama-bench llama-bench)"
 batched_bin="$(cd "$root" && scripts/setup/llama-tool.sh batched-bench llama-batched-bench)"
-group=4
+group="${RL_GROUP:-4}"
+prompts="${RL_PROMPTS:-2}"
 model="$(default_model "$catena")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -38,14 +42,14 @@ batched() {
   local pp tg
   for shape in "256 128" "400 256"; do
     read -r pp tg <<< "$shape"
-    "$batched_bin" -m "$model" -c 4096 -b 512 -ub 512 -npp "$pp" -ntg "$tg" -npl "$group" \
+    "$batched_bin" -m "$model" -c "$((group * 1024))" -b 512 -ub 512 -npp "$pp" -ntg "$tg" -npl "$group" \
       -t "$threads" --output-format jsonl 2>/dev/null | grep '^{' >> "$work/batched-bench.jsonl"
   done
 }
 batched
 # shellcheck disable=SC2086 # RL_FLAGS is a list of flags
 "$catena" train rl --json --adapter "$adapter" --tasks "$tasks" --out "$work/rl" --group "$group" \
-  --batch-prompts 2 --steps "$steps" --max-tokens 384 --seed 3 ${RL_FLAGS:-} > "$work/rl.jsonl"
+  --batch-prompts "$prompts" --steps "$steps" --max-tokens 384 --seed 3 ${RL_FLAGS:-} > "$work/rl.jsonl"
 batched
 
 python3 - "$work/llama-bench.json" "$work/rl.jsonl" "$work/batched-bench.jsonl" "$group" <<'PY'
