@@ -27,7 +27,7 @@ use crate::{Result, TrainError, export, gguf_adapter};
 use candle_core::{Device, Tensor};
 use catena_agent::Decoding;
 use catena_agent::tools::ToolBox;
-use catena_engine::llama::{AdapterOptions, BatchedSession, LlamaEngine, LoadOptions};
+use catena_engine::llama::{AdapterOptions, BatchReport, BatchedSession, LlamaEngine, LoadOptions};
 use catena_engine_api::SessionOptions;
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
@@ -444,10 +444,9 @@ fn run_step(
         reload: reload_seconds,
         update: t_update.elapsed().as_secs_f64(),
     };
-    let mut record = step_record(options, step, &drawn, &update, seconds);
-    record.prefill_tokens = batches.prefill_tokens;
-    record.mean_batch_width = batches.mean_width();
-    Ok(record)
+    Ok(step_record(
+        options, step, &drawn, &batches, &update, seconds,
+    ))
 }
 
 /// Draws prompts in the seeded order and samples a group for each until `batch_prompts`
@@ -593,11 +592,13 @@ struct StepSeconds {
     update: f64,
 }
 
-/// The record of step `step` (0-based) from what it drew and what its update measured.
+/// The record of step `step` (0-based) from what it drew, how full the rollouts kept the batch
+/// and what its update measured.
 fn step_record(
     options: &RlOptions,
     step: usize,
     drawn: &Drawn,
+    batches: &BatchReport,
     update: &UpdateStats,
     seconds: StepSeconds,
 ) -> RlStepRecord {
@@ -625,9 +626,8 @@ fn step_record(
         generated_tokens: drawn.lengths.iter().sum(),
         reload_seconds: seconds.reload,
         rollout_seconds: drawn.rollout_seconds,
-        // Filled in from the scheduler's report by `run_step`.
-        prefill_tokens: 0,
-        mean_batch_width: 0.0,
+        prefill_tokens: batches.prefill_tokens,
+        mean_batch_width: batches.mean_width(),
         scoring_seconds: drawn.scoring_seconds,
         update_seconds: seconds.update,
     }
