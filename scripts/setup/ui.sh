@@ -14,6 +14,29 @@ set -euo pipefail
 cd "$root/ui"
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
+# Builds into a scratch folder and moves into ui/dist only the files whose bytes changed (and
+# removes those no longer built). Cargo watches ui/dist by file times (crates/server/build.rs), so
+# a rebuild that writes the same bytes (Vite's output is the same for the same sources) would
+# otherwise recompile the server and relink every binary: three minutes of the test suite, where
+# the desktop package's step builds the UI a second time.
+build() {
+  local file
+  next="$(mktemp -d "$root/ui/.dist-next.XXXXXX")" # global: the EXIT trap runs after the function
+  trap 'rm -rf "$next"' EXIT
+  npx vite build --outDir "$next" --emptyOutDir
+  mkdir -p dist
+  (cd dist && find . -type f) | while IFS= read -r file; do
+    [ -e "$next/$file" ] || rm -f "dist/$file"
+  done
+  (cd "$next" && find . -type f) | while IFS= read -r file; do
+    if ! cmp -s "$next/$file" "dist/$file"; then
+      mkdir -p "dist/$(dirname "$file")"
+      cp "$next/$file" "dist/$file"
+    fi
+  done
+  find dist -mindepth 1 -type d -empty -delete
+}
+
 install() {
   if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     npm ci --no-audit --no-fund
@@ -23,7 +46,7 @@ install() {
 case "${1:-build}" in
   build)
     install
-    npx vite build
+    build
     ;;
   check)
     install

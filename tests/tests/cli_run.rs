@@ -399,11 +399,10 @@ fn a_chain_cut_short_is_asked_for_its_answer() {
 fn a_chain_that_repeats_itself_is_stopped() {
     common::default_model();
     let prefill = format!("<plan>\n{}", "<===>\n".repeat(20));
-    let max_tokens = 2000;
-    let run = |extra: &[&str]| {
-        let mut args = vec!["run", "--profile", "math", "--json", "--no-store"];
+    let budget = 2000.to_string();
+    let catena = |extra: &[&str]| {
+        let mut args = vec!["run", "--profile", "math", "--no-store"];
         args.extend_from_slice(extra);
-        let budget = max_tokens.to_string();
         args.extend_from_slice(&[
             "--max-tokens",
             &budget,
@@ -417,43 +416,52 @@ fn a_chain_that_repeats_itself_is_stopped() {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        (common::json_lines(&output), stderr)
+        output
     };
-    let stopped_by_the_loop = |summary: &Value| {
-        assert_eq!(summary["stop_reason"], "repetition", "{summary:#}");
-        let generated = summary["generated_tokens"].as_u64().unwrap();
+    let stopped_by_the_loop = |stop_reason: &str, generated: u64| {
+        assert_eq!(stop_reason, "repetition");
         // The window (384 tokens, all but 24 repeating) had to fill, and the budget is far off.
         assert!((360..1000).contains(&generated), "{generated} tokens");
     };
 
-    let (events, _) = run(&["--temperature", "0"]);
-    stopped_by_the_loop(of_type(&events, "summary")[0]);
-
-    let (events, _) = run(&["--temperature", "0.3", "--samples", "2", "--seed", "4"]);
-    let chains = of_type(&events, "sample");
-    assert_eq!(chains.len(), 2, "{events:#?}");
-    for chain in chains {
-        stopped_by_the_loop(&chain["summary"]);
-    }
-
-    // Without --json, the user is told why the run ended.
-    let human = common::catena(&[
-        "run",
-        "--profile",
-        "math",
-        "--no-store",
-        "--temperature",
-        "0",
-        "--max-tokens",
-        "2000",
-        "--prefill",
-        &prefill,
-        "How many primes are there below 100?",
-    ]);
+    // One chain (the single session) as a person sees it: told why the run ended, and the stop
+    // line's counts (the notice is printed for this stop reason only).
+    let human = catena(&["--temperature", "0"]);
     let stderr = String::from_utf8_lossy(&human.stderr);
     assert!(
         stderr.contains("writing the same text over and over"),
         "{stderr}"
     );
+    let stop_line = stderr
+        .lines()
+        .find(|l| l.contains("stop: repetition"))
+        .unwrap_or_else(|| panic!("no stop line: {stderr}"));
+    let generated = stop_line
+        .split(" generated)")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of generated tokens: {stop_line}"));
+    stopped_by_the_loop("repetition", generated);
+
+    // Two chains sampled together (the batch scheduler), in JSON.
+    let sampled = catena(&[
+        "--json",
+        "--temperature",
+        "0.3",
+        "--samples",
+        "2",
+        "--seed",
+        "4",
+    ]);
+    let events = common::json_lines(&sampled);
+    let chains = of_type(&events, "sample");
+    assert_eq!(chains.len(), 2, "{events:#?}");
+    for chain in chains {
+        let summary = &chain["summary"];
+        stopped_by_the_loop(
+            summary["stop_reason"].as_str().unwrap_or_default(),
+            summary["generated_tokens"].as_u64().unwrap_or_default(),
+        );
+    }
 }
