@@ -432,17 +432,19 @@ fn a_chain_that_repeats_itself_is_stopped() {
         stderr.contains("writing the same text over and over"),
         "{stderr}"
     );
+    // "stop: REASON · … (E evaluated, G generated) · …"
     let stop_line = stderr
         .lines()
-        .find(|l| l.contains("stop: repetition"))
+        .find_map(|l| l.trim_start().strip_prefix("stop: "))
         .unwrap_or_else(|| panic!("no stop line: {stderr}"));
+    let reason = stop_line.split(" · ").next().unwrap_or_default();
     let generated = stop_line
         .split(" generated)")
         .next()
         .and_then(|head| head.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count of generated tokens: {stop_line}"));
-    stopped_by_the_loop("repetition", generated);
+    stopped_by_the_loop(reason, generated);
 
     // Two chains sampled together (the batch scheduler), in JSON.
     let sampled = catena(&[
