@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$root/ui"
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
-# Builds into a scratch folder and moves into ui/dist only the files whose bytes changed (and
+# Builds into a scratch folder and copies into ui/dist only the files whose bytes changed (and
 # removes those no longer built). Cargo watches ui/dist by file times (crates/server/build.rs), so
 # a rebuild that writes the same bytes (Vite's output is the same for the same sources) would
 # otherwise recompile the server and relink every binary: three minutes of the test suite, where
