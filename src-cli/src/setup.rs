@@ -177,6 +177,7 @@ pub fn plan(path: &Path, overrides: catena_engine_api::plan::Overrides) -> Optio
     }
 }
 
+/// Loads a model with no prompt cache (`catena bench` measures every prompt it evaluates).
 pub fn load_model(
     path: &Path,
     gpu_layers: Option<u32>,
@@ -187,21 +188,31 @@ pub fn load_model(
         &LoadOptions {
             gpu_layers,
             adapter,
+            prompt_cache: None,
         },
     )?)
 }
 
 /// Plans the placement of a model on this machine (keeping the user's choices) and loads it
-/// that way, with an adapter if one is given.
+/// that way, with an adapter if one is given and the prompt cache of `paths`.
 pub fn load_planned(
     path: &Path,
     overrides: catena_engine_api::plan::Overrides,
     adapter: Option<AdapterOptions>,
+    paths: &Paths,
 ) -> Result<(LlamaEngine, Option<Plan>)> {
     let asked_layers = overrides.gpu_layers;
     let plan = plan(path, overrides);
     let gpu_layers = plan.as_ref().map(|p| p.gpu_layers).or(asked_layers);
-    Ok((load_model(path, gpu_layers, adapter)?, plan))
+    let engine = LlamaEngine::load(
+        path,
+        &LoadOptions {
+            gpu_layers,
+            adapter,
+            prompt_cache: paths.prompt_cache_dir(),
+        },
+    )?;
+    Ok((engine, plan))
 }
 
 /// The settings of a session on a model loaded with [`load_planned`]: the plan's context and KV

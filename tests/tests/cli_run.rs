@@ -74,7 +74,12 @@ fn prefilled_tool_call_runs_then_the_model_continues() {
     }
     assert_eq!(summary["tool_calls"], 1);
     assert!(summary["generated_tokens"].as_u64().unwrap() > 0);
-    assert_eq!(summary["evaluated_tokens"], summary["context_tokens"]);
+    // Every token of the context evaluated once: by this run, or earlier into the prompt cache.
+    let cached = events[0]["cached_tokens"].as_u64().unwrap();
+    assert_eq!(
+        summary["evaluated_tokens"].as_u64().unwrap() + cached,
+        summary["context_tokens"].as_u64().unwrap()
+    );
     let trajectory = summary["trajectory"].as_str().unwrap();
     assert!(trajectory.starts_with(PREFILL));
     assert!(trajectory.contains(
@@ -466,4 +471,76 @@ fn a_chain_that_repeats_itself_is_stopped() {
             summary["generated_tokens"].as_u64().unwrap_or_default(),
         );
     }
+}
+
+/// Runs of one profile share its instructions through the prompt cache (docs/ARCHITECTURE.md,
+/// "The prompt cache"): a later run reads their KV cells instead of evaluating them and writes the
+/// same chain; a damaged entry is evaluated again and replaced; `CATENA_PROMPT_CACHE=off` reads
+/// none. (The cache is the user's own, which earlier tests may have filled: so the first run here
+/// is not held to be a miss.)
+#[test]
+fn runs_of_one_profile_share_its_instructions_through_the_prompt_cache() {
+    common::default_model();
+    let prompts = common::paths()
+        .prompt_cache_dir()
+        .expect("the prompt cache is on");
+    let run = |env: &[(&str, &str)]| {
+        let output = std::process::Command::new(common::catena_bin())
+            .args(["run", "--json", "--no-store", "--profile", "math"])
+            .args([
+                "--temperature",
+                "0",
+                "--max-tokens",
+                "24",
+                "What is 17 * 23?",
+            ])
+            .env("CATENA_STORE_DIR", common::test_store_dir())
+            .envs(env.iter().copied())
+            .output()
+            .expect("running catena");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let events = common::json_lines(&output);
+        let cached = events[0]["cached_tokens"].as_u64().unwrap();
+        let summary = events.last().unwrap();
+        let chain = (
+            summary["trajectory"].clone(),
+            summary["answer"].clone(),
+            summary["generated_tokens"].clone(),
+        );
+        (cached, events[0]["prompt_tokens"].as_u64().unwrap(), chain)
+    };
+    let (_, prompt_tokens, first) = run(&[]);
+    let (cached, _, second) = run(&[]);
+    // Everything up to the question.
+    assert!(
+        cached >= 300 && cached + 5 < prompt_tokens,
+        "{cached} of {prompt_tokens}"
+    );
+    assert_eq!(first, second);
+
+    // The entry just read is the one used last: damage it.
+    let newest = std::fs::read_dir(&prompts)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "kv"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .expect("an entry");
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&newest, &bytes).unwrap();
+    let (cached, _, third) = run(&[]);
+    assert_eq!(cached, 0, "a damaged entry was used");
+    assert_eq!(first, third);
+    let rewritten = std::fs::read(&newest).expect("the entry written again");
+    assert_eq!(rewritten.len(), bytes.len());
+    assert_ne!(rewritten, bytes);
+
+    let (cached, _, off) = run(&[("CATENA_PROMPT_CACHE", "off")]);
+    assert_eq!(cached, 0, "the cache was read although it is off");
+    assert_eq!(first, off);
 }

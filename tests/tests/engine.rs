@@ -207,3 +207,57 @@ fn a_second_architecture_without_a_chat_template_runs() {
     let stats = session.stats();
     assert_eq!(stats.evaluated_tokens, stats.context_tokens);
 }
+
+/// The prompt cache (docs/ARCHITECTURE.md, "The prompt cache"): a task's profile instructions,
+/// put back from the cache, give the numbers evaluating them gives, to the last bit. Three fresh
+/// engines run the same greedy task: the first evaluates the shared prefix and writes it, the
+/// second reads it, the third has no cache at all.
+#[test]
+fn a_prefix_from_the_prompt_cache_gives_the_numbers_of_evaluating_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = catena_protocol::profile::Profile::builtin("math").unwrap();
+    let run = |cache: Option<std::path::PathBuf>| {
+        let engine = LlamaEngine::load(
+            &common::default_model(),
+            &LoadOptions {
+                prompt_cache: cache,
+                ..LoadOptions::default()
+            },
+        )
+        .unwrap();
+        let mut session = engine.session(&options(SamplingParams::greedy())).unwrap();
+        let start = catena_agent::start_task(&mut session, &profile, "What is 17 * 23?").unwrap();
+        session
+            .generate(
+                &StopMatcher::default(),
+                GenerateLimits::tokens(24),
+                &mut |_| {},
+            )
+            .unwrap();
+        let generated: Vec<(i32, u32)> = session.tokens()[start.prompt_tokens..]
+            .iter()
+            .map(|t| (t.id, t.logprob.unwrap().to_bits()))
+            .collect();
+        (start, generated)
+    };
+    let (first, written) = run(Some(dir.path().to_path_buf()));
+    assert_eq!(first.cached_tokens, 0);
+    let entries = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(entries, 1, "one entry for the math profile's prefix");
+
+    let (second, read) = run(Some(dir.path().to_path_buf()));
+    // Everything up to the question came from the cache.
+    assert!(
+        second.cached_tokens >= 300 && second.cached_tokens + 5 < second.prompt_tokens,
+        "{second:?}"
+    );
+    assert_eq!(read.len(), 24);
+    assert_eq!(
+        written, read,
+        "the numbers changed with the prefix from the cache"
+    );
+
+    let (third, uncached) = run(None);
+    assert_eq!(third.cached_tokens, 0);
+    assert_eq!(written, uncached, "the numbers changed without a cache");
+}

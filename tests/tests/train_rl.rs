@@ -57,6 +57,7 @@ fn rollouts_match_the_trainer_and_an_update_follows_the_rewards() {
                 path: adapter,
                 scale: 1.0,
             }),
+            prompt_cache: None,
         },
     )
     .expect("the engine with the adapter");

@@ -12,7 +12,7 @@ use crate::summarize::SideModel;
 use crate::tools::{CallContext, CallLimits, Interruption, ToolBox, call_watched};
 use catena_engine_api::{
     CancelFlag, Constraint, EngineError, GenerateLimits, GenerationStop, PromptPart, PromptStart,
-    SamplingParams, Session, StartChat, StopMatcher,
+    SamplingParams, Session, StartChat, StopMatcher, TaskChat,
 };
 use catena_protocol::{
     AnswerFormat, Block, ChainGrammar, ParseEvent, Parser, Profile, Segment, Tag, final_answer,
@@ -82,7 +82,12 @@ pub fn start_task(
     profile: &Profile,
     task: &str,
 ) -> Result<PromptStart, EngineError> {
-    session.start_chat(&profile.system, &profile.user_message(task))
+    let user = profile.user_message(task);
+    session.start_chat(&TaskChat {
+        system: &profile.system,
+        user: &user,
+        user_shared: profile.user_preamble().len(),
+    })
 }
 
 /// A run that could not go on.

@@ -9,7 +9,7 @@ use catena_engine_api::{
     ChatEngine, ChatReply, ChatTurn, EngineError, GenerateLimits, Generation, GenerationStop,
     PromptPart, SamplingParams, Session, SessionState, SideChat, StopMatcher, TokenRecord,
 };
-use catena_engine_api::{ChatMessage, PromptStart, StartChat, chatml_prompt};
+use catena_engine_api::{ChatMessage, PromptStart, StartChat, TaskChat, chatml_prompt};
 use catena_web::{
     ChatEndpoint, ChatRequest, CompletionEndpoint, CompletionRequest, CompletionStop, EndpointError,
 };
@@ -231,12 +231,12 @@ impl StartChat for RemoteSession {
     /// Replaces the context with the chat's prompt. The server keeps what its slot shares with
     /// it and says so with the next generation ([`RemoteUsage::cached_tokens`]), so none is
     /// counted as kept here.
-    fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError> {
+    fn start_chat(&mut self, chat: &TaskChat<'_>) -> Result<PromptStart, EngineError> {
         self.state.tokens.clear();
         self.evaluated = 0;
         let prompt = chatml_prompt(&[
-            ChatMessage::new("system", system),
-            ChatMessage::new("user", user),
+            ChatMessage::new("system", chat.system),
+            ChatMessage::new("user", chat.user),
         ]);
         let prompt_tokens = self.append(&prompt)?;
         Ok(PromptStart {

@@ -160,6 +160,31 @@ pub trait StartPrompt: Session {
     /// evaluated. The prompt's last token is always evaluated again, for its logits. The
     /// session's counters ([`SessionStats`]) start again: from here they count this prompt.
     fn start_prompt(&mut self, ids: &[i32]) -> Result<usize, EngineError>;
+
+    /// [`Self::start_prompt`], where `ids[..shared]` is what every task of the same profile
+    /// begins with ([`TaskChat::user_shared`]): a session may evaluate that part on its own and
+    /// keep it for the next process (the llama.cpp engine's prompt cache).
+    fn start_task_prompt(&mut self, ids: &[i32], shared: usize) -> Result<usize, EngineError> {
+        let _ = shared;
+        self.start_prompt(ids)
+    }
+}
+
+/// The prompt of an agent task: one system and one user message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskChat<'a> {
+    pub system: &'a str,
+    pub user: &'a str,
+    /// How many leading bytes of `user` every task of the same profile has too (its
+    /// instructions, up to the question); 0 when there are none.
+    pub user_shared: usize,
+}
+
+impl TaskChat<'_> {
+    /// The shared part of the user message (none where `user_shared` is not a place in it).
+    pub fn shared_user(&self) -> &str {
+        self.user.get(..self.user_shared).unwrap_or_default()
+    }
 }
 
 /// Where a run's prompt stands in its session when the run starts.
@@ -176,7 +201,7 @@ pub struct PromptStart {
 /// (the system message between tasks, the whole prompt between samples of one task). Every agent
 /// run's prompt is put in through this trait, whichever engine holds the session.
 pub trait StartChat: Session {
-    fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError>;
+    fn start_chat(&mut self, chat: &TaskChat<'_>) -> Result<PromptStart, EngineError>;
 }
 
 /// What every session keeps beside its engine's own state, whichever engine it is: the context's

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 pub const DATA_DIR_ENV: &str = "CATENA_DATA_DIR";
 /// Overrides the cache directory.
 pub const CACHE_DIR_ENV: &str = "CATENA_CACHE_DIR";
+/// `off` keeps no prompt cache (docs/ARCHITECTURE.md, "The prompt cache").
+pub const PROMPT_CACHE_ENV: &str = "CATENA_PROMPT_CACHE";
 /// Overrides where the session store lives (default: the data directory).
 pub(crate) const STORE_DIR_ENV: &str = "CATENA_STORE_DIR";
 
@@ -98,5 +100,11 @@ impl Paths {
     /// Compiled WebAssembly modules.
     pub fn sandbox_cache_dir(&self) -> PathBuf {
         self.cache_dir.join("sandbox")
+    }
+
+    /// The KV cells of prompt prefixes kept between runs, unless `CATENA_PROMPT_CACHE=off`.
+    pub fn prompt_cache_dir(&self) -> Option<PathBuf> {
+        let off = std::env::var(PROMPT_CACHE_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
+        (!off).then(|| self.cache_dir.join("prompts"))
     }
 }

@@ -144,6 +144,14 @@ impl Profile {
         self.user_template.replace(QUESTION_PLACEHOLDER, question)
     }
 
+    /// The user message up to the question: the same for every task of the profile.
+    pub fn user_preamble(&self) -> &str {
+        self.user_template
+            .split(QUESTION_PLACEHOLDER)
+            .next()
+            .unwrap_or_default()
+    }
+
     /// The stop strings of a generation (PROTOCOL.md §2, step 2): the closing tag of every enabled
     /// tool, then `</answer>`. The end-of-turn token is the engine's business.
     pub fn stop_strings(&self) -> Vec<String> {
@@ -170,6 +178,13 @@ mod tests {
             assert!(!profile.tools.is_empty());
             let user = profile.user_message("QUESTION-TEXT");
             assert!(user.contains("QUESTION-TEXT"));
+            // The part every task shares ends where the question begins.
+            let preamble = profile.user_preamble();
+            assert!(user.starts_with(preamble), "{name}");
+            assert!(
+                user[preamble.len()..].starts_with("QUESTION-TEXT"),
+                "{name}"
+            );
             assert!(!user.contains(QUESTION_PLACEHOLDER));
             for tool in &profile.tools {
                 assert!(

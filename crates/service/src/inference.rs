@@ -237,6 +237,7 @@ impl Inference {
                 sessions: config.sessions,
                 parallel: config.parallel.max(1),
                 kv_cache: config.kv_cache,
+                prompt_cache: config.paths.prompt_cache_dir(),
             },
             status.clone(),
         )?;

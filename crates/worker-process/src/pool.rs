@@ -69,8 +69,13 @@ impl<S: StartPrompt> SessionPool<S> {
 
     /// The session best suited to `prompt`, started on it: the idle one sharing the longest
     /// prefix, else a new one, else the least recently used. The prompt's new tokens are
-    /// evaluated now or at the first generation, as the session does it.
-    pub fn checkout(&mut self, prompt: &[i32]) -> Result<Checkout<S>, EngineError> {
+    /// evaluated now or at the first generation, as the session does it; its first `task_prefix`
+    /// are a task prefix ([`StartPrompt::start_task_prompt`]).
+    pub fn checkout(
+        &mut self,
+        prompt: &[i32],
+        task_prefix: usize,
+    ) -> Result<Checkout<S>, EngineError> {
         let best = self
             .idle
             .iter()
@@ -109,7 +114,7 @@ impl<S: StartPrompt> SessionPool<S> {
             }
         };
         self.lent += 1;
-        let cached = match session.start_prompt(prompt) {
+        let cached = match session.start_task_prompt(prompt, task_prefix) {
             Ok(cached) => cached,
             Err(e) => {
                 // A prompt too long for a slot must not cost the pool the slot.
@@ -246,17 +251,17 @@ mod tests {
     #[test]
     fn a_follow_up_finds_the_slot_that_holds_its_conversation() {
         let mut pool = slots(2);
-        let first = pool.checkout(&[1, 2, 3]).unwrap();
-        let other = pool.checkout(&[7, 8, 9, 10]).unwrap();
+        let first = pool.checkout(&[1, 2, 3], 0).unwrap();
+        let other = pool.checkout(&[7, 8, 9, 10], 0).unwrap();
         assert_eq!((first.cached, other.cached), (0, 0));
         pool.checkin(first.session, Some("chat-a".into()), false);
         pool.checkin(other.session, Some("chat-b".into()), false);
         // The conversation [1, 2, 3] goes on: its slot is found, its prefix kept.
-        let follow_up = pool.checkout(&[1, 2, 3, 4, 5]).unwrap();
+        let follow_up = pool.checkout(&[1, 2, 3, 4, 5], 0).unwrap();
         assert_eq!(follow_up.cached, 3);
         assert_eq!(follow_up.conversation.as_deref(), Some("chat-a"));
         // A prompt that shares only part of a conversation reuses the cells, not the tag.
-        let branch = pool.checkout(&[7, 8, 5]).unwrap();
+        let branch = pool.checkout(&[7, 8, 5], 0).unwrap();
         assert_eq!(branch.cached, 2);
         assert_eq!(branch.conversation, None);
     }
@@ -264,17 +269,17 @@ mod tests {
     #[test]
     fn a_fixed_pool_never_lends_more_than_it_has_and_keeps_a_slot_a_request_broke() {
         let mut pool = slots(2);
-        let a = pool.checkout(&[1]).unwrap();
+        let a = pool.checkout(&[1], 0).unwrap();
         // Too long for a slot: refused, and the slot stays in the pool.
         assert!(matches!(
-            pool.checkout(&[0; 9]),
+            pool.checkout(&[0; 9], 0),
             Err(EngineError::ContextOverflow { .. })
         ));
-        let b = pool.checkout(&[2]).unwrap();
-        assert!(pool.checkout(&[3]).is_err(), "both slots are lent");
+        let b = pool.checkout(&[2], 0).unwrap();
+        assert!(pool.checkout(&[3], 0).is_err(), "both slots are lent");
         // A slot whose request failed comes back empty and untagged.
         pool.checkin(a.session, Some("chat".into()), true);
-        let again = pool.checkout(&[1, 5]).unwrap();
+        let again = pool.checkout(&[1, 5], 0).unwrap();
         assert_eq!((again.cached, again.conversation), (0, None));
         assert!(again.session.tokens().iter().map(|t| t.id).eq([1, 5]));
         pool.checkin(again.session, None, false);
@@ -294,16 +299,16 @@ mod tests {
             2,
         );
         for prompt in [[1, 1], [2, 2], [3, 3]] {
-            let c = pool.checkout(&prompt).unwrap();
+            let c = pool.checkout(&prompt, 0).unwrap();
             assert_eq!(c.cached, 0);
             pool.checkin(c.session, None, false);
         }
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 2);
         assert_eq!(pool.idle.len(), 2);
         // [1, 1] was recycled for [3, 3]; [2, 2] is still kept.
-        assert_eq!(pool.checkout(&[2, 2, 5]).unwrap().cached, 2);
+        assert_eq!(pool.checkout(&[2, 2, 5], 0).unwrap().cached, 2);
         // A session whose request failed is dropped where the pool can make another.
-        let c = pool.checkout(&[9]).unwrap();
+        let c = pool.checkout(&[9], 0).unwrap();
         pool.checkin(c.session, None, true);
         assert_eq!(pool.idle.len(), 0);
     }

@@ -12,7 +12,8 @@ use catena_engine::hardware::plan_for_model;
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
 use catena_engine_api::plan::{Overrides, Plan};
 use catena_engine_api::{
-    CancelFlag, EngineError, GenerateLimits, SessionOptions, StartPrompt, StopMatcher, TokenRecord,
+    CancelFlag, EngineError, GenerateLimits, SessionOptions, StartPrompt, StopMatcher, TaskChat,
+    TokenRecord,
 };
 use catena_worker::WorkerExit;
 use catena_worker::protocol::{
@@ -161,6 +162,7 @@ fn load(
                 .adapter
                 .clone()
                 .map(|path| AdapterOptions { path, scale: 1.0 }),
+            prompt_cache: config.prompt_cache.clone(),
         },
     )?;
     // The model lives as long as the worker process; sessions borrow it.
@@ -347,13 +349,21 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
     fn open(&mut self, prompt: Prompt) -> Result<Reply, EngineError> {
         // A session left open by a confused client is emptied, not reused.
         self.release(None, true);
-        let parts = match &prompt {
-            Prompt::Conversation { messages } => self.engine.conversation_prompt(messages)?,
-            Prompt::Task { system, user } => self.engine.chat_prompt(system, user)?,
-            Prompt::Parts { parts } => parts.clone(),
+        let engine = self.engine;
+        let (tokens, shared) = match &prompt {
+            Prompt::Conversation { messages } => engine.conversation_task_prompt(messages)?,
+            Prompt::Task {
+                system,
+                user,
+                user_shared,
+            } => engine.task_prompt(&TaskChat {
+                system,
+                user,
+                user_shared: *user_shared,
+            })?,
+            Prompt::Parts { parts } => (engine.tokenize_parts(parts), 0),
         };
-        let tokens = self.engine.tokenize_parts(&parts);
-        let checkout = self.pool.lock().checkout(&tokens)?;
+        let checkout = self.pool.lock().checkout(&tokens, shared)?;
         let mut open = Open {
             session: checkout.session,
             reported: Vec::new(),

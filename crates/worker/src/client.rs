@@ -14,7 +14,7 @@ use super::protocol::{
 use catena_engine_api::plan::{PROTOCOL_CONTEXT, Plan};
 use catena_engine_api::{
     Constraint, EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart,
-    Session, SessionState, StartChat, StopMatcher,
+    Session, SessionState, StartChat, StopMatcher, TaskChat,
 };
 use parking_lot::Mutex;
 use std::io::{self, BufReader, BufWriter};
@@ -643,10 +643,11 @@ impl Drop for WorkerSession<'_> {
 }
 
 impl StartChat for WorkerSession<'_> {
-    fn start_chat(&mut self, system: &str, user: &str) -> Result<PromptStart, EngineError> {
+    fn start_chat(&mut self, chat: &TaskChat<'_>) -> Result<PromptStart, EngineError> {
         let opened = self.open(Prompt::Task {
-            system: system.to_string(),
-            user: user.to_string(),
+            system: chat.system.to_string(),
+            user: chat.user.to_string(),
+            user_shared: chat.user_shared,
         })?;
         Ok(PromptStart {
             prompt_tokens: opened.prompt_tokens,

@@ -36,6 +36,9 @@ pub struct WorkerConfig {
     pub parallel: usize,
     /// The KV cache type, when the user chose one (otherwise the plan chooses).
     pub kv_cache: Option<KvCacheType>,
+    /// Where shared prompt prefixes are kept between processes (none: evaluated every time).
+    #[serde(default)]
+    pub prompt_cache: Option<PathBuf>,
 }
 
 /// A quantisation for a child process to run: llama.cpp's quantiser reads `input` and writes
@@ -55,8 +58,14 @@ pub struct QuantizeJob {
 pub enum Prompt {
     /// A whole conversation, ending with the opening of the assistant's turn.
     Conversation { messages: Vec<ChatMessage> },
-    /// One system and one user message (an agent run).
-    Task { system: String, user: String },
+    /// One system and one user message (an agent run), the first `user_shared` bytes of the
+    /// user message the same for every task of its profile.
+    Task {
+        system: String,
+        user: String,
+        #[serde(default)]
+        user_shared: usize,
+    },
     /// A prompt the caller rendered itself (the model's own Jinja template with tools, by
     /// `catena-chat-format`), markers special and message text plain.
     Parts { parts: Vec<PromptPart> },

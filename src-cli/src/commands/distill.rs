@@ -284,6 +284,7 @@ fn on_the_teacher(
                     kv_caches: args.parallel,
                 },
                 None,
+                paths,
             )?;
             let options =
                 setup::planned_session(plan.as_ref(), Some(TEACHER_CONTEXT), teacher.base_sampling);

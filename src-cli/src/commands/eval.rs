@@ -240,6 +240,7 @@ fn evaluate(
             kv_caches: args.parallel,
         },
         adapter.as_ref().map(|a| a.options.clone()),
+        paths,
     )?;
     let options = SessionOptions {
         // The vote's tie-break reads each sampled token's log-probability.

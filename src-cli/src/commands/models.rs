@@ -274,6 +274,7 @@ fn import_adapter(args: ImportAdapterArgs, paths: &Paths) -> Result<ExitCode> {
                 path: out.clone(),
                 scale: 1.0,
             }),
+            prompt_cache: None,
         };
         LlamaEngine::load(&base, &options)
             .map(|_| factors)

@@ -519,6 +519,7 @@ impl Backend {
                         kv_caches: u32::from(args.samples),
                     },
                     adapter.as_ref().map(|a| a.options.clone()),
+                    paths,
                 )?;
                 Ok(Backend::Local {
                     engine,

@@ -228,6 +228,8 @@ fn reload_engine(
         &LoadOptions {
             gpu_layers: options.gpu_layers,
             adapter: Some(AdapterOptions { path, scale: 1.0 }),
+            // The adapter is new at every step: a cached prefix would never be read again.
+            prompt_cache: None,
         },
     )?)
 }

@@ -20,6 +20,7 @@
 
 use super::LlamaEngine;
 use super::guide::{self, Guide};
+use super::prompt_cache::MIN_PREFIX_TOKENS;
 use super::session::{check_ids, context_size, kept_prefix, new_context, pick_token};
 use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
@@ -81,6 +82,7 @@ impl LlamaEngine {
                 evaluated: 0,
                 threads: options.threads,
                 reseed: false,
+                task_prefix: 0,
                 guide: None,
             })
             .collect();
@@ -141,6 +143,9 @@ pub struct BatchedSession<'m> {
     threads: Option<i32>,
     /// The next generation starts a new sampler from the seed (set by a restart).
     reseed: bool,
+    /// Where the prompt's task prefix ends ([`StartPrompt::start_task_prompt`]): no step
+    /// evaluates tokens on both sides of it, as a single session does not.
+    task_prefix: usize,
     /// The grammar the next generation follows, if one was set.
     guide: Option<Guide>,
 }
@@ -148,11 +153,10 @@ pub struct BatchedSession<'m> {
 impl catena_engine_api::StartChat for BatchedSession<'_> {
     fn start_chat(
         &mut self,
-        system: &str,
-        user: &str,
+        chat: &catena_engine_api::TaskChat<'_>,
     ) -> Result<catena_engine_api::PromptStart, EngineError> {
         let engine = self.engine;
-        engine.start_chat(self, system, user)
+        engine.start_chat(self, chat)
     }
 }
 
@@ -187,6 +191,21 @@ impl StartPrompt for BatchedSession<'_> {
             ..SessionStats::default()
         };
         self.reseed = true;
+        self.task_prefix = 0;
+        Ok(kept)
+    }
+
+    /// Sequences decoded together take a shared prefix from each other's cells, not from the
+    /// prompt cache; the prefix is still evaluated apart from the rest, so that a run alone in
+    /// the batch has a single session's numbers.
+    fn start_task_prompt(&mut self, ids: &[i32], shared: usize) -> Result<usize, EngineError> {
+        let held = kept_prefix(&self.state.tokens[..self.evaluated], ids);
+        if shared >= MIN_PREFIX_TOKENS && held < shared {
+            // As in a single session, the prefix is kept whole or evaluated again whole.
+            self.evaluated = 0;
+        }
+        let kept = self.start_prompt(ids)?;
+        self.task_prefix = shared;
         Ok(kept)
     }
 }
@@ -201,6 +220,8 @@ struct Request {
     pending: Vec<i32>,
     /// Start the sampler again from its seed.
     reseed: bool,
+    /// A step ends the tokens it evaluates at this position when it would cross it.
+    task_prefix: usize,
     /// The grammar this generation follows (its mask applied before the sequence's sampler).
     guide: Option<Guide>,
     stops: StopMatcher,
@@ -278,6 +299,7 @@ impl Session for BatchedSession<'_> {
                 .map(|t| t.id)
                 .collect(),
             reseed: std::mem::take(&mut self.reseed),
+            task_prefix: self.task_prefix,
             guide: self.guide.take(),
             stops: stops.clone(),
             limits,
@@ -577,9 +599,13 @@ impl Scheduler<'_> {
             }
             let active = &self.active[index];
             let seq = active.request.seq;
-            let take = active.pending.len().min(room);
-            let whole = take == active.pending.len();
             let base = self.kv[seq].len();
+            let to_prefix_end = match active.request.task_prefix.checked_sub(base) {
+                Some(left) if left > 0 && MIN_PREFIX_TOKENS <= active.request.task_prefix => left,
+                _ => usize::MAX,
+            };
+            let take = active.pending.len().min(room).min(to_prefix_end);
+            let whole = take == active.pending.len();
             for (i, &id) in active.pending[..take].iter().enumerate() {
                 let last = whole && i + 1 == take;
                 self.batch

@@ -1,8 +1,9 @@
 //! Chat turns on a local model: one session for every turn, so the prefix consecutive prompts
 //! share (the chat template's opening, an agent's system message when the same agent runs
-//! twice) is kept in the KV cache and only the rest is evaluated. The session is a context of
-//! its own ([`LocalChat::new`]) or one sequence of a batch ([`LocalChat::over`]), so several
-//! multi-agent runs can decode together.
+//! twice) is kept in the KV cache and only the rest is evaluated; an agent's system message is
+//! a task prefix, which a single session takes from the prompt cache when its context does not
+//! hold it. The session is a context of its own ([`LocalChat::new`]) or one sequence of a batch
+//! ([`LocalChat::over`]), so several multi-agent runs can decode together.
 
 use super::{LlamaEngine, LlamaSession};
 use crate::{
@@ -41,8 +42,11 @@ impl<S: StartPrompt> ChatEngine for LocalChat<'_, S> {
         limits: GenerateLimits,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<ChatReply, EngineError> {
-        let prompt = self.engine.chat_prompt(&turn.system, &turn.user)?;
-        let ids = self.engine.tokenize_parts(&prompt);
+        let (ids, shared) = self.engine.task_prompt(&catena_engine_api::TaskChat {
+            system: &turn.system,
+            user: &turn.user,
+            user_shared: 0,
+        })?;
         let context_size = self.session.context_size();
         // The prompt and at least one answer token must fit; the answer's own budget is cut to
         // what is left (the generation then ends as `ContextFull`).
@@ -52,7 +56,7 @@ impl<S: StartPrompt> ChatEngine for LocalChat<'_, S> {
                 needed: ids.len() + 1,
             });
         }
-        let cached_tokens = self.session.start_prompt(&ids)?;
+        let cached_tokens = self.session.start_task_prompt(&ids, shared)?;
         let limits = GenerateLimits {
             max_tokens: limits.max_tokens.min(turn.max_tokens),
             ..limits

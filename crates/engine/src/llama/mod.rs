@@ -10,9 +10,13 @@ mod guide;
 // Installs llama.cpp's log callback through the sys crate, which is unsafe.
 #[allow(unsafe_code)]
 mod log;
+mod prompt_cache;
 // Calls llama.cpp's quantiser through the sys crate, which is unsafe.
 #[allow(unsafe_code)]
 mod quantize;
+// Reads and writes a sequence's KV cells through the context's raw state calls, which are unsafe.
+#[allow(unsafe_code)]
+mod seq_state;
 mod session;
 
 pub use batch::{BatchReport, BatchedSession};
@@ -24,8 +28,8 @@ use super::{
     ChatFormat, EngineError, GenerateLimits, ModelInfo, PromptPart, SamplingParams, Session,
     SessionOptions, SideChat, StartPrompt, StopMatcher,
 };
-use catena_engine_api::PromptStart;
 use catena_engine_api::{ChatMessage, chatml_prompt};
+use catena_engine_api::{PromptStart, TaskChat};
 use catena_gguf::GgufHeader;
 use catena_gguf::inspect::{NOT_GENERATIVE, llama_supports};
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -41,6 +45,10 @@ pub struct LoadOptions {
     pub gpu_layers: Option<u32>,
     /// A LoRA adapter (GGUF, as `catena train` writes it) applied to every session.
     pub adapter: Option<AdapterOptions>,
+    /// A folder where the KV cells of prompt prefixes many runs share are kept between
+    /// processes (`None`: evaluated in every process). Worth it where one model and adapter serve
+    /// many runs; not where the adapter changes at every step (RL).
+    pub prompt_cache: Option<PathBuf>,
 }
 
 /// A LoRA adapter to apply.
@@ -180,6 +188,8 @@ pub struct LlamaEngine {
     /// (under the lock: sequences that ask at once wait for one build, about a second for a
     /// vocabulary of 150k tokens, instead of each making its own).
     grammars: Mutex<Option<guide::GrammarFactory>>,
+    /// Where shared prompt prefixes are kept between processes ([`LoadOptions::prompt_cache`]).
+    prompt_cache: Option<prompt_cache::PromptCache>,
 }
 
 impl LlamaEngine {
@@ -246,12 +256,26 @@ impl LlamaEngine {
             .and_then(|t| t.to_str().ok().map(str::to_string))
             .filter(|t| t.contains(catena_protocol::profile::QWEN_SYSTEM))
             .map(|_| catena_protocol::profile::QWEN_SYSTEM.to_string());
+        let prompt_cache = options.prompt_cache.as_deref().and_then(|dir| {
+            prompt_cache::PromptCache::open(
+                dir,
+                &prompt_cache::Loaded {
+                    model: path,
+                    adapter: options
+                        .adapter
+                        .as_ref()
+                        .map(|a| (a.path.as_path(), a.scale)),
+                    gpu_layers: info.gpu_layers,
+                },
+            )
+        });
         Ok(LlamaEngine {
             model,
             info,
             adapter,
             default_system,
             grammars: Mutex::new(None),
+            prompt_cache,
         })
     }
 
@@ -332,20 +356,49 @@ impl LlamaEngine {
         ])
     }
 
-    /// Puts a chat of `system` and `user` into `session` in place of its context, keeping the
-    /// prefix the two share: the one way a local session starts a task ([`catena_engine_api::StartChat`]).
+    /// Puts a task's chat into `session` in place of its context, keeping the prefix the two
+    /// share: the one way a local session starts a task ([`catena_engine_api::StartChat`]).
     fn start_chat(
         &self,
         session: &mut impl StartPrompt,
-        system: &str,
-        user: &str,
+        chat: &TaskChat<'_>,
     ) -> Result<PromptStart, EngineError> {
-        let ids = self.tokenize_parts(&self.chat_prompt(system, user)?);
-        let cached_tokens = session.start_prompt(&ids)?;
+        let (ids, shared) = self.task_prompt(chat)?;
+        let cached_tokens = session.start_task_prompt(&ids, shared)?;
         Ok(PromptStart {
             prompt_tokens: ids.len(),
             cached_tokens,
         })
+    }
+
+    /// The token ids of a task's prompt, and how many of them every task of its profile begins
+    /// with: those of the system message and the user message's shared part (as far as the
+    /// tokens of the whole prompt and of that part alone agree).
+    pub fn task_prompt(&self, chat: &TaskChat<'_>) -> Result<(Vec<i32>, usize), EngineError> {
+        let ids = self.tokenize_parts(&self.chat_prompt(chat.system, chat.user)?);
+        let shared = self.shared_with(&ids, chat.system, chat.shared_user())?;
+        Ok((ids, shared))
+    }
+
+    /// [`Self::task_prompt`] for a conversation: the part every conversation with the same
+    /// system message begins with (a multi-agent run's agent, a coding client's instructions).
+    pub fn conversation_task_prompt(
+        &self,
+        messages: &[ChatMessage],
+    ) -> Result<(Vec<i32>, usize), EngineError> {
+        let ids = self.tokenize_parts(&self.conversation_prompt(messages)?);
+        let system = messages
+            .first()
+            .filter(|m| m.role == "system")
+            .map_or("", |m| m.content.as_str());
+        let shared = self.shared_with(&ids, system, "")?;
+        Ok((ids, shared))
+    }
+
+    /// How many tokens of `ids` agree with the prompt of `system` and `user` alone.
+    fn shared_with(&self, ids: &[i32], system: &str, user: &str) -> Result<usize, EngineError> {
+        let alone = self.tokenize_parts(&self.chat_prompt(system, user)?);
+        Ok(ids.iter().zip(&alone).take_while(|(a, b)| a == b).count())
     }
 
     /// The prompt of a conversation, up to the opening of the next assistant turn. Without a

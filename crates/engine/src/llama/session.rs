@@ -7,6 +7,8 @@
 
 use super::LlamaEngine;
 use super::guide::{self, Guide};
+use super::prompt_cache::{MIN_PREFIX_TOKENS, SessionSettings};
+use super::seq_state;
 use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
 use crate::{
@@ -41,6 +43,8 @@ pub struct LlamaSession<'m> {
     logprobs: bool,
     /// The grammar the next generation follows ([`Session::constrain`]); cleared after it.
     guide: Option<Guide>,
+    /// What, beside the engine, decides this context's numbers (the prompt cache's key).
+    settings: SessionSettings,
 }
 
 impl<'m> LlamaSession<'m> {
@@ -67,6 +71,11 @@ impl<'m> LlamaSession<'m> {
             threads: options.threads,
             logprobs: options.logprobs,
             guide: None,
+            settings: SessionSettings {
+                threads: thread_count(options),
+                batch_size: batch_size as usize,
+                kv_cache: options.kv_cache,
+            },
         })
     }
 
@@ -306,11 +315,62 @@ impl<'m> LlamaSession<'m> {
 impl catena_engine_api::StartChat for LlamaSession<'_> {
     fn start_chat(
         &mut self,
-        system: &str,
-        user: &str,
+        chat: &catena_engine_api::TaskChat<'_>,
     ) -> Result<catena_engine_api::PromptStart, EngineError> {
         let engine = self.engine;
-        engine.start_chat(self, system, user)
+        engine.start_chat(self, chat)
+    }
+}
+
+impl LlamaSession<'_> {
+    /// Puts the KV cells of `prefix` back from the prompt cache into the empty context; false
+    /// when the cache has no sound entry for it (or there is no cache).
+    fn restore_prefix(&mut self, prefix: &[i32]) -> bool {
+        let Some(cache) = &self.engine.prompt_cache else {
+            return false;
+        };
+        if prefix.len() > self.state.context_size {
+            return false;
+        }
+        let start = Instant::now();
+        let key = cache.key(self.settings, prefix);
+        let Some(state) = cache.load(&key, prefix) else {
+            return false;
+        };
+        if !seq_state::restore(&mut self.ctx, 0, &state) {
+            tracing::warn!("llama.cpp refused a prompt cache entry; evaluating the prefix");
+            let _ = self.ctx.clear_kv_cache_seq(Some(0), None, None);
+            return false;
+        }
+        self.state
+            .tokens
+            .extend(prefix.iter().map(|&id| TokenRecord { id, logprob: None }));
+        self.evaluated = prefix.len();
+        self.logits_at = None;
+        self.state.stats.context_tokens = self.evaluated;
+        self.state.stats.prefill_time += start.elapsed();
+        tracing::debug!(tokens = prefix.len(), "prompt prefix from the prompt cache");
+        true
+    }
+
+    /// Keeps the KV cells of `prefix`, just evaluated alone in the context, in the prompt cache.
+    /// A cache that cannot be written (a full disk, a read-only folder) costs only the saving.
+    fn store_prefix(&self, prefix: &[i32]) {
+        let Some(cache) = &self.engine.prompt_cache else {
+            return;
+        };
+        let Some(state) = seq_state::save(&self.ctx, 0) else {
+            return;
+        };
+        let key = cache.key(self.settings, prefix);
+        match cache.store(&key, prefix, &state) {
+            Ok(()) => tracing::debug!(
+                tokens = prefix.len(),
+                bytes = state.len(),
+                "prompt prefix cached"
+            ),
+            Err(e) => tracing::warn!(error = %e, "the prompt cache could not be written"),
+        }
     }
 }
 
@@ -330,6 +390,32 @@ impl StartPrompt for LlamaSession<'_> {
         self.append_tokens(&ids[shared..])?;
         self.state.stats.cached_tokens += shared;
         Ok(shared)
+    }
+
+    /// The shared prefix is evaluated on its own, in batches from position 0, or put back from the
+    /// prompt cache, which holds exactly what that evaluation wrote; the rest of the prompt is
+    /// evaluated after it. So a run's numbers are the same whether its prefix was evaluated, read
+    /// from the cache or kept from the task before (llama.cpp's results differ in their last bits
+    /// with where a batch starts and ends: docs/ARCHITECTURE.md, "The prompt cache").
+    fn start_task_prompt(&mut self, ids: &[i32], shared: usize) -> Result<usize, EngineError> {
+        let kept = kept_prefix(&self.state.tokens, ids);
+        if shared < MIN_PREFIX_TOKENS || shared >= ids.len() || kept >= shared {
+            return self.start_prompt(ids);
+        }
+        check_ids(self.engine, ids)?;
+        self.sampler = TokenSampler::new(self.state.sampling);
+        self.state.stats = SessionStats::default();
+        self.truncate(0)?;
+        let prefix = &ids[..shared];
+        let restored = self.restore_prefix(prefix);
+        if !restored {
+            self.append_tokens(prefix)?;
+            self.store_prefix(prefix);
+        }
+        self.append_tokens(&ids[shared..])?;
+        let cached = if restored { shared } else { 0 };
+        self.state.stats.cached_tokens += cached;
+        Ok(cached)
     }
 }
 
@@ -467,9 +553,7 @@ pub(super) fn new_context<'m>(
     sequences: u32,
     batch_size: u32,
 ) -> Result<LlamaContext<'m>, EngineError> {
-    let threads = options
-        .threads
-        .unwrap_or_else(|| num_cpus::get_physical().max(1) as i32);
+    let threads = thread_count(options);
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(context_size))
         .with_n_batch(batch_size)
@@ -498,6 +582,13 @@ pub(super) fn new_context<'m>(
         })?;
     engine.apply_adapter(&mut ctx)?;
     Ok(ctx)
+}
+
+/// The session's CPU threads: the options' own, else the physical cores.
+fn thread_count(options: &SessionOptions) -> i32 {
+    options
+        .threads
+        .unwrap_or_else(|| num_cpus::get_physical().max(1) as i32)
 }
 
 fn kv_cache_type(kind: crate::KvCacheType) -> llama_cpp_2::context::params::KvCacheType {
