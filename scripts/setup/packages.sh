@@ -7,7 +7,8 @@
 # desktop app builds against (WebKitGTK, GTK) and Node.js for its UI. With --tests, all of that and
 # what the test suite drives: Debian's Chromium (the web UI), Xvfb, WebKitWebDriver and
 # tauri-driver (the desktop app), and Mesa's lavapipe (a Vulkan driver on the CPU, so the Vulkan
-# backend is tested on machines without a GPU). With --bench, a Python virtual environment outside the clone
+# backend is tested on machines without a GPU), and git where a machine lacks it (the suite's
+# long-function check lists the clone's files with it). With --bench, a Python virtual environment outside the clone
 # (~/.cache/catena-bench/venv) with PyTorch, transformers, PEFT and gguf: the anchor that
 # scripts/bench/train.py measures the trainer against (several GB; never needed otherwise).
 set -euo pipefail
@@ -55,6 +56,8 @@ if $tests; then
   compgen -G '/usr/share/vulkan/icd.d/lvp_icd.*.json' >/dev/null || need+=(mesa-vulkan-drivers)
   # The server tests signal the server process with kill(1).
   [ -x /bin/kill ] || [ -x /usr/bin/kill ] || need+=(procps)
+  # The long-function check reads the list of files from git (the clone's tracked files).
+  command -v git >/dev/null 2>&1 || need+=(git)
 fi
 if $desktop; then
   # Node.js builds the web UI (Vite 8 needs Node 20.19 or newer).
