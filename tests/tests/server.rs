@@ -21,17 +21,24 @@ struct Served {
 
 impl Served {
     fn start(store: &Path, extra: &[&str], api_key: Option<&str>) -> Served {
+        Served::start_env(
+            store,
+            extra,
+            api_key.map(|k| ("CATENA_API_KEY", k)).as_slice(),
+        )
+    }
+
+    /// [`Served::start`] with `env` set for the server (`CATENA_API_KEY` only from there).
+    fn start_env(store: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
         let served = common::serve(Command::new(common::catena_bin()), |cmd| {
             cmd.args(["--ctx-size", "4096", "--store-dir"])
                 .arg(store)
                 .args(extra)
-                .env_remove("CATENA_API_KEY");
+                .env_remove("CATENA_API_KEY")
+                .envs(env.iter().copied());
             // With parallel slots, the slots are the kept caches.
             if !extra.contains(&"--parallel") {
                 cmd.args(["--sessions", "2"]);
-            }
-            if let Some(key) = api_key {
-                cmd.env("CATENA_API_KEY", key);
             }
         });
         let common::Serving {
@@ -521,6 +528,57 @@ fn sixteen_concurrent_clients_of_four_slots_get_answers_or_a_clear_queue_full() 
         .json()
         .unwrap();
     assert_eq!(health["status"], "ok");
+}
+
+/// A client's instructions and tools, the same in every request, are kept in the prompt cache
+/// (docs/ARCHITECTURE.md, "The prompt cache"): a server started later reads their KV cells
+/// instead of evaluating them and gives the same answer; `CATENA_PROMPT_CACHE=off` reads none.
+/// (The cache is the user's own, which earlier runs may have filled: the first server here is
+/// not held to a miss.)
+#[test]
+fn a_clients_instructions_and_tools_come_from_the_prompt_cache_after_a_restart() {
+    let store = tempfile::tempdir().unwrap();
+    let client = http();
+    // A coding client's request: its instructions, four tools, a question.
+    let request: Value = serde_json::from_str(include_str!("../data/coding-request.json")).unwrap();
+    let ask = |env: &[(&str, &str)]| {
+        // A new server each time: its worker holds no cache of its own.
+        let server = Served::start_env(store.path(), &[], env);
+        let mut request = request.clone();
+        request["model"] = json!(server.model);
+        let reply: Value = client
+            .post(server.url("/v1/chat/completions"))
+            .json(&request)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let usage = &reply["usage"];
+        let message = &reply["choices"][0]["message"];
+        // Call ids are new for every answer; what the model wrote is not.
+        let calls: Vec<Value> = message["tool_calls"]
+            .as_array()
+            .map(|calls| calls.iter().map(|c| c["function"].clone()).collect())
+            .unwrap_or_default();
+        (
+            usage["prompt_tokens"].as_u64().expect("usage"),
+            usage["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .expect("cached tokens"),
+            (message["content"].clone(), calls),
+        )
+    };
+    let (prompt_tokens, _, first) = ask(&[]);
+    let (_, cached, second) = ask(&[]);
+    // The instructions and the tools, not the question.
+    assert!(
+        cached >= 300 && cached + 8 < prompt_tokens,
+        "{cached} of {prompt_tokens}"
+    );
+    assert_eq!(first, second);
+    let (_, cached, off) = ask(&[("CATENA_PROMPT_CACHE", "off")]);
+    assert_eq!(cached, 0, "the cache was read although it is off");
+    assert_eq!(first, off);
 }
 
 /// A short greedy chat completion ("Say hi."), answered whole.

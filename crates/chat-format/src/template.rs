@@ -199,6 +199,24 @@ impl ChatTemplate {
         Ok(split_marks(&rendered, &nonce, turns))
     }
 
+    /// The prompt of `turns`' leading system messages with `tools` offered, then an empty user
+    /// message: up to where a conversation's first user message would begin, it is what every
+    /// conversation that gives the same instructions and offers the same tools begins with (a
+    /// coding client's requests). The engine keeps the tokens it and [`Self::render`]'s prompt
+    /// agree on in its prompt cache (docs/ARCHITECTURE.md, "The prompt cache"). The user
+    /// message is there because templates expect one: Qwen2.5's reads `messages[0]`, and
+    /// templates that fold the system message into the first user turn keep it only so.
+    pub fn render_instructions(
+        &self,
+        turns: &[Turn],
+        tools: &[ToolSpec],
+    ) -> Result<Vec<PromptPart>, FormatError> {
+        let leading = turns.iter().take_while(|t| t.role == Role::System).count();
+        let mut alone = turns[..leading].to_vec();
+        alone.push(Turn::new(Role::User, ""));
+        self.render(&alone, tools)
+    }
+
     fn message(
         &self,
         turn: &Turn,

@@ -307,8 +307,8 @@ pub(super) fn submit(
             ))
             .param("tools")
         })?;
-        let (parts, constraint) = checked.tooling.render(template, &checked.turns)?;
-        (Some(parts), constraint, checked.tooling.reader(template))
+        let (prompt, constraint) = checked.tooling.render(template, &checked.turns)?;
+        (Some(prompt), constraint, checked.tooling.reader(template))
     } else {
         (None, None, None)
     };

@@ -7,7 +7,8 @@ use catena_chat_format::{
     CallFormat, ChatTemplate, FormatError, Role, ToolCall, ToolChoice, ToolSpec, Turn, check_tools,
     response_grammar,
 };
-use catena_engine_api::{Constraint, PromptPart};
+use catena_engine_api::Constraint;
+use catena_service::TemplatePrompt;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -163,13 +164,25 @@ impl Tooling {
         &self,
         template: &ChatTemplate,
         turns: &[Turn],
-    ) -> Result<(Vec<PromptPart>, Option<Constraint>), ApiError> {
+    ) -> Result<(TemplatePrompt, Option<Constraint>), ApiError> {
         let offered: &[ToolSpec] = if self.calls_offered() {
             &self.tools
         } else {
             &[]
         };
         let parts = template.render(turns, offered).map_err(format_error)?;
+        // Only what the prompt cache keeps: a template that cannot render the instructions
+        // alone (one that insists on a user message) costs the cache, not the request.
+        let instructions = template
+            .render_instructions(turns, offered)
+            .unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "the instructions alone do not render");
+                Vec::new()
+            });
+        let prompt = TemplatePrompt {
+            parts,
+            instructions,
+        };
         let constraint = match &self.response_schema {
             Some(schema) if !matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_)) => {
                 let grammar = response_grammar(schema.as_ref()).map_err(format_error)?;
@@ -179,7 +192,7 @@ impl Tooling {
                 .call_format()
                 .constraint(offered, &self.choice, self.parallel),
         };
-        Ok((parts, constraint))
+        Ok((prompt, constraint))
     }
 
     /// How the answer's calls are read, when calls are offered.

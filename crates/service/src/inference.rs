@@ -66,7 +66,7 @@ pub struct ChatJob {
     pub messages: Vec<ChatMessage>,
     /// The prompt rendered by the model's chat template with the request's tools
     /// ([`Inference::chat_template`]); `None`: the worker frames `messages` itself.
-    pub prompt: Option<Vec<PromptPart>>,
+    pub prompt: Option<TemplatePrompt>,
     /// The grammar the answer follows (a tool call's schema, `response_format`).
     pub constraint: Option<Constraint>,
     pub sampling: SamplingParams,
@@ -79,6 +79,17 @@ pub struct ChatJob {
     pub stream: bool,
     pub reply: mpsc::UnboundedSender<ChatEvent>,
     pub cancel: CancelFlag,
+}
+
+/// A request's prompt, rendered by the model's chat template with its tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplatePrompt {
+    pub parts: Vec<PromptPart>,
+    /// The same template's prompt of the request's system messages and tools with an empty user
+    /// message (`ChatTemplate::render_instructions`): what it shares with `parts` every request
+    /// of a client with the same instructions begins with, and the worker keeps in the prompt
+    /// cache (docs/ARCHITECTURE.md, "The prompt cache"). Empty: nothing is kept.
+    pub instructions: Vec<PromptPart>,
 }
 
 /// What a chat completion streams back.
@@ -453,8 +464,9 @@ impl Worker {
         self.ready()?;
         let client = self.client.read();
         let prompt = match &job.prompt {
-            Some(parts) => Prompt::Parts {
-                parts: parts.clone(),
+            Some(rendered) => Prompt::Parts {
+                parts: rendered.parts.clone(),
+                instructions: rendered.instructions.clone(),
             },
             None => Prompt::Conversation {
                 messages: job.messages.clone(),

@@ -25,7 +25,7 @@ pub use contract::{
 pub use downloads::{DownloadState, DownloadStatus};
 pub use error::{ErrorKind, ServiceError};
 pub use inference::{
-    ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig, ServedTemplate,
+    ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig, ServedTemplate, TemplatePrompt,
     load_chat_template,
 };
 pub use sandbox::{WORKSPACE_GUEST_PATH, Workspace};

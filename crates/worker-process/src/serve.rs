@@ -361,7 +361,10 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
                 user,
                 user_shared: *user_shared,
             })?,
-            Prompt::Parts { parts } => (engine.tokenize_parts(parts), 0),
+            Prompt::Parts {
+                parts,
+                instructions,
+            } => engine.parts_task_prompt(parts, instructions),
         };
         let checkout = self.pool.lock().checkout(&tokens, shared)?;
         let mut open = Open {

@@ -67,8 +67,15 @@ pub enum Prompt {
         user_shared: usize,
     },
     /// A prompt the caller rendered itself (the model's own Jinja template with tools, by
-    /// `catena-chat-format`), markers special and message text plain.
-    Parts { parts: Vec<PromptPart> },
+    /// `catena-chat-format`), markers special and message text plain. `instructions` is the same
+    /// template's prompt of the request's system messages and tools with an empty user message
+    /// (`ChatTemplate::render_instructions`): the tokens the two agree on are what every request
+    /// of that client begins with, kept in the prompt cache (none: nothing is).
+    Parts {
+        parts: Vec<PromptPart>,
+        #[serde(default)]
+        instructions: Vec<PromptPart>,
+    },
 }
 
 /// From the server to the worker.
@@ -351,6 +358,27 @@ mod tests {
                 reply: Reply::Closed
             })
         ));
+    }
+
+    #[test]
+    fn a_rendered_prompt_without_instructions_shares_nothing() {
+        let open: Request = serde_json::from_str(
+            r#"{"op": "open", "prompt": {"kind": "parts", "parts": [{"text": "hi", "special": false}]}}"#,
+        )
+        .unwrap();
+        match open {
+            Request::Open {
+                prompt:
+                    Prompt::Parts {
+                        parts,
+                        instructions,
+                    },
+            } => {
+                assert_eq!(parts, vec![PromptPart::plain("hi")]);
+                assert!(instructions.is_empty());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]

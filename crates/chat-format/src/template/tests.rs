@@ -180,6 +180,76 @@ fn the_built_in_chatml_template_lays_out_tools_and_calls() {
     );
 }
 
+/// The text the prompt of the instructions alone and the whole prompt begin with.
+fn instructions_begin_the_prompt(
+    template: &ChatTemplate,
+    turns: &[Turn],
+    tools: &[ToolSpec],
+) -> String {
+    let whole = joined(&template.render(turns, tools).unwrap());
+    let alone = joined(&template.render_instructions(turns, tools).unwrap());
+    let common = whole
+        .char_indices()
+        .zip(alone.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(whole.len().min(alone.len()), |((at, _), _)| at);
+    whole[..common].to_string()
+}
+
+#[test]
+fn the_instructions_alone_begin_every_prompt_with_them() {
+    let system = Turn::new(Role::System, "You are a coding agent.");
+    for source in [Some(QWEN), None] {
+        let template = ChatTemplate::new(source, "", "<|im_end|>").unwrap();
+        let mut seen = Vec::new();
+        for user in ["Fix the build.", "Add a test."] {
+            let turns = [system.clone(), Turn::new(Role::User, user)];
+            let shared = instructions_begin_the_prompt(&template, &turns, &[weather()]);
+            assert!(shared.contains("You are a coding agent."), "{shared}");
+            assert!(shared.contains("get_weather"), "{shared}");
+            // Up to where the question begins.
+            assert!(shared.ends_with("<|im_start|>user\n"), "{shared}");
+            seen.push(shared);
+        }
+        // Every request of the client shares them, whatever it asks.
+        assert_eq!(seen[0], seen[1]);
+        // A later turn of the conversation too.
+        let longer = [
+            system.clone(),
+            Turn::new(Role::User, "Fix the build."),
+            Turn::new(Role::Assistant, "Done."),
+            Turn::new(Role::User, "Thanks."),
+        ];
+        assert_eq!(
+            instructions_begin_the_prompt(&template, &longer, &[weather()]),
+            seen[0]
+        );
+    }
+    // Without a system message, the template's own system text with the tools.
+    let template = ChatTemplate::new(Some(QWEN), "", "<|im_end|>").unwrap();
+    let shared = instructions_begin_the_prompt(
+        &template,
+        &[Turn::new(Role::User, "Fix the build.")],
+        &[weather()],
+    );
+    assert!(
+        shared.starts_with("<|im_start|>system\nYou are Qwen"),
+        "{shared}"
+    );
+    assert!(shared.contains("get_weather"), "{shared}");
+    assert!(shared.ends_with("<|im_start|>user\n"), "{shared}");
+    // A template that folds the system message into the first user turn keeps it.
+    let folding = "{% if messages[0].role == 'system' %}\
+        {% set prefix = messages[0].content + '\\n\\n' %}{% set rest = messages[1:] %}\
+        {% else %}{% set prefix = '' %}{% set rest = messages %}{% endif %}\
+        {% for m in rest %}<turn>{{ m.role }}\n{% if loop.first %}{{ prefix }}{% endif %}\
+        {{ m.content }}</turn>\n{% endfor %}<turn>model\n";
+    let template = ChatTemplate::new(Some(folding), "", "").unwrap();
+    let turns = [system, Turn::new(Role::User, "Fix the build.")];
+    let shared = instructions_begin_the_prompt(&template, &turns, &[]);
+    assert_eq!(shared, "<turn>user\nYou are a coding agent.\n\n");
+}
+
 #[test]
 fn dates_are_civil() {
     assert_eq!(civil_date(0), (1970, 1, 1));

@@ -395,10 +395,23 @@ impl LlamaEngine {
         Ok((ids, shared))
     }
 
+    /// [`Self::task_prompt`] for a prompt the caller rendered itself (a client's request with
+    /// tools, by the model's own template): the part it shares with `instructions`, the same
+    /// template's prompt of the request's system messages and tools with an empty user message.
+    pub fn parts_task_prompt(
+        &self,
+        parts: &[PromptPart],
+        instructions: &[PromptPart],
+    ) -> (Vec<i32>, usize) {
+        let ids = self.tokenize_parts(parts);
+        let shared = agreeing(&ids, &self.tokenize_parts(instructions));
+        (ids, shared)
+    }
+
     /// How many tokens of `ids` agree with the prompt of `system` and `user` alone.
     fn shared_with(&self, ids: &[i32], system: &str, user: &str) -> Result<usize, EngineError> {
         let alone = self.tokenize_parts(&self.chat_prompt(system, user)?);
-        Ok(ids.iter().zip(&alone).take_while(|(a, b)| a == b).count())
+        Ok(agreeing(ids, &alone))
     }
 
     /// The prompt of a conversation, up to the opening of the next assistant turn. Without a
@@ -507,6 +520,11 @@ impl LlamaEngine {
         ctx.lora_adapter_set(&mut adapter, loaded.scale)
             .map_err(|e| EngineError::Backend(format!("applying the LoRA adapter: {e}")))
     }
+}
+
+/// How many leading tokens `a` and `b` have in common.
+fn agreeing(a: &[i32], b: &[i32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Checks an adapter file against the model in Rust, then has llama.cpp load it.
