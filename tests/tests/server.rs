@@ -569,6 +569,11 @@ fn a_clients_instructions_and_tools_come_from_the_prompt_cache_after_a_restart()
         )
     };
     let (prompt_tokens, _, first) = ask(&[]);
+    // The answers compared below hold what the model wrote.
+    assert!(
+        first.0.as_str().is_some_and(|text| !text.is_empty()) || !first.1.is_empty(),
+        "{first:?}"
+    );
     let (_, cached, second) = ask(&[]);
     // The instructions and the tools, not the question.
     assert!(

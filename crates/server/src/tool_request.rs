@@ -172,7 +172,7 @@ impl Tooling {
         };
         let parts = template.render(turns, offered).map_err(format_error)?;
         // Only what the prompt cache keeps: a template that cannot render the instructions
-        // alone (one that insists on a user message) costs the cache, not the request.
+        // alone (one that refuses an empty user message, say) costs the cache, not the request.
         let instructions = template
             .render_instructions(turns, offered)
             .unwrap_or_else(|e| {
