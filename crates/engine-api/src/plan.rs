@@ -19,6 +19,17 @@ const BATCH: u64 = 512;
 /// Scratch every context needs besides the logits.
 const COMPUTE_BASE: u64 = 192 << 20;
 
+/// KV caches a context of `sequences` sequences decoded together holds: a stream for each and,
+/// with more than one, a spare stream the batch scheduler moves sequences through
+/// (docs/ARCHITECTURE.md, "Many sequences in one context"). Each is as large as one sequence's.
+pub fn batched_kv_caches(sequences: u32) -> u32 {
+    if sequences > 1 {
+        sequences.saturating_add(1)
+    } else {
+        1
+    }
+}
+
 /// The sizes of a model that matter for placement (from [`Inspection`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ModelSize {

@@ -10,7 +10,7 @@
 use crate::pool::{MakeSession, SessionPool};
 use catena_engine::hardware::plan_for_model;
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
-use catena_engine_api::plan::{Overrides, Plan};
+use catena_engine_api::plan::{Overrides, Plan, batched_kv_caches};
 use catena_engine_api::{
     CancelFlag, EngineError, GenerateLimits, SessionOptions, StartPrompt, StopMatcher, TaskChat,
     TokenRecord,
@@ -126,13 +126,13 @@ fn load(
         context: session.context_size,
         gpu_layers: config.gpu_layers,
         kv_cache: config.kv_cache,
-        // With lanes, the slots of the one batched context are the caches.
-        kv_caches: u32::try_from(if config.parallel > 1 {
-            config.parallel
+        // With lanes, the slots of the one batched context (and its spare stream) are the
+        // caches.
+        kv_caches: if config.parallel > 1 {
+            batched_kv_caches(u32::try_from(config.parallel).unwrap_or(u32::MAX))
         } else {
-            config.sessions
-        })
-        .unwrap_or(u32::MAX),
+            u32::try_from(config.sessions).unwrap_or(u32::MAX)
+        },
     };
     let plan = match plan_for_model(&config.model_path, overrides) {
         Ok(plan) => {

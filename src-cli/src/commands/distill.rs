@@ -12,7 +12,7 @@ use catena_distill::{
     FilterConfig, FilterReport, RunLog, TeacherRun, alpaca_item, filter_runs, sft_line,
 };
 use catena_engine::llama::LocalChat;
-use catena_engine_api::plan::Overrides;
+use catena_engine_api::plan::{Overrides, batched_kv_caches};
 use catena_engine_api::{ChatEngine, SamplingParams};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
@@ -281,7 +281,7 @@ fn on_the_teacher(
                     context: Some(TEACHER_CONTEXT),
                     gpu_layers: args.gpu_layers,
                     kv_cache: None,
-                    kv_caches: args.parallel,
+                    kv_caches: batched_kv_caches(args.parallel),
                 },
                 None,
                 paths,

@@ -9,7 +9,7 @@ use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::ToolBox;
 use catena_agent::{Budgets, CutShort, Decoding};
 use catena_engine::llama::{BatchedSession, LlamaEngine, LocalChat};
-use catena_engine_api::plan::Overrides;
+use catena_engine_api::plan::{Overrides, batched_kv_caches};
 use catena_engine_api::{SamplingParams, SessionOptions};
 use catena_eval::{EvalTask, Report, TaskResult, plot};
 use catena_hub::config::Paths;
@@ -237,7 +237,7 @@ fn evaluate(
             context: Some(RUN_CONTEXT),
             gpu_layers: args.gpu_layers,
             kv_cache: None,
-            kv_caches: args.parallel,
+            kv_caches: batched_kv_caches(args.parallel),
         },
         adapter.as_ref().map(|a| a.options.clone()),
         paths,

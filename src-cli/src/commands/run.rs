@@ -8,7 +8,7 @@ use catena_agent::remote::{RemoteChat, RemoteSession};
 use catena_agent::tools::profile_tools;
 use catena_agent::{Budgets, CutShort, Decoding};
 use catena_engine::llama::{LlamaEngine, LlamaSession, LocalChat};
-use catena_engine_api::plan::{Overrides, Plan};
+use catena_engine_api::plan::{Overrides, Plan, batched_kv_caches};
 use catena_engine_api::{ChatEngine, KvCacheType, SamplingParams, SessionOptions};
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
@@ -516,7 +516,7 @@ impl Backend {
                         context: args.ctx_size,
                         gpu_layers: args.gpu_layers,
                         kv_cache: args.kv_cache,
-                        kv_caches: u32::from(args.samples),
+                        kv_caches: batched_kv_caches(u32::from(args.samples)),
                     },
                     adapter.as_ref().map(|a| a.options.clone()),
                     paths,

@@ -1,5 +1,6 @@
 //! Many sequences in one llama.cpp context: one `llama_decode` per step carries the next token
-//! of every sequence that is generating, over one KV cache they share.
+//! of every sequence that is generating, each sequence in a KV stream of its own (`streams.rs`
+//! says why, and how a step's sequences are kept in consecutive streams).
 //!
 //! Each sequence is a [`BatchedSession`], a [`Session`] that a caller drives from a thread of its
 //! own (a chain with its tool calls, a sample of an evaluation). Its `generate` hands the
@@ -14,14 +15,15 @@
 //! The guarantees of a single session hold per sequence: every token is evaluated exactly once
 //! (a sampled token waits, as pending, for the next step of its sequence), stop strings end the
 //! text where they end, and sampled tokens carry their log-probabilities. A prompt another
-//! sequence has already evaluated is not evaluated again: its KV cells are shared
-//! (`llama_memory_seq_cp` on a unified cache), and a sequence whose prompt starts like one being
+//! sequence has already evaluated is not evaluated again: its KV cells are copied
+//! (`llama_memory_seq_cp`, whole streams), and a sequence whose prompt starts like one being
 //! evaluated in the same step waits one step to share it.
 
 use super::LlamaEngine;
 use super::guide::{self, Guide};
 use super::prompt_cache::MIN_PREFIX_TOKENS;
 use super::session::{check_ids, context_size, kept_prefix, new_context, pick_token};
+use super::streams::{Move, Streams};
 use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
 use crate::{
@@ -60,7 +62,9 @@ impl LlamaEngine {
     ) -> Result<(T, BatchReport), EngineError> {
         let sequences = sequences.max(1);
         let per_sequence = context_size(self, options);
-        let total = u32::try_from(sequences)
+        let streams = Streams::new(sequences);
+        let stream_count = streams.count();
+        let total = u32::try_from(stream_count)
             .ok()
             .and_then(|n| n.checked_mul(per_sequence))
             .ok_or(EngineError::ContextFailed {
@@ -92,7 +96,7 @@ impl LlamaEngine {
             // made.
             let (ready, made) = channel();
             let scheduler = scope.spawn(move || {
-                let ctx = match new_context(self, options, total, sequences as u32, batch_size) {
+                let ctx = match new_context(self, options, total, stream_count as u32, batch_size) {
                     Ok(ctx) => {
                         let _ = ready.send(Ok(()));
                         ctx
@@ -108,6 +112,7 @@ impl LlamaEngine {
                     batch: LlamaBatch::new(batch_size as usize, sequences as i32),
                     batch_size: batch_size as usize,
                     kv: vec![Vec::new(); sequences],
+                    streams,
                     samplers: (0..sequences).map(|_| None).collect(),
                     logprobs: options.logprobs,
                     active: Vec::new(),
@@ -370,6 +375,8 @@ struct Scheduler<'m> {
     batch_size: usize,
     /// The token ids in each sequence's KV cells.
     kv: Vec<Vec<i32>>,
+    /// The KV stream that holds each sequence's cells (llama.cpp's sequence id for it).
+    streams: Streams,
     /// Each sequence's sampler (its random state carries over while its settings stay).
     samplers: Vec<Option<TokenSampler>>,
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
@@ -397,6 +404,8 @@ pub struct BatchReport {
     pub sampling: Duration,
     /// Time with no generation under way.
     pub idle: Duration,
+    /// Whole KV streams copied to put a step's sequences in consecutive streams (`streams.rs`).
+    pub stream_copies: usize,
 }
 
 impl BatchReport {
@@ -520,9 +529,10 @@ impl Scheduler<'_> {
             )));
         }
         if keep < held {
+            let stream = self.streams.of(seq) as u32;
             let dropped = self
                 .ctx
-                .clear_kv_cache_seq(Some(seq as u32), Some(keep as u32), None)
+                .clear_kv_cache_seq(Some(stream), Some(keep as u32), None)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             if !dropped {
                 return Err(EngineError::Decode(
@@ -571,9 +581,22 @@ impl Scheduler<'_> {
             .map(|other| (other, agree(&self.kv[other], &[])))
             .max_by_key(|&(_, n)| n);
         if let Some((source, n)) = best.filter(|&(_, n)| n > held) {
+            // Between streams llama.cpp copies only a whole sequence: the source's cells
+            // replace this sequence's (the first `held` are the same), then the end past the
+            // shared beginning is dropped.
+            let (from, to) = (self.streams.of(source), self.streams.of(seq));
             self.ctx
-                .copy_kv_cache_seq(source as i32, seq as i32, Some(held as u32), Some(n as u32))
+                .copy_kv_cache_seq(from as i32, to as i32, None, None)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
+            let trimmed = self
+                .ctx
+                .clear_kv_cache_seq(Some(to as u32), Some(n as u32), None)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            if !trimmed {
+                return Err(EngineError::Decode(
+                    "llama.cpp could not drop the end of a copied sequence".into(),
+                ));
+            }
             let active = &mut self.active[index];
             let copied: Vec<i32> = active.pending.drain(..n - held).collect();
             self.kv[seq].extend(copied);
@@ -586,9 +609,8 @@ impl Scheduler<'_> {
     /// One decode with the next tokens of every active sequence that fit the batch.
     fn step(&mut self) -> Result<(), EngineError> {
         let started = Instant::now();
-        self.batch.clear();
-        // (index into active, tokens added, batch index of its logits when it samples)
-        let mut planned: Vec<(usize, usize, Option<i32>)> = Vec::new();
+        // (index into active, tokens it adds)
+        let mut planned: Vec<(usize, usize)> = Vec::new();
         let mut room = self.batch_size;
         for index in 0..self.active.len() {
             if room == 0 {
@@ -598,26 +620,43 @@ impl Scheduler<'_> {
                 continue;
             }
             let active = &self.active[index];
-            let seq = active.request.seq;
-            let base = self.kv[seq].len();
+            let base = self.kv[active.request.seq].len();
             let to_prefix_end = match active.request.task_prefix.checked_sub(base) {
                 Some(left) if left > 0 && MIN_PREFIX_TOKENS <= active.request.task_prefix => left,
                 _ => usize::MAX,
             };
             let take = active.pending.len().min(room).min(to_prefix_end);
-            let whole = take == active.pending.len();
-            for (i, &id) in active.pending[..take].iter().enumerate() {
-                let last = whole && i + 1 == take;
-                self.batch
-                    .add(LlamaToken::new(id), (base + i) as i32, &[seq as i32], last)
-                    .map_err(|e| EngineError::Decode(e.to_string()))?;
-            }
-            let logits = whole.then(|| self.batch.n_tokens() - 1);
-            planned.push((index, take, logits));
+            planned.push((index, take));
             room -= take;
         }
         if planned.is_empty() {
             return Ok(());
+        }
+        let seqs: Vec<usize> = planned
+            .iter()
+            .map(|&(index, _)| self.active[index].request.seq)
+            .collect();
+        for moved in self.streams.gather(&seqs) {
+            self.move_stream(moved)?;
+        }
+        // One pass of llama.cpp takes streams in increasing order (`streams.rs`).
+        planned.sort_by_key(|&(index, _)| self.streams.of(self.active[index].request.seq));
+        self.batch.clear();
+        // The batch index of each planned sequence's logits, where it samples this step.
+        let mut logits_at = Vec::with_capacity(planned.len());
+        for &(index, take) in &planned {
+            let active = &self.active[index];
+            let seq = active.request.seq;
+            let stream = self.streams.of(seq) as i32;
+            let base = self.kv[seq].len();
+            let whole = take == active.pending.len();
+            for (i, &id) in active.pending[..take].iter().enumerate() {
+                let last = whole && i + 1 == take;
+                self.batch
+                    .add(LlamaToken::new(id), (base + i) as i32, &[stream], last)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            logits_at.push(whole.then(|| self.batch.n_tokens() - 1));
         }
         self.ctx
             .decode(&mut self.batch)
@@ -626,7 +665,7 @@ impl Scheduler<'_> {
         // is the device's and not counted as sampling (which reads the logits next anyway).
         self.ctx.synchronize();
         let elapsed = started.elapsed();
-        if planned.iter().any(|&(_, take, _)| take > 1) {
+        if planned.iter().any(|&(_, take)| take > 1) {
             self.report.with_prefill.0 += elapsed;
             self.report.with_prefill.1 += 1;
         } else {
@@ -640,7 +679,7 @@ impl Scheduler<'_> {
         }
         let sampling_started = Instant::now();
         let mut finished = Vec::new();
-        for (index, take, logits) in planned {
+        for ((index, take), logits) in planned.into_iter().zip(logits_at) {
             let active = &mut self.active[index];
             let seq = active.request.seq;
             self.kv[seq].extend(active.pending.drain(..take));
@@ -666,6 +705,24 @@ impl Scheduler<'_> {
             let active = self.active.remove(index);
             self.finish(active, stop);
         }
+        Ok(())
+    }
+
+    /// Makes a move of [`Streams::gather`]: the sequence's cells are copied into the spare
+    /// stream, and the stream it left is emptied to become the spare. The spare holds no cells,
+    /// so a sequence that holds none moves without a copy.
+    fn move_stream(&mut self, moved: Move) -> Result<(), EngineError> {
+        let failed = |e: &dyn std::fmt::Display| EngineError::Decode(e.to_string());
+        if !self.kv[moved.seq].is_empty() {
+            self.ctx
+                .copy_kv_cache_seq(moved.from as i32, moved.to as i32, None, None)
+                .map_err(|e| failed(&e))?;
+            self.report.stream_copies += 1;
+        }
+        // Removing a whole sequence cannot fail (llama.cpp's contract for this call).
+        self.ctx
+            .clear_kv_cache_seq(Some(moved.from as u32), None, None)
+            .map_err(|e| failed(&e))?;
         Ok(())
     }
 

@@ -18,6 +18,7 @@ mod quantize;
 #[allow(unsafe_code)]
 mod seq_state;
 mod session;
+mod streams;
 
 pub use batch::{BatchReport, BatchedSession};
 pub use chat::LocalChat;

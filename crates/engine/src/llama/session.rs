@@ -543,14 +543,14 @@ pub(super) fn context_size(engine: &LlamaEngine, options: &SessionOptions) -> u3
         .max(16)
 }
 
-/// A llama.cpp context of `context_size` tokens for `sequences` sequences (one KV cache they
-/// share, so a prefix one has evaluated can be copied to another without evaluating it again),
-/// with the session options' threads and cache type and the engine's adapter applied.
+/// A llama.cpp context of `context_size` tokens split into `streams` KV streams, one for each
+/// sequence (the batch scheduler's map of them is in `streams.rs`), with the session options'
+/// threads and cache type and the engine's adapter applied.
 pub(super) fn new_context<'m>(
     engine: &'m LlamaEngine,
     options: &SessionOptions,
     context_size: u32,
-    sequences: u32,
+    streams: u32,
     batch_size: u32,
 ) -> Result<LlamaContext<'m>, EngineError> {
     let threads = thread_count(options);
@@ -558,8 +558,8 @@ pub(super) fn new_context<'m>(
         .with_n_ctx(NonZeroU32::new(context_size))
         .with_n_batch(batch_size)
         .with_n_ubatch(batch_size)
-        .with_n_seq_max(sequences)
-        .with_kv_unified(sequences > 1)
+        .with_n_seq_max(streams)
+        .with_kv_unified(false)
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
         .with_type_k(kv_cache_type(options.kv_cache))
