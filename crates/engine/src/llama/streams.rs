@@ -4,13 +4,13 @@
 //! The batch scheduler gives every sequence a KV stream of its own (llama.cpp's non-unified
 //! cache), so a token attends only to its own sequence's cells; in one shared stream it would
 //! scan every sequence's cells and skip the others' one by one, a cost that grows with the
-//! number of sequences (docs/BENCHMARKS.md, the RL section). llama.cpp evaluates a step over
-//! several streams in one pass only while their ids are consecutive (its equal split takes
-//! sequence ids in increasing order, one after another), so a step over streams 0, 1 and 3 is two
-//! passes over the weights. A sequence out of the batch (running a tool, or done) leaves such a
-//! hole. So one stream more than the sequences is kept spare, and before a step the sequences
-//! are moved until the step's own are consecutive: a move copies a stream into the spare one
-//! and the stream it left becomes the spare.
+//! number of sequences (docs/BENCHMARKS.md, "A KV stream per sequence"). llama.cpp evaluates a
+//! step over several streams in one pass only while their ids are consecutive (its equal split
+//! takes sequence ids in increasing order, one after another), so a step over streams 0, 1 and
+//! 3 is two passes over the weights. A sequence out of the batch (running a tool, or done)
+//! leaves such a hole. So one stream more than the sequences is kept spare, and before a step
+//! the sequences are moved until the step's own are consecutive: a move copies a stream into
+//! the spare one and the stream it left becomes the spare.
 
 use catena_engine_api::plan::batched_kv_caches;
 
