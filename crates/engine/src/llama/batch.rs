@@ -712,17 +712,16 @@ impl Scheduler<'_> {
     /// stream, and the stream it left is emptied to become the spare. The spare holds no cells,
     /// so a sequence that holds none moves without a copy.
     fn move_stream(&mut self, moved: Move) -> Result<(), EngineError> {
-        let failed = |e: &dyn std::fmt::Display| EngineError::Decode(e.to_string());
         if !self.kv[moved.seq].is_empty() {
             self.ctx
                 .copy_kv_cache_seq(moved.from as i32, moved.to as i32, None, None)
-                .map_err(|e| failed(&e))?;
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
             self.report.stream_copies += 1;
         }
         // Removing a whole sequence cannot fail (llama.cpp's contract for this call).
         self.ctx
             .clear_kv_cache_seq(Some(moved.from as u32), None, None)
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| EngineError::Decode(e.to_string()))?;
         Ok(())
     }
 
