@@ -46,9 +46,9 @@ pub struct RlArgs {
     #[arg(long, default_value_t = 8)]
     pub group: usize,
 
-    /// Sequences decoded at once, as --group × this (this at most --batch-prompts): the next
-    /// group's rollouts start as sequences free up, so more keep the batch full while some
-    /// rollouts run code or a group finishes its longest rollout, for more sequences' memory.
+    /// Groups decoded at once (never more than --batch-prompts): more keep the batch full while
+    /// some rollouts run code or a group finishes its longest rollout, for --group × this
+    /// sequences' memory.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub parallel_groups: usize,
 

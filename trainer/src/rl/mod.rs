@@ -15,7 +15,6 @@
 //! of every step, written atomically; a resumed run continues with the same task order.
 
 mod curves;
-mod draws;
 mod loss;
 mod rollout;
 
@@ -35,7 +34,6 @@ use catena_protocol::Profile;
 use catena_runner::run_fed;
 use catena_sandbox::Sandbox;
 pub use catena_train_events::{RlEvent, RlStepRecord};
-use draws::GroupDraws;
 pub use loss::DapoConfig;
 use loss::{BatchObjective, group_advantages};
 use rand::SeedableRng;
@@ -69,12 +67,10 @@ pub struct RlOptions {
     pub batch_prompts: usize,
     /// At most this many times `batch_prompts` prompts are drawn in one step.
     pub max_draw_factor: usize,
-    /// Sequences decoded at once, in groups' worth: `group` × this (at most `batch_prompts`) in
-    /// one context. Rollouts are queued for them and the next group is drawn as soon as one
-    /// would sit idle, never more than could still be needed, so none is drawn only to be
-    /// thrown away; more sequences keep the batch full while some rollouts run their code or
-    /// finish a group's tail (docs/TRAINING.md, "Agentic RL", step 2). A speed setting: not part
-    /// of the run's record.
+    /// Groups whose rollouts are decoded at once (`group` × this sequences in one context),
+    /// never more than could still be needed, so none is drawn only to be thrown away. More
+    /// groups keep the batch full while some rollouts run their code or finish a group's tail
+    /// (docs/TRAINING.md, "Agentic RL", step 2). A speed setting: not part of the run's record.
     #[serde(skip, default = "two_groups")]
     pub parallel_groups: usize,
     pub steps: usize,
@@ -457,12 +453,10 @@ fn run_step(
 
 /// Draws prompts in the seeded order and samples a group for each until `batch_prompts`
 /// groups have unequal rewards or `max_draw_factor` times as many were drawn (dynamic
-/// sampling). A group's rollouts are queued for `sessions`, each session taking the next as it
-/// finishes one; another group is drawn as soon as a session would otherwise have nothing to
-/// do, so a session freed by one rollout starts the next group's instead of waiting for its
-/// own group's longest. A group is drawn only while the kept and the unfinished ones are fewer
-/// than `batch_prompts`, so given the same rewards the prompts drawn are the ones drawing one
-/// group at a time would draw. The kept groups are returned in the order drawn.
+/// sampling). Up to `parallel_groups` groups are under way at once, their rollouts spread over
+/// `sessions` as they free up; a group is drawn only while the kept and the unfinished ones are
+/// fewer than `batch_prompts`, so given the same rewards the prompts drawn are the ones drawing
+/// one group at a time would draw. The kept groups are returned in the order drawn.
 fn draw_groups(
     run: &StepInputs<'_>,
     setup: &RolloutSetup<'_>,
@@ -470,12 +464,36 @@ fn draw_groups(
     progress: &mut RlProgress,
     on_event: &mut dyn FnMut(&RlEvent),
 ) -> Result<Drawn> {
+    let options = run.options;
+    let group = options.group;
     let step = progress.step + 1;
     let started = Instant::now();
     let mut drawn = Drawn::default();
-    let mut draws = GroupDraws::new(run.options, run.tasks.len(), sessions.len());
+    // The groups under way: their draw index, task and the rollouts finished so far.
+    let mut open: HashMap<usize, (usize, Vec<Option<Rollout>>)> = HashMap::new();
     let mut kept: Vec<(usize, Vec<Scored>)> = Vec::new();
-    let first = draws.draw(0, &mut progress.drawn);
+    let mut draw = |drawn: &mut Drawn, open: &mut HashMap<_, _>, kept_groups: usize| {
+        let count = groups_to_draw(options, kept_groups, open.len(), drawn.sampled);
+        let mut jobs = Vec::with_capacity(count * group);
+        for _ in 0..count {
+            let index = progress.drawn;
+            let task = task_at(index, run.tasks.len(), options.seed);
+            let seed = (options.seed as u32)
+                .wrapping_add((index as u32).wrapping_mul(7919))
+                .wrapping_mul(31);
+            progress.drawn += 1;
+            drawn.sampled += 1;
+            open.insert(index, (task, vec![None; group]));
+            jobs.extend((0..group).map(|g| RolloutJob {
+                index,
+                task,
+                seed,
+                g,
+            }));
+        }
+        jobs
+    };
+    let first = draw(&mut drawn, &mut open, 0);
     run_fed(
         sessions,
         first,
@@ -483,11 +501,19 @@ fn draw_groups(
             rollout::rollout(setup, session, &run.tasks[job.task], job.seed, job.g).map(Some)
         },
         |job, rollout| {
-            // Every rollout that ends may leave a sequence idle, so each is a chance to draw.
-            let Some((task, rollouts)) = draws.finish(&job, rollout)? else {
-                return Ok(draws.draw(kept.len(), &mut progress.drawn));
+            let Some((task, rollouts)) = open.get_mut(&job.index) else {
+                return Err(TrainError::Stopped(format!(
+                    "a rollout of group {} came back after its group was scored",
+                    job.index
+                )));
             };
-            let task = &run.tasks[task];
+            rollouts[job.g] = Some(rollout);
+            if rollouts.iter().any(Option::is_none) {
+                return Ok(Vec::new());
+            }
+            let task = &run.tasks[*task];
+            let rollouts: Vec<Rollout> = rollouts.drain(..).flatten().collect();
+            open.remove(&job.index);
             let rewards = score_group(run, task, &rollouts, &mut drawn);
             let advantages = group_advantages(&rewards);
             on_event(&RlEvent::Group {
@@ -507,15 +533,32 @@ fn draw_groups(
                 )),
                 None => drawn.dropped += 1,
             }
-            Ok(draws.draw(kept.len(), &mut progress.drawn))
+            Ok(draw(&mut drawn, &mut open, kept.len()))
         },
     )?;
-    drawn.sampled = draws.sampled();
     kept.sort_by_key(|(index, _)| *index);
     drawn.kept = kept.into_iter().flat_map(|(_, scored)| scored).collect();
     // Scoring ran on this thread while rollouts went on; it is counted on its own.
     drawn.rollout_seconds = (started.elapsed().as_secs_f64() - drawn.scoring_seconds).max(0.0);
     Ok(drawn)
+}
+
+/// How many groups to draw now, with `kept` groups kept, `open` under way and `sampled` drawn
+/// this step: never more than `parallel_groups` under way, than could still be needed, or than
+/// the cap on draws leaves.
+fn groups_to_draw(options: &RlOptions, kept: usize, open: usize, sampled: usize) -> usize {
+    let max_draws = options.batch_prompts * options.max_draw_factor.max(1);
+    let needed = options.batch_prompts.saturating_sub(kept + open);
+    let room = options.parallel_groups.max(1).saturating_sub(open);
+    needed.min(room).min(max_draws.saturating_sub(sampled))
+}
+
+/// One rollout to sample: rollout `g` of the group drawn `index`-th, for task `task`.
+struct RolloutJob {
+    index: usize,
+    task: usize,
+    seed: u32,
+    g: usize,
 }
 
 /// The rewards of one group (with the overlong penalty when the run shapes them), counted into
@@ -705,6 +748,33 @@ pub fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn groups_are_drawn_only_while_they_could_be_needed() {
+        let mut options = RlOptions::new(PathBuf::new(), PathBuf::new(), PathBuf::new());
+        options.batch_prompts = 4;
+        options.parallel_groups = 2;
+        options.max_draw_factor = 3;
+        // (kept, under way, drawn) -> groups to draw
+        for (kept, open, sampled, expected) in [
+            (0, 0, 0, 2),
+            (0, 1, 1, 1),
+            (0, 2, 2, 0),
+            (3, 0, 5, 1),
+            (2, 2, 6, 0),
+            (3, 1, 6, 0),
+            (1, 0, 11, 1),
+            (1, 0, 12, 0),
+        ] {
+            assert_eq!(
+                groups_to_draw(&options, kept, open, sampled),
+                expected,
+                "kept {kept}, under way {open}, drawn {sampled}"
+            );
+        }
+        options.parallel_groups = 0;
+        assert_eq!(groups_to_draw(&options, 0, 0, 0), 1);
+    }
 
     #[test]
     fn every_pass_over_the_tasks_visits_each_once_in_a_seeded_order() {
