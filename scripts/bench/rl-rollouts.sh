@@ -9,8 +9,9 @@
 # each, as the anchor of the VM's speed at the time.
 #   scripts/bench/rl-rollouts.sh CATENA [CATENA ...]
 # SEEDS (default "3 4 5"), RL_FLAGS: more `catena train rl` flags for every binary. Tokens/s
-# counts the tokens of the groups the step took, from its `group` lines where they carry
-# `generated_tokens`, else every token sampled.
+# counts every token the scheduler sampled (its `sampled_tokens`) over the time its report
+# accounts for (decode steps, prompt and observation steps, sampling, idle), which is the
+# step's `rollout_seconds` to within a second.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 [ "$#" -ge 1 ] || die "usage: scripts/bench/rl-rollouts.sh CATENA [CATENA ...]" 2
@@ -46,7 +47,8 @@ import json, re, sys
 log, events, name, seed = sys.argv[1:]
 lines = [l for l in open(log) if "batch scheduler ends" in l]
 if not lines:
-    sys.exit(f"{name} seed {seed}: the run ended without the scheduler's report (see {log})")
+    tail = "".join(open(log).readlines()[-5:])
+    sys.exit(f"{name} seed {seed}: the run ended without the scheduler's report:\n{tail}")
 line = lines[0]
 def seconds(text):
     value, unit = re.fullmatch(r"([\d.]+)(ns|µs|ms|s)", text).groups()
@@ -63,10 +65,9 @@ width = sum(w * n for w, (_, n) in enumerate(by_width)) / max(steps, 1)
 narrow = sum(t for w, (t, _) in enumerate(by_width) if w < 8)
 total = decode + prefill_time + sampling + idle
 groups = [e for e in map(json.loads, open(events)) if e.get("event") == "group"]
-taken = sum(g.get("generated_tokens", 0) for g in groups) or sampled
 per_width = ", ".join(f"{w}: {1000 * t / n:.0f}" for w, (t, n) in enumerate(by_width) if n and w in (1, 2, 4, 8, 16, 24))
-print(f"{name} seed {seed}: {len(groups)} groups taken, {taken} of {sampled} sampled tokens theirs, "
-      f"{total:.1f} s: {taken / total:.1f} tokens/s; mean width {width:.1f}; decode {decode:.1f} s "
+print(f"{name} seed {seed}: {len(groups)} groups, {sampled} tokens sampled in "
+      f"{total:.1f} s: {sampled / total:.1f} tokens/s; mean width {width:.1f}; decode {decode:.1f} s "
       f"({narrow:.1f} s under 8 wide), prompt and observation steps {prefill_time:.1f} s "
       f"({field('prefill_tokens')} tokens), sampling {sampling:.1f} s, idle {idle:.1f} s, "
       f"stream copies {field('stream_copies')}; ms a step by width: {per_width}")
