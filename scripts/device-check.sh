@@ -57,8 +57,12 @@ untar_xz() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extracta
 
 prepare() {
   scripts/setup/packages.sh
-  cargo build --release --locked -p catena-cli >&2
-  local catena="$target/release/catena" model sys_manifest llama_src sdist
+  # The binary runs on the GPU machine's CPU, not this one, so it is built for any x86-64 CPU
+  # with AVX2 (not for this CPU, as .cargo/config.toml builds), in a build folder of its own; the
+  # tools there are built the same way (LLAMA_TOOLS_CPU below).
+  local portable="$target/portable"
+  RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli >&2
+  local catena="$portable/release/catena" model sys_manifest llama_src sdist
   model="$(default_model "$catena")"
   rm -rf "$pack"
   mkdir -p "$pack/debs"
@@ -144,9 +148,9 @@ build_anchor() {
   shift
   case "$backend" in
     cpu) scripts/setup/llama-tool.sh "$@" ;;
-    cuda) CARGO_TARGET_DIR="$builds" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+    cuda) CARGO_TARGET_DIR="$builds" LLAMA_TOOLS_CPU=x86-64-v3 LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
       scripts/setup/llama-tool.sh --gpu "$@" ;;
-    vulkan) CARGO_TARGET_DIR="$builds" LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+    vulkan) CARGO_TARGET_DIR="$builds" LLAMA_TOOLS_CPU=x86-64-v3 LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
       VULKAN_SDK="$pack/unpacked/vulkan" CMAKE_PREFIX_PATH="$pack/unpacked/vulkan/usr" PATH="$pack/unpacked/vulkan/usr/bin:$PATH" \
       CPLUS_INCLUDE_PATH="$pack/unpacked/vulkan/include" \
       LD_LIBRARY_PATH="$pack/unpacked/vulkan/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" \

@@ -11,6 +11,9 @@
 #        the GPU of the machine it runs on, or CUDA_ARCHITECTURES), --vulkan with Vulkan.
 # Where there is no cargo or pip (the lent GPU machine, scripts/device-check.sh), LLAMA_SRC names
 # the llama.cpp tree and LLAMA_TOOLS_SRC the folder holding the tools' sources.
+# The tools are built for the CPU they run on (llama.cpp's GGML_NATIVE), as Catena's own build is
+# (.cargo/config.toml); LLAMA_TOOLS_CPU=x86-64-v3 builds them as a binary built with
+# RUSTFLAGS="-C target-cpu=x86-64-v3" is (the GPU check's carried catena).
 # llama-server is built without its web UI (an empty asset table: nothing is fetched or built
 # with npm); its HTTP API is all Catena's tests use.
 set -euo pipefail
@@ -37,6 +40,23 @@ case "$backend" in
     if [ -z "${VULKAN_SDK:-}" ] && [ -d "$root/.vulkan-sdk/include/vulkan" ]; then export VULKAN_SDK="$root/.vulkan-sdk"; fi
     ;;
 esac
+cpu="${LLAMA_TOOLS_CPU:-native}"
+# The options the llama-cpp-sys-2 build script passes for that CPU: with `target-cpu=native`,
+# GGML_NATIVE; with a named target CPU, GGML_NATIVE off and -march for it (llama.cpp's defaults
+# then add AVX2, FMA and F16C, as that CPU has). Then the flags the cmake crate adds, and Release
+# as Catena's release profile gets.
+case "$cpu" in
+  native) cmake_cpu=(-DGGML_NATIVE=ON) march="" ;;
+  x86-64-v3) cmake_cpu=(-DGGML_NATIVE=OFF) march="-march=x86-64-v3" ;;
+  *) die "LLAMA_TOOLS_CPU is native or x86-64-v3, not $cpu" 2 ;;
+esac
+options="$backend $cpu"
+# A build folder made with other options is made again (its cached CMake options would win).
+if [ -f "$work/build/options" ] && [ "$(cat "$work/build/options")" != "$options" ]; then
+  rm -rf "$work/build"
+elif [ -d "$work/build" ] && [ ! -f "$work/build/options" ]; then
+  rm -rf "$work/build"
+fi
 bin="$work/build/bin/$cmake_target"
 if [ ! -x "$bin" ]; then
   echo "Building $cmake_target from the crate's llama.cpp ..." >&2
@@ -93,13 +113,12 @@ print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-c
       case "$(basename "$dir")" in tools | scripts) ;; *) echo "add_subdirectory($(basename "$dir"))" ;; esac
     done
   } >"$work/src/CMakeLists.txt"
-  # The options the llama-cpp-sys-2 build script passes (GGML_NATIVE off, so the same
-  # AVX2/FMA/F16C defaults), the flags the cmake crate adds, and Release as Catena's release
-  # profile gets.
-  flags="-ffunction-sections -fdata-sections -fPIC -m64 -march=x86-64"
+  flags="-ffunction-sections -fdata-sections -fPIC -m64 $march"
+  mkdir -p "$work/build"
+  echo "$options" >"$work/build/options"
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DGGML_NATIVE=OFF -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+    "${cmake_cpu[@]}" -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_MTMD=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \

@@ -3,6 +3,9 @@
 # it: the package holds the app, its desktop entry and icons, the app carries llama.cpp's Vulkan
 # backend (so one package offloads on AMD, Intel and NVIDIA GPUs) and the package depends on the
 # Vulkan loader it links, and the packaged binary runs.
+# The app in it is built for this machine's CPU, as every build here is (.cargo/config.toml), and
+# refuses to start on a CPU that lacks what it was built for; for a package for other machines
+# run this with RUSTFLAGS="-C target-cpu=x86-64-v3" and a CARGO_TARGET_DIR of its own.
 #   scripts/setup/package-desktop.sh   -> target/release/bundle/deb/Catena_<version>_amd64.deb
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"

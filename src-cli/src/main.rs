@@ -75,6 +75,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before anything else runs code compiled for the CPU that built this binary.
+    if let Err(refusal) = catena_engine_api::build_cpu::check() {
+        eprintln!("error: {refusal}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     setup::init_logging(cli.verbose);
     let paths = match setup::paths(

@@ -14,6 +14,11 @@ use catena_hub::config::Paths;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before anything else runs code compiled for the CPU that built this binary.
+    if let Err(refusal) = catena_engine_api::build_cpu::check() {
+        eprintln!("error: {refusal}");
+        return ExitCode::FAILURE;
+    }
     commands::started();
     let first = std::env::args().nth(1);
     match first.as_deref() {

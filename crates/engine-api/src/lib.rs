@@ -11,6 +11,7 @@
 //! "pending" and is evaluated together with whatever comes next, so `evaluated_tokens ==
 //! context_tokens` holds at every step.
 
+pub mod build_cpu;
 mod chat;
 mod constraint;
 mod pick;

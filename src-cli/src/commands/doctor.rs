@@ -146,6 +146,10 @@ fn print_machine(h: &Hardware) {
             ),
         }
     );
+    println!(
+        "  CPU code    built for {}",
+        catena_engine_api::build_cpu::build_features().join(" ")
+    );
     for d in &h.devices {
         println!(
             "  device      {} ({}, {}): {} free of {}{}",
