@@ -29,6 +29,20 @@ pub fn build_features() -> Vec<&'static str> {
         .collect()
 }
 
+/// Whether this CPU has instruction set `name` (one of those this module checks), asked of the
+/// CPU itself: unlike `is_x86_feature_detected!`, also for sets the build was compiled for.
+pub fn cpu_has(name: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        cpuid::Present::read().has(name)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = name;
+        false
+    }
+}
+
 /// The message a binary stops with, naming the instruction sets this CPU lacks.
 fn refusal(missing: &[&str]) -> String {
     format!(

@@ -100,21 +100,21 @@ fn cpu_features() -> (Vec<&'static str>, Vec<&'static str>) {
         let checks: [(&str, bool, bool); 7] = [
             (
                 "sse4.2",
-                std::arch::is_x86_feature_detected!("sse4.2"),
+                catena_engine_api::build_cpu::cpu_has("sse4.2"),
                 true,
             ),
-            ("avx", std::arch::is_x86_feature_detected!("avx"), true),
-            ("avx2", std::arch::is_x86_feature_detected!("avx2"), true),
-            ("fma", std::arch::is_x86_feature_detected!("fma"), true),
-            ("f16c", std::arch::is_x86_feature_detected!("f16c"), true),
+            ("avx", catena_engine_api::build_cpu::cpu_has("avx"), true),
+            ("avx2", catena_engine_api::build_cpu::cpu_has("avx2"), true),
+            ("fma", catena_engine_api::build_cpu::cpu_has("fma"), true),
+            ("f16c", catena_engine_api::build_cpu::cpu_has("f16c"), true),
             (
                 "avx512f",
-                std::arch::is_x86_feature_detected!("avx512f"),
+                catena_engine_api::build_cpu::cpu_has("avx512f"),
                 false,
             ),
             (
                 "avx512vnni",
-                std::arch::is_x86_feature_detected!("avx512vnni"),
+                catena_engine_api::build_cpu::cpu_has("avx512vnni"),
                 false,
             ),
         ];
