@@ -11,7 +11,10 @@
 # SEEDS (default "3 4 5"), RL_FLAGS: more `catena train rl` flags for every binary. Tokens/s
 # counts every token the scheduler sampled (its `sampled_tokens`) over the time its report
 # accounts for (decode steps, prompt and observation steps, sampling, idle), which is the
-# step's `rollout_seconds` to within a second.
+# step's `rollout_seconds` to within a second. From the scheduler's trace line a step and the
+# sandbox's line a program it also prints what the decode steps that ran beside a program cost
+# over steps of the same width alone, and the steps alone by width (steps that copied a KV stream
+# left out).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 [ "$#" -ge 1 ] || die "usage: scripts/bench/rl-rollouts.sh CATENA [CATENA ...]" 2
@@ -35,7 +38,7 @@ for seed in ${SEEDS:-3 4 5}; do
   for i in "${!bins[@]}"; do
     run="$work/run-$i-$seed"
     # shellcheck disable=SC2086 # RL_FLAGS is a list of flags
-    RUST_LOG=catena_engine=debug "${bins[$i]}" train rl --json --adapter catena-coa-0.5b \
+    RUST_LOG=catena_engine=trace,catena_sandbox=debug "${bins[$i]}" train rl --json --adapter catena-coa-0.5b \
       --tasks "$work/tasks/held-out.jsonl" --out "$run" --group 8 --batch-prompts 4 --steps 1 \
       --max-tokens 384 --seed "$seed" ${RL_FLAGS:-} > "$run.jsonl" 2> "$run.log" &
     pid=$!
@@ -66,6 +69,39 @@ narrow = sum(t for w, (t, _) in enumerate(by_width) if w < 8)
 total = decode + prefill_time + sampling + idle
 groups = [e for e in map(json.loads, open(events)) if e.get("event") == "group"]
 per_width = ", ".join(f"{w}: {1000 * t / n:.0f}" for w, (t, n) in enumerate(by_width) if n and w in (1, 2, 4, 8, 16, 24))
+# Decode steps of one token a sequence that moved no KV stream, split by whether a sandbox
+# program ran during them (the two share the cores): from the per-step trace lines and the
+# sandbox's "program ran".
+def stamp(line):
+    from datetime import datetime
+    return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
+steps, programs = [], []
+for l in open(log):
+    if "decode step" in l:
+        n, tokens, copies, us = (int(re.search(k + r"=(\d+)", l).group(1))
+                                 for k in ("sequences", "tokens", "stream_copies", "micros"))
+        if n == tokens and copies == 0:
+            end = stamp(l)
+            steps.append((end - us / 1e6, end, n))
+    elif "program ran" in l:
+        end = stamp(l)
+        programs.append((end - int(re.search(r"micros=(\d+)", l).group(1)) / 1e6, end))
+def beside(start, end):
+    return any(a < end and start < b for a, b in programs)
+split = {}
+for start, end, n in steps:
+    alone, shared = split.setdefault(n, ([], []))
+    (shared if beside(start, end) else alone).append(end - start)
+# What the steps beside a program cost over steps of the same width alone.
+mean = lambda xs: sum(xs) / len(xs)
+paired = [(t, mean(split[n][0])) for n in split for t in split[n][1] if split[n][0]]
+extra = sum(t - alone for t, alone in paired)
+ratio = sum(t for t, _ in paired) / max(sum(alone for _, alone in paired), 1e-9)
+program_seconds = sum(b - a for a, b in programs)
+print(f"{name} seed {seed}: {len(programs)} programs ran, {program_seconds:.1f} s; "
+      f"{len(paired)} decode steps beside them took {ratio:.2f}x the same widths' steps alone "
+      f"({extra:.1f} s more); steps alone, ms by width: "
+      + ", ".join(f"{n}: {1000 * mean(split[n][0]):.0f}" for n in sorted(split) if n in (1, 2, 4, 8, 16) and split[n][0]))
 print(f"{name} seed {seed}: {len(groups)} groups, {sampled} tokens sampled in "
       f"{total:.1f} s: {sampled / total:.1f} tokens/s; mean width {width:.1f}; decode {decode:.1f} s "
       f"({narrow:.1f} s under 8 wide), prompt and observation steps {prefill_time:.1f} s "

@@ -189,11 +189,13 @@ impl Sandbox {
         let run = run_entry_point(&self.pre, &mut store);
         let exit = supervise(run, &scratch, &self.limits).await;
         drop(store);
+        let elapsed = started.elapsed();
+        tracing::debug!(micros = elapsed.as_micros() as u64, ?exit, "program ran");
         Ok(Execution {
             exit,
             stdout: stdout.take(),
             stderr: stderr.take(),
-            elapsed: started.elapsed(),
+            elapsed,
         })
     }
 

@@ -636,9 +636,11 @@ impl Scheduler<'_> {
             .iter()
             .map(|&(index, _)| self.active[index].request.seq)
             .collect();
+        let copies_before = self.report.stream_copies;
         for moved in self.streams.gather(&seqs) {
             self.move_stream(moved)?;
         }
+        let stream_copies = self.report.stream_copies - copies_before;
         // One pass of llama.cpp takes streams in increasing order (`streams.rs`).
         planned.sort_by_key(|&(index, _)| self.streams.of(self.active[index].request.seq));
         self.batch.clear();
@@ -665,18 +667,7 @@ impl Scheduler<'_> {
         // is the device's and not counted as sampling (which reads the logits next anyway).
         self.ctx.synchronize();
         let elapsed = started.elapsed();
-        if planned.iter().any(|&(_, take)| take > 1) {
-            self.report.with_prefill.0 += elapsed;
-            self.report.with_prefill.1 += 1;
-        } else {
-            let width = planned.len();
-            let by_width = &mut self.report.by_width;
-            if by_width.len() <= width {
-                by_width.resize(width + 1, (Duration::ZERO, 0));
-            }
-            by_width[width].0 += elapsed;
-            by_width[width].1 += 1;
-        }
+        self.record_step(&planned, stream_copies, elapsed);
         let sampling_started = Instant::now();
         let mut finished = Vec::new();
         for ((index, take), logits) in planned.into_iter().zip(logits_at) {
@@ -706,6 +697,32 @@ impl Scheduler<'_> {
             self.finish(active, stop);
         }
         Ok(())
+    }
+
+    /// Counts a step of `elapsed` that carried `planned` (index into active, tokens it adds) and
+    /// copied `stream_copies` KV streams first, in the report and in the trace.
+    fn record_step(&mut self, planned: &[(usize, usize)], stream_copies: usize, elapsed: Duration) {
+        // One line a step, for lining steps up with what else ran at the time (a sandbox run
+        // shares the cores): `RUST_LOG=catena_engine=trace`.
+        tracing::trace!(
+            sequences = planned.len(),
+            tokens = self.batch.n_tokens(),
+            stream_copies,
+            micros = elapsed.as_micros() as u64,
+            "decode step"
+        );
+        if planned.iter().any(|&(_, take)| take > 1) {
+            self.report.with_prefill.0 += elapsed;
+            self.report.with_prefill.1 += 1;
+        } else {
+            let width = planned.len();
+            let by_width = &mut self.report.by_width;
+            if by_width.len() <= width {
+                by_width.resize(width + 1, (Duration::ZERO, 0));
+            }
+            by_width[width].0 += elapsed;
+            by_width[width].1 += 1;
+        }
     }
 
     /// Makes a move of [`Streams::gather`]: the sequence's cells are copied into the spare
