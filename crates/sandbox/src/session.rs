@@ -99,11 +99,14 @@ impl<'s> SandboxSession<'s> {
         if !matches!(exit, Exit::Status(_)) {
             self.alive = false;
         }
+        let elapsed = started.elapsed();
+        // The same line as a program's in `Sandbox::run_async`, so a profile sees cells too.
+        tracing::debug!(micros = elapsed.as_micros() as u64, ?exit, "program ran");
         Ok(CellOutcome {
             exit,
             stdout: self.stdout.take(),
             stderr: self.stderr.take(),
-            elapsed: started.elapsed(),
+            elapsed,
         })
     }
 }
