@@ -74,12 +74,13 @@ enum Command {
     Worker,
 }
 
+// Before anything runs code compiled for the CPU that built this binary: on Linux, before the
+// static initialisers; elsewhere, first thing in `main`.
+catena_engine_api::check_cpu_before_start!();
+
 fn main() -> ExitCode {
-    // Before anything else runs code compiled for the CPU that built this binary.
-    if let Err(refusal) = catena_engine_api::build_cpu::check() {
-        eprintln!("error: {refusal}");
-        return ExitCode::FAILURE;
-    }
+    #[cfg(not(target_os = "linux"))]
+    catena_engine_api::build_cpu::exit_unless_runnable();
     let cli = Cli::parse();
     setup::init_logging(cli.verbose);
     let paths = match setup::paths(

@@ -13,12 +13,13 @@ use backend::Backend;
 use catena_hub::config::Paths;
 use std::process::ExitCode;
 
+// Before anything runs code compiled for the CPU that built this binary: on Linux, before the
+// static initialisers; elsewhere, first thing in `main`.
+catena_engine_api::check_cpu_before_start!();
+
 fn main() -> ExitCode {
-    // Before anything else runs code compiled for the CPU that built this binary.
-    if let Err(refusal) = catena_engine_api::build_cpu::check() {
-        eprintln!("error: {refusal}");
-        return ExitCode::FAILURE;
-    }
+    #[cfg(not(target_os = "linux"))]
+    catena_engine_api::build_cpu::exit_unless_runnable();
     commands::started();
     let first = std::env::args().nth(1);
     match first.as_deref() {

@@ -16,6 +16,35 @@ pub fn check() -> Result<(), String> {
     }
 }
 
+/// Stops the process with the refusal where this CPU cannot run this build. On Linux the binaries
+/// have the loader call it before any static initialiser ([`crate::check_cpu_before_start`]):
+/// llama.cpp's C++ initialisers are compiled for the building CPU too, and on an AVX-512 machine
+/// one of them already uses AVX-512 registers, so a check in `main` would come too late.
+pub extern "C" fn exit_unless_runnable() {
+    if let Err(refusal) = check() {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "error: {refusal}");
+        std::process::exit(1);
+    }
+}
+
+/// Registers [`build_cpu::exit_unless_runnable`](crate::build_cpu::exit_unless_runnable) in the
+/// executable's `.preinit_array` on Linux, so the loader runs it before the static initialisers
+/// and `main`. Invoke it once, at the top level of a binary crate.
+#[macro_export]
+macro_rules! check_cpu_before_start {
+    () => {
+        #[cfg(target_os = "linux")]
+        #[allow(unsafe_code)]
+        // SAFETY: the loader calls each `.preinit_array` entry once, on the main thread, before
+        // any initialiser, with (argc, argv, envp); the function takes no arguments, which the
+        // C calling conventions of Linux's targets allow, and uses only std's stderr and exit.
+        #[used]
+        #[unsafe(link_section = ".preinit_array")]
+        static CHECK_CPU_BEFORE_START: extern "C" fn() = $crate::build_cpu::exit_unless_runnable;
+    };
+}
+
 /// Instruction sets this build's code was compiled to use and this CPU lacks; empty where the
 /// build can run here.
 fn missing_build_features() -> Vec<&'static str> {
