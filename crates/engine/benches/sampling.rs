@@ -6,6 +6,12 @@
 //! grammar's mask itself is llguidance's work in both and is left out.
 //!
 //! `cargo bench --offline --workspace --bench sampling -- "pick one token"`
+//!
+//! The second group is the batch scheduler's case: one token for each of 16 sequences, each with
+//! its own row and sampler, picked one after another (the anchor) and on the cores at once
+//! (rayon, as `Scheduler::pick_tokens` does).
+//!
+//! `cargo bench --offline --workspace --bench sampling -- "16 sequences"`
 
 use catena_engine_api::{AllowedTokens, SamplingParams, TokenSampler, token_logprob};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -13,13 +19,19 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use rayon::prelude::*;
 use std::hint::black_box;
 
 const VOCAB: usize = 151_936;
 
 /// A peaked row like a language model's: logit falls with the log of a token's (shuffled) rank.
 fn logits() -> Vec<f32> {
-    let mut x = 0x9E37_79B9u32;
+    logits_seeded(0x9E37_79B9)
+}
+
+/// [`logits`] with another shuffle of the ranks (`seed` not zero).
+fn logits_seeded(seed: u32) -> Vec<f32> {
+    let mut x = seed;
     (0..VOCAB)
         .map(|_| {
             x ^= x << 13;
@@ -130,5 +142,39 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+fn bench_sequences(c: &mut Criterion) {
+    const SEQUENCES: u32 = 16;
+    let rl = SamplingParams {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 3,
+    };
+    let rows: Vec<Vec<f32>> = (1..=SEQUENCES).map(|i| logits_seeded(i * 7919)).collect();
+    let mut samplers: Vec<TokenSampler> = (0..SEQUENCES)
+        .map(|i| TokenSampler::new(SamplingParams { seed: i, ..rl }))
+        .collect();
+    let mut group = c.benchmark_group("pick for 16 sequences, RL settings, with log-probability");
+    group.bench_function("anchor: one after another", |b| {
+        b.iter(|| {
+            samplers
+                .iter_mut()
+                .zip(&rows)
+                .map(|(s, row)| s.pick(black_box(row), None, true))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.bench_function("catena: on the cores at once (rayon)", |b| {
+        b.iter(|| {
+            samplers
+                .par_iter_mut()
+                .zip(&rows)
+                .map(|(s, row)| s.pick(black_box(row), None, true))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_sequences);
 criterion_main!(benches);

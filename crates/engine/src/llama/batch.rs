@@ -34,6 +34,7 @@ use catena_engine_api::{RepetitionWatch, SessionState, SessionStats, TokenSample
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
+use rayon::prelude::*;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
@@ -669,7 +670,8 @@ impl Scheduler<'_> {
         let elapsed = started.elapsed();
         self.record_step(&planned, stream_copies, elapsed);
         let sampling_started = Instant::now();
-        let mut finished = Vec::new();
+        // (index into active, batch index of its logits) of each sequence that samples now.
+        let mut picks = Vec::with_capacity(planned.len());
         for ((index, take), logits) in planned.into_iter().zip(logits_at) {
             let active = &mut self.active[index];
             let seq = active.request.seq;
@@ -684,9 +686,14 @@ impl Scheduler<'_> {
             }
             if let Some(at) = logits {
                 self.report.sampled_tokens += 1;
-                if let Some(stop) = self.sample(index, at)? {
-                    finished.push((index, stop));
-                }
+                picks.push((index, at));
+            }
+        }
+        let records = self.pick_tokens(&picks)?;
+        let mut finished = Vec::new();
+        for (&(index, _), record) in picks.iter().zip(records) {
+            if let Some(stop) = self.take_token(index, record)? {
+                finished.push((index, stop));
             }
         }
         self.report.sampling += sampling_started.elapsed();
@@ -742,23 +749,57 @@ impl Scheduler<'_> {
         Ok(())
     }
 
-    /// Samples the next token of `self.active[index]` from the logits at batch index `at`;
-    /// returns how the generation ends if it does.
-    fn sample(&mut self, index: usize, at: i32) -> Result<Option<GenerationStop>, EngineError> {
-        let active = &mut self.active[index];
-        let seq = active.request.seq;
-        let sampling = active.request.sampling;
-        let sampler = match &mut self.samplers[seq] {
-            Some(sampler) if *sampler.params() == sampling => sampler,
-            slot => slot.insert(TokenSampler::new(sampling)),
+    /// Picks the next token of each `(index into active, batch index of its logits)` of
+    /// `picks`, in that order. Each sequence has a sampler and a grammar of its own, so the picks
+    /// are independent and run on the cores at once (rayon's pool): a pick is a pass or two over
+    /// the whole vocabulary, which, one sequence after another, would leave all but one core
+    /// idle between two steps, and on a GPU could take longer than the step itself.
+    fn pick_tokens(&mut self, picks: &[(usize, i32)]) -> Result<Vec<TokenRecord>, EngineError> {
+        let seqs: Vec<usize> = picks
+            .iter()
+            .map(|&(index, _)| self.active[index].request.seq)
+            .collect();
+        for (&(index, _), &seq) in picks.iter().zip(&seqs) {
+            let sampling = self.active[index].request.sampling;
+            let slot = &mut self.samplers[seq];
+            if !slot.as_ref().is_some_and(|s| *s.params() == sampling) {
+                *slot = Some(TokenSampler::new(sampling));
+            }
+        }
+        // One exclusive borrow of each sequence's sampler and grammar, taken out once.
+        let mut samplers: Vec<Option<&mut TokenSampler>> =
+            self.samplers.iter_mut().map(Option::as_mut).collect();
+        let mut guides: Vec<Option<&mut Guide>> = self
+            .active
+            .iter_mut()
+            .map(|a| a.request.guide.as_mut())
+            .collect();
+        let mut work = Vec::with_capacity(picks.len());
+        for (&(index, at), &seq) in picks.iter().zip(&seqs) {
+            let sampler = samplers[seq].take().ok_or_else(|| {
+                EngineError::Decode(format!("sequence {seq} was to sample twice in one step"))
+            })?;
+            work.push((self.ctx.get_logits_ith(at), sampler, guides[index].take()));
+        }
+        let logprobs = self.logprobs;
+        let pick = |(logits, sampler, guide): (&[f32], &mut TokenSampler, Option<&mut Guide>)| {
+            pick_token(logits, sampler, guide, logprobs)
         };
-        let record = pick_token(
-            &self.ctx,
-            at,
-            sampler,
-            active.request.guide.as_mut(),
-            self.logprobs,
-        )?;
+        if work.len() < 2 {
+            // Not worth a hand-over to the pool.
+            return work.into_iter().map(pick).collect();
+        }
+        work.into_par_iter().map(pick).collect()
+    }
+
+    /// Takes `record`, the token just picked for `self.active[index]`, into its generation;
+    /// returns how the generation ends if it does.
+    fn take_token(
+        &mut self,
+        index: usize,
+        record: TokenRecord,
+    ) -> Result<Option<GenerationStop>, EngineError> {
+        let active = &mut self.active[index];
         let token = LlamaToken(record.id);
         active.records.push(record);
         active.sampled += 1;

@@ -212,8 +212,7 @@ impl<'m> LlamaSession<'m> {
             ));
         };
         let record = pick_token(
-            &self.ctx,
-            index,
+            self.ctx.get_logits_ith(index),
             &mut self.sampler,
             self.guide.as_mut(),
             self.logprobs,
@@ -506,18 +505,18 @@ pub(super) fn kept_prefix(tokens: &[TokenRecord], ids: &[i32]) -> usize {
         .min(ids.len().saturating_sub(1))
 }
 
-/// The next token from the logits at batch index `at` of `ctx`, picked by `sampler` among the
-/// tokens `guide` allows when its grammar is in force (which then advances past it); with its
-/// log-probability only when `logprobs` asks (the sum it needs is a pass over the whole
-/// vocabulary, which a greedy pick or a truncated draw does not take otherwise).
+/// The next token from `logits` (one row of a context's, the whole vocabulary), picked by
+/// `sampler` among the tokens `guide` allows when its grammar is in force (which then advances
+/// past it); with its log-probability only when `logprobs` asks (the sum it needs is a pass over
+/// the whole vocabulary, which a greedy pick or a truncated draw does not take otherwise).
+/// It takes the row, not the context, so that the batch scheduler can pick for many sequences
+/// on many threads (a context is not shared between threads).
 pub(super) fn pick_token(
-    ctx: &LlamaContext<'_>,
-    at: i32,
+    logits: &[f32],
     sampler: &mut TokenSampler,
     guide: Option<&mut Guide>,
     logprobs: bool,
 ) -> Result<TokenRecord, EngineError> {
-    let logits = ctx.get_logits_ith(at);
     let Some(guide) = guide else {
         return sampler
             .pick(logits, None, logprobs)
