@@ -48,8 +48,8 @@ pub struct RlArgs {
 
     /// Groups decoded at once (never more than --batch-prompts): more keep the batch full while
     /// some rollouts run code or a group finishes its longest rollout, for --group × this
-    /// sequences' memory.
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    /// sequences' memory (a KV cache of --max-tokens + 3072 tokens each).
+    #[arg(long, value_name = "N", default_value_t = 4)]
     pub parallel_groups: usize,
 
     /// Prompts with a learning signal (unequal rewards) per step.

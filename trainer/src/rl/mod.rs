@@ -71,7 +71,7 @@ pub struct RlOptions {
     /// never more than could still be needed, so none is drawn only to be thrown away. More
     /// groups keep the batch full while some rollouts run their code or finish a group's tail
     /// (docs/TRAINING.md, "Agentic RL", step 2). A speed setting: not part of the run's record.
-    #[serde(skip, default = "two_groups")]
+    #[serde(skip, default = "four_groups")]
     pub parallel_groups: usize,
     pub steps: usize,
     /// Optimizer steps per batch (the batch split into this many mini-batches).
@@ -96,8 +96,10 @@ pub struct RlOptions {
     pub seed: u64,
 }
 
-fn two_groups() -> usize {
-    2
+/// As many as a step keeps by default (`batch_prompts`): a step's groups all start at once, and
+/// their tails overlap (docs/BENCHMARKS.md, "Every group of a step at once").
+fn four_groups() -> usize {
+    4
 }
 
 fn is_free(decoding: &Decoding) -> bool {
@@ -125,7 +127,7 @@ impl RlOptions {
             group: 8,
             batch_prompts: 4,
             max_draw_factor: 3,
-            parallel_groups: two_groups(),
+            parallel_groups: four_groups(),
             steps: 20,
             updates_per_batch: 1,
             temperature: 1.0,
