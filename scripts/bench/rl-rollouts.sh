@@ -13,8 +13,8 @@
 # accounts for (decode steps, prompt and observation steps, sampling, idle), which is the
 # step's `rollout_seconds` to within a second. From the scheduler's trace line a step and the
 # sandbox's line a program it also prints what the decode steps that ran beside a program cost
-# over steps of the same width alone, and the steps alone by width (steps that copied a KV stream
-# left out).
+# over steps of the same width alone, the steps alone by width (steps that copied a KV stream
+# left out), and what the prompt and observation steps cost over steps of their width alone.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 [ "$#" -ge 1 ] || die "usage: scripts/bench/rl-rollouts.sh CATENA [CATENA ...]" 2
@@ -68,14 +68,14 @@ width = sum(w * n for w, (_, n) in enumerate(by_width)) / max(steps, 1)
 narrow = sum(t for w, (t, _) in enumerate(by_width) if w < 8)
 total = decode + prefill_time + sampling + idle
 groups = [e for e in map(json.loads, open(events)) if e.get("event") == "group"]
-per_width = ", ".join(f"{w}: {1000 * t / n:.0f}" for w, (t, n) in enumerate(by_width) if n and w in (1, 2, 4, 8, 16, 24))
+per_width = ", ".join(f"{w}: {1000 * t / n:.0f}" for w, (t, n) in enumerate(by_width) if n and w in (1, 2, 4, 8, 16, 24, 32))
 # Decode steps of one token a sequence that moved no KV stream, split by whether a sandbox
 # program ran during them (the two share the cores): from the per-step trace lines and the
 # sandbox's "program ran".
 def stamp(line):
     from datetime import datetime
     return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
-steps, programs = [], []
+steps, programs, prefill_steps = [], [], []
 for l in open(log):
     if "decode step" in l:
         n, tokens, copies, us = (int(re.search(k + r"=(\d+)", l).group(1))
@@ -83,6 +83,8 @@ for l in open(log):
         if n == tokens and copies == 0:
             end = stamp(l)
             steps.append((end - us / 1e6, end, n))
+        elif tokens > n:
+            prefill_steps.append((n, tokens, us))
     elif "program ran" in l:
         end = stamp(l)
         programs.append((end - int(re.search(r"micros=(\d+)", l).group(1)) / 1e6, end))
@@ -101,7 +103,16 @@ program_seconds = sum(b - a for a, b in programs)
 print(f"{name} seed {seed}: {len(programs)} programs ran, {program_seconds:.1f} s; "
       f"{len(paired)} decode steps beside them took {ratio:.2f}x the same widths' steps alone "
       f"({extra:.1f} s more); steps alone, ms by width: "
-      + ", ".join(f"{n}: {1000 * mean(split[n][0]):.0f}" for n in sorted(split) if n in (1, 2, 4, 8, 16) and split[n][0]))
+      + ", ".join(f"{n}: {1000 * mean(split[n][0]):.0f}" for n in sorted(split) if n in (1, 2, 4, 8, 16, 24, 32) and split[n][0]))
+# Steps that evaluated a prompt or an observation, over decode steps of the same width alone:
+# what evaluating those tokens cost.
+widths = {n: mean(split[n][0]) for n in split if split[n][0]}
+with_prefill = [(n, us / 1e6) for n, tokens, us in prefill_steps if n in widths]
+prefill_extra = sum(t - widths[n] for n, t in with_prefill)
+print(f"{name} seed {seed}: {len(with_prefill)} prompt and observation steps "
+      f"({len(prefill_steps) - len(with_prefill)} left out, no step of their width ran alone) took {prefill_extra:.1f} s "
+      f"more than decode steps of their widths alone: {int(field('prefill_tokens')) / max(prefill_extra, 1e-9):.0f} "
+      f"prompt and observation tokens/s")
 print(f"{name} seed {seed}: {len(groups)} groups, {sampled} tokens sampled in "
       f"{total:.1f} s: {sampled / total:.1f} tokens/s; mean width {width:.1f}; decode {decode:.1f} s "
       f"({narrow:.1f} s under 8 wide), prompt and observation steps {prefill_time:.1f} s "
