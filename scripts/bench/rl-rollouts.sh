@@ -113,7 +113,7 @@ print(f"{name} seed {seed}: {len(with_prefill)} prompt and observation steps "
       f"({len(prefill_steps) - len(with_prefill)} left out, no step of their width ran alone) took {prefill_extra:.1f} s "
       f"more than decode steps of their widths alone: {int(field('prefill_tokens')) / max(prefill_extra, 1e-9):.0f} "
       f"prompt and observation tokens/s")
-print(f"{name} seed {seed}: {len(groups)} groups, {sampled} tokens sampled in "
+print(f"{name} seed {seed}: {len(groups)} groups ({sum(not g['kept'] for g in groups)} dropped), {sampled} tokens sampled in "
       f"{total:.1f} s: {sampled / total:.1f} tokens/s; mean width {width:.1f}; decode {decode:.1f} s "
       f"({narrow:.1f} s under 8 wide), prompt and observation steps {prefill_time:.1f} s "
       f"({field('prefill_tokens')} tokens), sampling {sampling:.1f} s, idle {idle:.1f} s, "

@@ -52,7 +52,8 @@ pub struct RlArgs {
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub parallel_groups: usize,
 
-    /// Prompts with a learning signal (unequal rewards) per step.
+    /// Prompts with a learning signal (unequal rewards) per step; more when a group that looked
+    /// uniform half-way, and had its place given to another prompt, keeps its signal.
     #[arg(long, default_value_t = 4)]
     pub batch_prompts: usize,
 

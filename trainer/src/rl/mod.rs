@@ -7,7 +7,8 @@
 //!    with it (see [`reload_engine`] for why a load and not a swap);
 //! 2. prompts are drawn in a seeded order and `group` trajectories sampled for each; groups
 //!    whose rewards are all equal carry no signal and are dropped, and more prompts are drawn
-//!    until `batch_prompts` groups are kept (dynamic sampling), or a cap on draws is reached;
+//!    until `batch_prompts` groups are kept (dynamic sampling), or a cap on draws is reached
+//!    ([`draw`] says when: a group that looks uniform half-way gives its place early);
 //! 3. the kept trajectories' sampled tokens get the DAPO loss ([`loss`]); one optimizer step
 //!    per mini-batch (one by default, as the protocol says).
 //!
@@ -15,6 +16,7 @@
 //! of every step, written atomically; a resumed run continues with the same task order.
 
 mod curves;
+mod draw;
 mod loss;
 mod rollout;
 
@@ -27,13 +29,13 @@ use crate::{Result, TrainError, export, gguf_adapter};
 use candle_core::{Device, Tensor};
 use catena_agent::Decoding;
 use catena_agent::tools::ToolBox;
-use catena_engine::llama::{AdapterOptions, BatchReport, BatchedSession, LlamaEngine, LoadOptions};
+use catena_engine::llama::{AdapterOptions, BatchReport, LlamaEngine, LoadOptions};
 use catena_engine_api::SessionOptions;
 use catena_eval::EvalTask;
 use catena_protocol::Profile;
-use catena_runner::run_fed;
 use catena_sandbox::Sandbox;
 pub use catena_train_events::{RlEvent, RlStepRecord};
+use draw::{Drawn, draw_groups};
 pub use loss::DapoConfig;
 use loss::{BatchObjective, group_advantages};
 use rand::SeedableRng;
@@ -68,7 +70,8 @@ pub struct RlOptions {
     /// At most this many times `batch_prompts` prompts are drawn in one step.
     pub max_draw_factor: usize,
     /// Groups whose rollouts are decoded at once (`group` × this sequences in one context),
-    /// never more than could still be needed, so none is drawn only to be thrown away. More
+    /// never more than could still be needed, so none is drawn only to be thrown away (a
+    /// doubtful group, [`draw`], gives its place early, and is kept if it has signal). More
     /// groups keep the batch full while some rollouts run their code or finish a group's tail
     /// (docs/TRAINING.md, "Agentic RL", step 2). A speed setting: not part of the run's record.
     #[serde(skip, default = "four_groups")]
@@ -388,19 +391,6 @@ struct StepInputs<'a> {
     model: &'a Qwen2Lora,
 }
 
-/// The groups a step drew, and what they cost.
-#[derive(Default)]
-struct Drawn {
-    sampled: usize,
-    dropped: usize,
-    kept: Vec<Scored>,
-    rewards: Vec<f64>,
-    solved: usize,
-    lengths: Vec<usize>,
-    rollout_seconds: f64,
-    scoring_seconds: f64,
-}
-
 /// Sampling, scoring and the update of one step.
 fn run_step(
     run: &StepInputs<'_>,
@@ -451,143 +441,6 @@ fn run_step(
     Ok(step_record(
         options, step, &drawn, &batches, &update, seconds,
     ))
-}
-
-/// Draws prompts in the seeded order and samples a group for each until `batch_prompts`
-/// groups have unequal rewards or `max_draw_factor` times as many were drawn (dynamic
-/// sampling). Up to `parallel_groups` groups are under way at once, their rollouts spread over
-/// `sessions` as they free up; a group is drawn only while the kept and the unfinished ones are
-/// fewer than `batch_prompts`, so given the same rewards the prompts drawn are the ones drawing
-/// one group at a time would draw. The kept groups are returned in the order drawn.
-fn draw_groups(
-    run: &StepInputs<'_>,
-    setup: &RolloutSetup<'_>,
-    sessions: Vec<BatchedSession<'_>>,
-    progress: &mut RlProgress,
-    on_event: &mut dyn FnMut(&RlEvent),
-) -> Result<Drawn> {
-    let options = run.options;
-    let group = options.group;
-    let step = progress.step + 1;
-    let started = Instant::now();
-    let mut drawn = Drawn::default();
-    // The groups under way: their draw index, task and the rollouts finished so far.
-    let mut open: HashMap<usize, (usize, Vec<Option<Rollout>>)> = HashMap::new();
-    let mut kept: Vec<(usize, Vec<Scored>)> = Vec::new();
-    let mut draw = |drawn: &mut Drawn, open: &mut HashMap<_, _>, kept_groups: usize| {
-        let count = groups_to_draw(options, kept_groups, open.len(), drawn.sampled);
-        let mut jobs = Vec::with_capacity(count * group);
-        for _ in 0..count {
-            let index = progress.drawn;
-            let task = task_at(index, run.tasks.len(), options.seed);
-            let seed = (options.seed as u32)
-                .wrapping_add((index as u32).wrapping_mul(7919))
-                .wrapping_mul(31);
-            progress.drawn += 1;
-            drawn.sampled += 1;
-            open.insert(index, (task, vec![None; group]));
-            jobs.extend((0..group).map(|g| RolloutJob {
-                index,
-                task,
-                seed,
-                g,
-            }));
-        }
-        jobs
-    };
-    let first = draw(&mut drawn, &mut open, 0);
-    run_fed(
-        sessions,
-        first,
-        |session, job| {
-            rollout::rollout(setup, session, &run.tasks[job.task], job.seed, job.g).map(Some)
-        },
-        |job, rollout| {
-            let Some((task, rollouts)) = open.get_mut(&job.index) else {
-                return Err(TrainError::Stopped(format!(
-                    "a rollout of group {} came back after its group was scored",
-                    job.index
-                )));
-            };
-            rollouts[job.g] = Some(rollout);
-            if rollouts.iter().any(Option::is_none) {
-                return Ok(Vec::new());
-            }
-            let task = &run.tasks[*task];
-            let rollouts: Vec<Rollout> = rollouts.drain(..).flatten().collect();
-            open.remove(&job.index);
-            let rewards = score_group(run, task, &rollouts, &mut drawn);
-            let advantages = group_advantages(&rewards);
-            on_event(&RlEvent::Group {
-                step,
-                task: task.id.clone(),
-                rewards,
-                kept: advantages.is_some(),
-            });
-            match advantages {
-                Some(adv) => kept.push((
-                    job.index,
-                    rollouts
-                        .into_iter()
-                        .zip(adv)
-                        .map(|(rollout, advantage)| Scored { rollout, advantage })
-                        .collect(),
-                )),
-                None => drawn.dropped += 1,
-            }
-            Ok(draw(&mut drawn, &mut open, kept.len()))
-        },
-    )?;
-    kept.sort_by_key(|(index, _)| *index);
-    drawn.kept = kept.into_iter().flat_map(|(_, scored)| scored).collect();
-    // Scoring ran on this thread while rollouts went on; it is counted on its own.
-    drawn.rollout_seconds = (started.elapsed().as_secs_f64() - drawn.scoring_seconds).max(0.0);
-    Ok(drawn)
-}
-
-/// How many groups to draw now, with `kept` groups kept, `open` under way and `sampled` drawn
-/// this step: never more than `parallel_groups` under way, than could still be needed, or than
-/// the cap on draws leaves.
-fn groups_to_draw(options: &RlOptions, kept: usize, open: usize, sampled: usize) -> usize {
-    let max_draws = options.batch_prompts * options.max_draw_factor.max(1);
-    let needed = options.batch_prompts.saturating_sub(kept + open);
-    let room = options.parallel_groups.max(1).saturating_sub(open);
-    needed.min(room).min(max_draws.saturating_sub(sampled))
-}
-
-/// One rollout to sample: rollout `g` of the group drawn `index`-th, for task `task`.
-struct RolloutJob {
-    index: usize,
-    task: usize,
-    seed: u32,
-    g: usize,
-}
-
-/// The rewards of one group (with the overlong penalty when the run shapes them), counted into
-/// the step's totals.
-fn score_group(
-    run: &StepInputs<'_>,
-    task: &EvalTask,
-    group: &[Rollout],
-    drawn: &mut Drawn,
-) -> Vec<f64> {
-    let options = run.options;
-    let t_score = Instant::now();
-    let mut rewards = Vec::with_capacity(group.len());
-    for r in group {
-        let score = catena_eval::score_run(task, r.answer.as_deref(), &r.trajectory, run.scoring);
-        drawn.solved += usize::from(score.solved);
-        let mut reward = score.reward;
-        if options.overlong_shaping {
-            reward +=
-                catena_eval::reward::overlong_penalty(r.response_tokens(), options.max_tokens);
-        }
-        rewards.push(reward);
-        drawn.lengths.push(r.response_tokens());
-    }
-    drawn.scoring_seconds += t_score.elapsed().as_secs_f64();
-    drawn.rewards.extend_from_slice(&rewards);
-    rewards
 }
 
 /// The seconds a step spent outside sampling and scoring.
@@ -750,33 +603,6 @@ pub fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn groups_are_drawn_only_while_they_could_be_needed() {
-        let mut options = RlOptions::new(PathBuf::new(), PathBuf::new(), PathBuf::new());
-        options.batch_prompts = 4;
-        options.parallel_groups = 2;
-        options.max_draw_factor = 3;
-        // (kept, under way, drawn) -> groups to draw
-        for (kept, open, sampled, expected) in [
-            (0, 0, 0, 2),
-            (0, 1, 1, 1),
-            (0, 2, 2, 0),
-            (3, 0, 5, 1),
-            (2, 2, 6, 0),
-            (3, 1, 6, 0),
-            (1, 0, 11, 1),
-            (1, 0, 12, 0),
-        ] {
-            assert_eq!(
-                groups_to_draw(&options, kept, open, sampled),
-                expected,
-                "kept {kept}, under way {open}, drawn {sampled}"
-            );
-        }
-        options.parallel_groups = 0;
-        assert_eq!(groups_to_draw(&options, 0, 0, 0), 1);
-    }
 
     #[test]
     fn every_pass_over_the_tasks_visits_each_once_in_a_seeded_order() {
