@@ -44,8 +44,9 @@ struct OpenGroup {
 
 impl OpenGroup {
     /// Half its rollouts, and two at least, have ended, all with the same reward: the group may
-    /// well be dropped. (Waiting for three in four gave back most of the gain: docs/BENCHMARKS.md,
-    /// "Drawing in place of a doubtful group".)
+    /// well be dropped. (Three in four gave back most of the gain, three in eight drew more
+    /// replacements for groups that kept their signal: docs/BENCHMARKS.md, "Drawing in place of
+    /// a doubtful group".)
     fn doubtful(&self) -> bool {
         let mut rewards = self.ended.iter().flatten().map(|(_, reward)| *reward);
         let Some(first) = rewards.next() else {
