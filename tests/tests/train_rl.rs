@@ -2,7 +2,8 @@
 //! the tokens the engine evaluated, with sampling log-probabilities the trainer reproduces; a
 //! DAPO update moves the rewarded rollout up and the other down, with rollouts held to the
 //! protocol's grammar as by default; `catena train rl` runs from the shipped adapter,
-//! checkpoints, resumes and refuses what it cannot use.
+//! checkpoints, resumes and refuses what it cannot use, and draws the next prompt in place of a
+//! group whose rollouts score alike before that group ends.
 
 mod common;
 
@@ -204,6 +205,54 @@ fn rl_command(tasks: &std::path::Path, out: &std::path::Path, settings: [&str; 3
         .arg("--out")
         .arg(out);
     cmd
+}
+
+/// Every rollout of these tasks scores 0 (their answers are no number), so each group turns
+/// doubtful once half its rollouts have ended alike: the next prompt is drawn in its place while
+/// it still runs, not after its slowest rollout, and the step ends at the cap on draws with both
+/// groups dropped and no update.
+#[test]
+fn a_group_whose_rollouts_score_alike_gives_its_place_before_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    let lines = [("a", "What is 6 * 7?"), ("b", "What is 9 + 10?")].map(|(id, q)| {
+        serde_json::json!({"id": id, "question": q, "answer": "no such answer"}).to_string()
+    });
+    std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
+    let run = Command::new(common::catena_bin())
+        .args(["train", "rl", "--json", "--device", "cpu"])
+        .args(["--group", "4", "--batch-prompts", "1"])
+        .args(["--max-draw-factor", "2", "--parallel-groups", "1"])
+        .args(["--max-tokens", "24", "--rank", "4", "--targets", "q,v"])
+        .args(["--steps", "1", "--seed", "4"])
+        .arg("--base")
+        .arg(common::default_model())
+        .arg("--tasks")
+        .arg(&tasks)
+        .arg("--out")
+        .arg(dir.path().join("rl"))
+        .env("RUST_LOG", "catena_trainer=debug")
+        .output()
+        .expect("catena runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    // One group at a time was asked for: the second could only start beside the first as the
+    // doubtful one's replacement.
+    assert!(
+        stderr.contains("drawn in place of doubtful groups"),
+        "{stderr}"
+    );
+    let events = common::json_lines(&run);
+    let groups: Vec<&Value> = events.iter().filter(|e| e["event"] == "group").collect();
+    assert_eq!(groups.len(), 2, "{events:?}");
+    assert!(groups.iter().all(|g| g["kept"] == false), "{groups:?}");
+    let step = events
+        .iter()
+        .find(|e| e["event"] == "step")
+        .expect("a step");
+    assert_eq!(step["groups_sampled"], 2, "{step}");
+    assert_eq!(step["groups_dropped"], 2, "{step}");
+    assert_eq!(step["trained_tokens"], 0, "{step}");
 }
 
 /// [`rl_command`] starting from the adapter Catena ships for the default model, by its name.

@@ -145,8 +145,16 @@ fn draw(
     drawn: &mut Drawn,
     groups: &mut Groups,
 ) -> Vec<RolloutJob> {
-    let under_way = groups.open.len() - groups.doubtful();
+    let doubtful = groups.doubtful();
+    let under_way = groups.open.len() - doubtful;
     let count = groups_to_draw(options, groups.kept.len(), under_way, drawn.sampled);
+    if count > 0 && doubtful > 0 {
+        tracing::debug!(
+            groups = count,
+            doubtful,
+            "drawn in place of doubtful groups"
+        );
+    }
     let mut jobs = Vec::with_capacity(count * options.group);
     for _ in 0..count {
         let index = progress.drawn;
