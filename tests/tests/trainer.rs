@@ -274,6 +274,83 @@ fn kept_products_give_the_gradients_of_a_whole_recomputation() {
     }
 }
 
+/// Rollouts that begin alike, evaluated as one pack (their shared beginning once, as the RL
+/// update does), give the summed loss and the summed gradients of evaluating each alone.
+#[test]
+fn a_pack_gives_the_summed_loss_and_gradients_of_its_members() {
+    let encoded = data::encode(engine(), &conversation()).expect("encoded");
+    let skip = encoded.tokens.len().saturating_sub(90);
+    let (tokens, trained) = (&encoded.tokens[skip..], &encoded.trained[skip..]);
+    // Three members: the conversation, another ending after its first 60 tokens, and one that
+    // parts from both after 50 (so the pack's shared prefix is 50 tokens).
+    let member = |keep: usize, tail: &str| -> (Vec<u32>, Vec<bool>) {
+        let tail = tokens_of(tail);
+        let mask = [&trained[..keep], &vec![true; tail.len()][..]].concat();
+        ([&tokens[..keep], &tail[..]].concat(), mask)
+    };
+    let members = [
+        (tokens.to_vec(), trained.to_vec()),
+        member(60, "<answer>\\boxed{392}</answer>"),
+        member(50, "\n</observation>\n<answer>\\boxed{17}</answer>"),
+    ];
+    let config = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        ..LoraConfig::default()
+    };
+    let model = Qwen2Lora::new(base(), &config, 11).expect("the training module");
+    // B starts at zero: one optimizer step first gives A its gradient.
+    let first = model
+        .sequence_loss(tokens, trained, None, true)
+        .expect("a backward pass");
+    let mut adam = catena_trainer::AdamW::new(Default::default());
+    adam.step(&model.lora.named(), &first.grads.expect("gradients"), 1e-3)
+        .expect("a step");
+    let sequences: Vec<(&[u32], &[bool])> = members.iter().map(|(t, m)| (&t[..], &m[..])).collect();
+    let packed = model.pack_loss(&sequences, true).expect("a packed pass");
+    let (mut nll, mut count) = (0.0, 0);
+    let mut alone: Option<std::collections::HashMap<String, catena_trainer::Tensor>> = None;
+    for (t, m) in &sequences {
+        let r = model
+            .sequence_loss(t, m, None, true)
+            .expect("a backward pass");
+        (nll, count) = (nll + r.nll_sum, count + r.tokens);
+        let grads = r.grads.expect("gradients");
+        alone = Some(match alone {
+            None => grads,
+            Some(sum) => sum
+                .into_iter()
+                .map(|(name, g)| {
+                    let total = (g + &grads[&name]).expect("a sum");
+                    (name, total)
+                })
+                .collect(),
+        });
+    }
+    assert_eq!(packed.tokens, count);
+    assert!(
+        (packed.nll_sum - nll).abs() <= 1e-5 * nll,
+        "packed loss {} against {nll} alone",
+        packed.nll_sum
+    );
+    let packed_grads = packed.grads.expect("gradients");
+    let max_abs = |t: &catena_trainer::Tensor| -> f32 {
+        let max = t.abs().and_then(|a| a.max_all());
+        max.and_then(|m| m.to_scalar::<f32>()).expect("a maximum")
+    };
+    let alone = alone.expect("gradients alone");
+    assert_eq!(packed_grads.len(), alone.len());
+    for (name, g) in &alone {
+        let scale = max_abs(g);
+        let diff = max_abs(&(g - &packed_grads[name]).expect("a difference"));
+        assert!(scale > 0.0, "{name} got no gradient");
+        assert!(
+            diff <= 1e-4 * scale,
+            "{name}: packing moves its gradient by {diff} of {scale}"
+        );
+    }
+}
+
 #[test]
 fn an_exported_adapter_makes_llama_cpp_compute_the_trainers_logits() {
     let config = LoraConfig {

@@ -18,11 +18,15 @@ pub fn applies(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == candle_core::DType::F32
 }
 
-/// Causal attention for `q (heads, len, head_dim)` and `k`, `v (kv_heads, len, _)`:
+/// Causal attention for `q (heads, len, head_dim)` and `k`, `v (kv_heads, keys, _)`:
 /// `softmax(scale · q kᵀ, causal) v`, where each key and value head serves `heads / kv_heads`
-/// consecutive query heads (grouped-query attention).
+/// consecutive query heads (grouped-query attention). The queries are the last `len` of the
+/// `keys` positions (`keys >= len`): query `i` sees keys `0..=keys - len + i`. With as many keys
+/// as queries that is plain causal attention; with more, the queries continue a prefix whose
+/// keys come first (a packed sequence's continuation after the prefix its members share,
+/// docs/ARCHITECTURE.md, `trainer/`).
 ///
-/// As one graph node the `(heads, len, len)` scores and weights are no longer nodes of their
+/// As one graph node the `(heads, len, keys)` scores and weights are no longer nodes of their
 /// own, so the backward pass allocates the two such tensors it needs instead of about six (candle
 /// adds a zero tensor and a sum for each node's gradient). The weights are kept for the backward
 /// pass only when an input takes part in a graph. The query heads of a group are laid end to
@@ -31,8 +35,8 @@ pub fn applies(t: &Tensor) -> bool {
 pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
     check_scale(scale)?;
     let (heads, len, head_dim) = q.dims3()?;
-    let kv_heads = k.dim(0)?;
-    if kv_heads == 0 || heads % kv_heads != 0 || v.dim(0)? != kv_heads {
+    let (kv_heads, keys) = (k.dim(0)?, k.dim(1)?);
+    if kv_heads == 0 || heads % kv_heads != 0 || v.dim(0)? != kv_heads || keys < len {
         candle_core::bail!(
             "attention of {heads} query heads over keys {:?} and values {:?}",
             k.dims(),
@@ -42,6 +46,7 @@ pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Resul
     let keep = q.track_op() || k.track_op() || v.track_op();
     let op = CausalAttention {
         scale,
+        queries: len,
         weights: keep.then(|| std::sync::Mutex::new(None)),
     };
     let grouped = q
@@ -177,14 +182,15 @@ fn max_f32(values: &[f32]) -> f32 {
     lanes.iter().fold(tail, |m, &v| m.max(v))
 }
 
-/// The causal softmax of `(len, len)` score matrices laid end to end.
-fn causal_softmax_rows(scores: &[f32], len: usize, scale: f32) -> Vec<f32> {
+/// The causal softmax of `(queries, keys)` score matrices laid end to end, the queries being the
+/// last `queries` of the `keys` positions.
+fn causal_softmax_rows(scores: &[f32], queries: usize, keys: usize, scale: f32) -> Vec<f32> {
     let mut out = vec![0f32; scores.len()];
-    out.par_chunks_mut(len)
-        .zip(scores.par_chunks(len))
+    out.par_chunks_mut(keys)
+        .zip(scores.par_chunks(keys))
         .enumerate()
         .for_each(|(row, (out, scores))| {
-            let seen = row % len + 1;
+            let seen = keys - queries + row % queries + 1;
             let max = max_f32(&scores[..seen]);
             for (o, &s) in out[..seen].iter_mut().zip(&scores[..seen]) {
                 *o = exp((s - max) * scale);
@@ -197,6 +203,8 @@ fn causal_softmax_rows(scores: &[f32], len: usize, scale: f32) -> Vec<f32> {
 
 struct CausalAttention {
     scale: f32,
+    /// Query positions per head (the last of the keys' positions).
+    queries: usize,
     /// The attention weights of the forward pass, for the backward pass (when it will come).
     weights: Option<std::sync::Mutex<Option<Tensor>>>,
 }
@@ -215,15 +223,17 @@ impl CustomOp3 for CausalAttention {
         v: &CpuStorage,
         v_layout: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        // `rows` is a multiple of `len` (a group of query heads), so row `r` is position
-        // `r % len` of its head.
+        // `rows` is a multiple of `queries` (a group of query heads), so row `r` is query
+        // `r % queries` of its head.
         let (heads, rows, dim) = q_layout.shape().dims3()?;
-        let (k_heads, len, k_dim) = k_layout.shape().dims3()?;
+        let (k_heads, keys, k_dim) = k_layout.shape().dims3()?;
         let (v_heads, v_len, v_dim) = v_layout.shape().dims3()?;
+        let queries = self.queries;
         if (k_heads, k_dim) != (heads, dim)
-            || (v_heads, v_len) != (heads, len)
-            || len == 0
-            || rows % len != 0
+            || (v_heads, v_len) != (heads, keys)
+            || queries == 0
+            || keys < queries
+            || rows % queries != 0
         {
             candle_core::bail!(
                 "attention over q {:?}, k {:?}, v {:?}",
@@ -233,8 +243,9 @@ impl CustomOp3 for CausalAttention {
             )
         }
         let scores = cpu_matmul(q, q_layout, k, &k_layout.transpose(1, 2)?)?;
-        let weights_layout = Layout::contiguous((heads, rows, len));
-        let weights = causal_softmax_rows(values(&scores, &weights_layout)?, len, self.scale);
+        let weights_layout = Layout::contiguous((heads, rows, keys));
+        let weights =
+            causal_softmax_rows(values(&scores, &weights_layout)?, queries, keys, self.scale);
         drop(scores);
         let weights = CpuStorage::F32(weights);
         let out = cpu_matmul(&weights, &weights_layout, v, v_layout)?;
@@ -242,7 +253,7 @@ impl CustomOp3 for CausalAttention {
             let CpuStorage::F32(values) = weights else {
                 candle_core::bail!("attention weights that are not f32")
             };
-            let tensor = Tensor::from_vec(values, (heads, rows, len), &candle_core::Device::Cpu)?;
+            let tensor = Tensor::from_vec(values, (heads, rows, keys), &candle_core::Device::Cpu)?;
             *kept
                 .lock()
                 .map_err(|_| candle_core::Error::Msg("attention lock".into()))? = Some(tensor);
@@ -582,7 +593,7 @@ mod tests {
         });
         let (q, k, v) = (q?, k?, v?);
         let w = Tensor::randn(0f32, 1.0, (heads, len, dim), &dev)?;
-        let mask = ops::causal_mask(len, &dev)?;
+        let mask = ops::causal_mask(len, len, &dev)?;
         let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
         let scores = (qt.matmul(&kt.t()?)? * f64::from(scale))?.broadcast_add(&mask)?;
         let elementary = ops::softmax_last(&scores)?.matmul(vt)?;
@@ -600,6 +611,36 @@ mod tests {
         // The first position attends to itself only: its output is its own value row.
         let first = fused.get(1)?.get(0)?;
         assert!(max_diff(&first, &vt.get(1)?.get(0)?) < 1e-6);
+        Ok(())
+    }
+
+    #[test]
+    fn queries_after_a_prefix_are_the_last_rows_of_the_whole_attention() -> Result<()> {
+        // The last 3 of 7 positions over all 7 keys, against the whole causal attention's last
+        // 3 rows: the same values, and the same gradient for every input.
+        let dev = Device::Cpu;
+        let (heads, kv_heads, len, tail, dim, scale) = (4, 2, 7, 3, 8, 0.35);
+        let q = Var::from_tensor(&Tensor::randn(0f32, 1.5, (heads, len, dim), &dev)?)?;
+        let [k, v] = [0, 1].map(|_| {
+            Tensor::randn(0f32, 1.5, (kv_heads, len, dim), &dev).and_then(|t| Var::from_tensor(&t))
+        });
+        let (k, v) = (k?, v?);
+        let w = Tensor::randn(0f32, 1.0, (heads, tail, dim), &dev)?;
+        let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+        let whole = causal_attention(qt, kt, vt, scale)?.narrow(1, len - tail, tail)?;
+        let want = (&whole * &w)?.sum_all()?.backward()?;
+        let part = causal_attention(&qt.narrow(1, len - tail, tail)?, kt, vt, scale)?;
+        let got = (&part * &w)?.sum_all()?.backward()?;
+        assert!(max_diff(&part, &whole) < 1e-6);
+        for (name, var) in [("q", &q), ("k", &k), ("v", &v)] {
+            let (Some(a), Some(b)) = (got.get(var.as_tensor()), want.get(var.as_tensor())) else {
+                panic!("no gradient for {name}")
+            };
+            let d = max_diff(a, b);
+            assert!(d < 1e-5, "the gradient of {name} differs by {d}");
+        }
+        // More queries than keys is no causal attention.
+        assert!(causal_attention(qt, &kt.narrow(1, 0, 3)?, &vt.narrow(1, 0, 3)?, scale).is_err());
         Ok(())
     }
 

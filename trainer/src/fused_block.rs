@@ -355,7 +355,8 @@ mod tests {
         let dev = Device::Cpu;
         let (len, heads, head_dim) = (9, 3, 8);
         let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (len, heads * head_dim), &dev)?)?;
-        let (cos, sin) = ops::rope_tables(len, head_dim, 10_000.0, &dev)?;
+        let positions: Vec<u32> = (0..len as u32).collect();
+        let (cos, sin) = ops::rope_tables(&positions, head_dim, 10_000.0, &dev)?;
         let w = Tensor::randn(0f32, 1.0, (heads, len, head_dim), &dev)?;
         let elementary = ops::rope(&ops::split_heads(x.as_tensor(), heads)?, &cos, &sin)?;
         let fused = rope_heads(x.as_tensor(), heads, &cos, &sin)?;
@@ -385,7 +386,7 @@ mod tests {
                 .reshape((heads, len, dim))
         };
         let (kr, vr) = (repeat(k.as_tensor())?, repeat(v.as_tensor())?);
-        let mask = ops::causal_mask(len, &dev)?;
+        let mask = ops::causal_mask(len, len, &dev)?;
         let scores = (q.as_tensor().matmul(&kr.t()?)? * f64::from(scale))?.broadcast_add(&mask)?;
         let elementary = ops::softmax_last(&scores)?.matmul(&vr)?;
         let fused =

@@ -39,6 +39,7 @@ mod lora;
 mod model;
 mod ops;
 mod optim;
+mod pack;
 mod plot;
 mod qlinear;
 pub mod rl;

@@ -14,11 +14,13 @@ use crate::base::{BaseModel, Qwen2Config};
 use crate::fused;
 use crate::lora::{LoraConfig, LoraParams, Target, dropout_mask};
 use crate::ops;
+use crate::pack::Pack;
 use crate::qlinear::QLinear;
 use crate::{Result, TrainError};
 use candle_core::quantized::QTensor;
 use candle_core::{D, DType, Device, Tensor, Var};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Positions of the vocabulary projection computed at once. Each chunk reads the whole
@@ -126,7 +128,7 @@ pub struct ObjectivePass {
     pub entropy: bool,
 }
 
-/// The result of [`Qwen2Lora::token_objective`].
+/// The result of [`Qwen2Lora::token_objective`], and of each member of a pack.
 pub struct TokenObjective {
     /// `sum_t w_t · log p_t`.
     pub value: f64,
@@ -135,6 +137,25 @@ pub struct TokenObjective {
     /// The entropy (nats) at each trained position, when asked.
     pub entropies: Vec<f32>,
     pub grads: Option<HashMap<String, Tensor>>,
+}
+
+/// The result of [`Qwen2Lora::pack_objective`]: each member's part (without gradients), and the
+/// gradients of the objective summed over the members.
+pub struct PackObjective {
+    pub members: Vec<TokenObjective>,
+    pub grads: Option<HashMap<String, Tensor>>,
+}
+
+/// What one chunk of trained rows gave in the head.
+struct HeadOut {
+    /// `log p` of each row's label.
+    values: Vec<f32>,
+    /// The entropy at each row, when asked.
+    entropies: Vec<f32>,
+    /// The weight of each row.
+    weights: Vec<f32>,
+    /// The chunk's gradient w.r.t. the last block's output, for a pass with gradients.
+    grad: Option<Tensor>,
 }
 
 impl Qwen2Lora {
@@ -299,8 +320,7 @@ impl Qwen2Lora {
         let q = ops::rope_heads(&q, c.heads, &rope.cos, &rope.sin)?;
         let k = ops::rope_heads(&k, c.kv_heads, &rope.cos, &rope.sin)?;
         let v = ops::split_heads(&v, c.kv_heads)?;
-        let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let attn = ops::causal_attention(&q, &k, &v, scale, &rope.mask)?;
+        let attn = self.attention(&q, &k, &v, rope)?;
         let attn = attn.transpose(0, 1)?.reshape((len, c.heads * c.head_dim))?;
         let x = (x + self.linear(l, Target::O, &attn, pass, products)?)?;
         let h = ops::rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
@@ -310,17 +330,81 @@ impl Qwen2Lora {
         Ok((x + down)?)
     }
 
-    fn rope(&self, len: usize) -> Result<Rope> {
+    /// Attention over a pack's rows (pack.rs): the prefix's rows causally among themselves,
+    /// each continuation's over the prefix's keys and its own, causally.
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, rope: &Rope) -> Result<Tensor> {
+        let scale = 1.0 / (self.config.head_dim as f64).sqrt();
+        let mask = |i: usize| rope.masks.as_ref().and_then(|m| m.get(i));
+        let prefix = rope.prefix;
+        if rope.continuations.iter().all(Range::is_empty) {
+            return Ok(ops::causal_attention(q, k, v, scale, mask(0))?);
+        }
+        let (shared_k, shared_v) = (k.narrow(1, 0, prefix)?, v.narrow(1, 0, prefix)?);
+        let mut parts = Vec::with_capacity(rope.continuations.len() + 1);
+        if prefix > 0 {
+            let shared_q = q.narrow(1, 0, prefix)?;
+            parts.push(ops::causal_attention(
+                &shared_q,
+                &shared_k,
+                &shared_v,
+                scale,
+                mask(0),
+            )?);
+        }
+        for (i, rows) in rope.continuations.iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let own = |t: &Tensor| t.narrow(1, rows.start, rows.len());
+            let with_prefix = |shared: &Tensor, t: &Tensor| -> Result<Tensor> {
+                Ok(if prefix == 0 {
+                    own(t)?
+                } else {
+                    Tensor::cat(&[shared, &own(t)?], 1)?
+                })
+            };
+            let (keys, values) = (with_prefix(&shared_k, k)?, with_prefix(&shared_v, v)?);
+            parts.push(ops::causal_attention(
+                &own(q)?,
+                &keys,
+                &values,
+                scale,
+                mask(i + 1),
+            )?);
+        }
+        Ok(Tensor::cat(&parts, 1)?)
+    }
+
+    /// The rotary tables of rows at `positions`, laid out as a pack's: `prefix` rows, then the
+    /// `continuations`; with the attention masks where the attention is not the fused kernel's.
+    fn rope(
+        &self,
+        positions: &[u32],
+        prefix: usize,
+        continuations: &[Range<usize>],
+    ) -> Result<Rope> {
         let (cos, sin) = ops::rope_tables(
-            len,
+            positions,
             self.config.head_dim,
             self.config.rope_theta,
             &self.device,
         )?;
+        let masks = if fused::applies(&cos) {
+            None
+        } else {
+            let mut masks = vec![ops::causal_mask(prefix, prefix, &self.device)?];
+            for rows in continuations {
+                let (own, keys) = (rows.len(), prefix + rows.len());
+                masks.push(ops::causal_mask(own, keys, &self.device)?);
+            }
+            Some(masks)
+        };
         Ok(Rope {
             cos,
             sin,
-            mask: ops::causal_mask(len, &self.device)?,
+            prefix,
+            continuations: continuations.to_vec(),
+            masks,
         })
     }
 
@@ -331,7 +415,8 @@ impl Qwen2Lora {
             track: false,
             dropout_key: None,
         };
-        let rope = self.rope(tokens.len())?;
+        let positions: Vec<u32> = (0..tokens.len() as u32).collect();
+        let rope = self.rope(&positions, tokens.len(), &[])?;
         let mut x = self.embed(tokens)?;
         for l in 0..self.config.layers {
             x = self.block(l, &x, &rope, pass, &mut Products::Compute)?;
@@ -388,14 +473,66 @@ impl Qwen2Lora {
         pass: ObjectivePass,
         weights: &mut dyn FnMut(&[f32]) -> Vec<f32>,
     ) -> Result<TokenObjective> {
-        let (positions, labels) = trained_positions(tokens, trained)?;
-        let mut result = TokenObjective {
-            value: 0.0,
-            logprobs: Vec::with_capacity(positions.len()),
-            entropies: Vec::new(),
+        let pack = Pack::new(&[(tokens, trained)])?;
+        let r = self.pack_objective(&pack, pass, &mut |_, lp| weights(lp))?;
+        let mut whole = r.members.into_iter().next().ok_or_else(|| {
+            TrainError::Stopped("a pack of one sequence gave no result (internal error)".into())
+        })?;
+        whole.grads = r.grads;
+        Ok(whole)
+    }
+
+    /// The summed loss of sequences that begin alike, their shared beginning evaluated once
+    /// (pack.rs), as [`Qwen2Lora::sequence_loss`] without dropout would give it summed over them.
+    pub fn pack_loss(
+        &self,
+        sequences: &[(&[u32], &[bool])],
+        with_grads: bool,
+    ) -> Result<SequenceLoss> {
+        let pack = Pack::new(sequences)?;
+        let pass = ObjectivePass {
+            dropout_key: None,
+            with_grads,
+            entropy: false,
+        };
+        let r = self.pack_objective(&pack, pass, &mut |_, lp| vec![-1.0; lp.len()])?;
+        Ok(SequenceLoss {
+            nll_sum: r.members.iter().map(|m| m.value).sum(),
+            tokens: r.members.iter().map(|m| m.logprobs.len()).sum(),
+            grads: r.grads,
+        })
+    }
+
+    /// [`Qwen2Lora::token_objective`] over every member of `pack` at once: `weights` is called
+    /// with the member and a run of its log-probabilities (each member's in order), and the
+    /// gradients are those of the objective summed over the members.
+    pub(crate) fn pack_objective(
+        &self,
+        pack: &Pack,
+        pass: ObjectivePass,
+        weights: &mut dyn FnMut(usize, &[f32]) -> Vec<f32>,
+    ) -> Result<PackObjective> {
+        let mut result = PackObjective {
+            members: pack
+                .trained
+                .iter()
+                .map(|rows| TokenObjective {
+                    value: 0.0,
+                    logprobs: Vec::with_capacity(rows.len()),
+                    entropies: Vec::new(),
+                    grads: None,
+                })
+                .collect(),
             grads: None,
         };
-        if positions.is_empty() {
+        // (member, row, label) of every trained token, member after member.
+        let trained: Vec<(usize, u32, u32)> = pack
+            .trained
+            .iter()
+            .enumerate()
+            .flat_map(|(m, rows)| rows.iter().map(move |&(row, label)| (m, row, label)))
+            .collect();
+        if trained.is_empty() {
             result.grads = pass.with_grads.then(HashMap::new);
             return Ok(result);
         }
@@ -403,25 +540,52 @@ impl Qwen2Lora {
             track: false,
             dropout_key: pass.dropout_key,
         };
-        let inputs = &tokens[..tokens.len() - 1];
-        let rope = self.rope(inputs.len())?;
-        let mut kept = self.kept_products(inputs.len(), pass.with_grads);
+        let rope = self.rope(&pack.positions(), pack.prefix, &pack.continuations)?;
+        let mut kept = self.kept_products(pack.inputs.len(), pass.with_grads);
         let (inputs_of, x) =
-            self.forward_keeping_block_inputs(inputs, &rope, forward, &mut kept)?;
-        // The objective, a chunk of trained positions at a time; its gradient w.r.t. the last
-        // block's output is gathered chunk by chunk.
+            self.forward_keeping_block_inputs(&pack.inputs, &rope, forward, &mut kept)?;
+        // The objective, a chunk of trained rows at a time (a chunk may span members); its
+        // gradient w.r.t. the last block's output is gathered chunk by chunk.
         let last = Var::from_tensor(&x)?;
         let normed = ops::rms_norm(last.as_tensor(), &self.final_norm, self.config.rms_eps)?;
         let mut grad_out: Option<Tensor> = None;
-        for (chunk_pos, chunk_labels) in positions.chunks(HEAD_CHUNK).zip(labels.chunks(HEAD_CHUNK))
-        {
-            let chunk = HeadChunk {
+        for chunk in trained.chunks(HEAD_CHUNK) {
+            let positions: Vec<u32> = chunk.iter().map(|&(_, row, _)| row).collect();
+            let labels: Vec<u32> = chunk.iter().map(|&(_, _, label)| label).collect();
+            let runs: Vec<&[(usize, u32, u32)]> = chunk.chunk_by(|a, b| a.0 == b.0).collect();
+            let head = HeadChunk {
                 normed: &normed,
                 last: &last,
-                positions: chunk_pos,
-                labels: chunk_labels,
+                positions: &positions,
+                labels: &labels,
             };
-            if let Some(g) = self.head_chunk(chunk, pass, weights, &mut result)? {
+            let out = self.head_chunk(head, pass, &mut |values| {
+                let mut w = Vec::with_capacity(values.len());
+                for run in &runs {
+                    let at = w.len().min(values.len());
+                    let end = (at + run.len()).min(values.len());
+                    w.extend(weights(run[0].0, &values[at..end]));
+                }
+                w
+            })?;
+            let mut at = 0;
+            for run in &runs {
+                let rows = at..at + run.len();
+                let member = &mut result.members[run[0].0];
+                member.value += out.weights[rows.clone()]
+                    .iter()
+                    .zip(&out.values[rows.clone()])
+                    .map(|(w, v)| f64::from(*w) * f64::from(*v))
+                    .sum::<f64>();
+                member.logprobs.extend_from_slice(&out.values[rows.clone()]);
+                if pass.entropy {
+                    member
+                        .entropies
+                        .extend_from_slice(&out.entropies[rows.clone()]);
+                }
+                at = rows.end;
+            }
+            if let Some(g) = out.grad {
                 grad_out = Some(match grad_out {
                     Some(acc) => (acc + g)?,
                     None => g,
@@ -485,16 +649,15 @@ impl Qwen2Lora {
         Ok((inputs_of, x))
     }
 
-    /// One chunk of trained positions through the head: their log-probabilities (and
-    /// entropies) into `result`, the weighted sum into its value, and, for a pass with
-    /// gradients, this chunk's gradient w.r.t. the last block's output.
+    /// One chunk of trained rows through the head: their log-probabilities (and entropies),
+    /// their weights from `weights`, and, for a pass with gradients, this chunk's gradient
+    /// w.r.t. the last block's output.
     fn head_chunk(
         &self,
         chunk: HeadChunk<'_>,
         pass: ObjectivePass,
         weights: &mut dyn FnMut(&[f32]) -> Vec<f32>,
-        result: &mut TokenObjective,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<HeadOut> {
         let idx = Tensor::new(chunk.positions, &self.device)?;
         let rows = if pass.with_grads {
             chunk.normed.index_select(&idx, 0)?
@@ -504,11 +667,12 @@ impl Qwen2Lora {
         let logits = self.head.forward(&rows)?;
         let picked = ops::label_logprobs(&logits, chunk.labels)?;
         let values = picked.detach().to_dtype(DType::F32)?.to_vec1::<f32>()?;
+        let mut entropies = Vec::new();
         if pass.entropy {
             let logp = ops::log_softmax_last(&logits.detach())?;
             let p_logp = (logp.exp()? * &logp)?;
             let h = p_logp.sum(D::Minus1)?.neg()?.to_dtype(DType::F32)?;
-            result.entropies.extend(h.to_vec1::<f32>()?);
+            entropies = h.to_vec1::<f32>()?;
         }
         let w = weights(&values);
         if w.len() != values.len() {
@@ -518,19 +682,20 @@ impl Qwen2Lora {
                 values.len()
             )));
         }
-        result.value += w
-            .iter()
-            .zip(&values)
-            .map(|(w, v)| f64::from(*w) * f64::from(*v))
-            .sum::<f64>();
-        result.logprobs.extend_from_slice(&values);
-        if !pass.with_grads {
-            return Ok(None);
-        }
-        let w = Tensor::new(w.as_slice(), &self.device)?.to_dtype(picked.dtype())?;
-        let objective = (picked * w)?.sum_all()?;
-        let grads = objective.backward()?;
-        Ok(grads.get(chunk.last.as_tensor()).cloned())
+        let grad = if pass.with_grads {
+            let wt = Tensor::new(w.as_slice(), &self.device)?.to_dtype(picked.dtype())?;
+            let objective = (picked * wt)?.sum_all()?;
+            let grads = objective.backward()?;
+            grads.get(chunk.last.as_tensor()).cloned()
+        } else {
+            None
+        };
+        Ok(HeadOut {
+            values,
+            entropies,
+            weights: w,
+            grad,
+        })
     }
 
     /// The backward pass, one recomputed block at a time from its kept input (and its kept
@@ -578,40 +743,27 @@ impl Qwen2Lora {
     }
 }
 
-/// One chunk of the head's work in [`Qwen2Lora::token_objective`].
+/// One chunk of the head's work in [`Qwen2Lora::pack_objective`].
 struct HeadChunk<'a> {
     /// The final norm of the last block's output, every position.
     normed: &'a Tensor,
     /// The last block's output, as the variable its gradient is taken w.r.t.
     last: &'a Var,
-    /// Positions whose next token is trained, and those tokens.
+    /// Rows whose next token is trained, and those tokens.
     positions: &'a [u32],
     labels: &'a [u32],
 }
 
-/// The positions whose next token is trained (the input positions that predict it) and those
-/// tokens; a sequence shorter than 2 tokens or with a mask of another length is refused.
-fn trained_positions(tokens: &[u32], trained: &[bool]) -> Result<(Vec<u32>, Vec<u32>)> {
-    if tokens.len() != trained.len() || tokens.len() < 2 {
-        return Err(TrainError::Config(format!(
-            "a sequence needs at least 2 tokens and one mask entry each ({} tokens, {} mask)",
-            tokens.len(),
-            trained.len()
-        )));
-    }
-    let positions: Vec<u32> = (1..tokens.len())
-        .filter(|&i| trained[i])
-        .map(|i| (i - 1) as u32)
-        .collect();
-    let labels: Vec<u32> = (1..tokens.len())
-        .filter(|&i| trained[i])
-        .map(|i| tokens[i])
-        .collect();
-    Ok((positions, labels))
-}
-
+/// Where the rows of a forward pass sit: their rotary tables, and the pack's layout that the
+/// attention follows (pack.rs).
 struct Rope {
     cos: Tensor,
     sin: Tensor,
-    mask: Tensor,
+    /// Rows every member shares.
+    prefix: usize,
+    /// Each member's own rows after them.
+    continuations: Vec<Range<usize>>,
+    /// The additive masks of the prefix's attention and each continuation's, for the
+    /// elementary attention (off the CPU); `None` where the fused kernel needs none.
+    masks: Option<Vec<Tensor>>,
 }

@@ -20,9 +20,9 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     x.broadcast_mul(&scale)?.broadcast_mul(weight)
 }
 
-/// The rotary tables for positions `0..len`: `(cos, sin)`, each `(len, head_dim / 2)`.
+/// The rotary tables for the given positions: `(cos, sin)`, each `(positions, head_dim / 2)`.
 pub fn rope_tables(
-    len: usize,
+    positions: &[u32],
     head_dim: usize,
     theta: f32,
     device: &Device,
@@ -32,9 +32,9 @@ pub fn rope_tables(
         .map(|i| 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32))
         .collect();
     let inv_freq = Tensor::from_vec(inv_freq, (1, half), device)?;
-    let positions = Tensor::arange(0u32, len as u32, device)?
+    let positions = Tensor::new(positions, device)?
         .to_dtype(DType::F32)?
-        .reshape((len, 1))?;
+        .reshape((positions.len(), 1))?;
     let angles = positions.broadcast_mul(&inv_freq)?;
     Ok((angles.cos()?, angles.sin()?))
 }
@@ -68,12 +68,23 @@ pub fn split_heads(x: &Tensor, heads: usize) -> Result<Tensor> {
         .contiguous()
 }
 
-/// An additive causal mask `(len, len)`: 0 on and below the diagonal, -inf above.
-pub fn causal_mask(len: usize, device: &Device) -> Result<Tensor> {
-    let mask: Vec<f32> = (0..len)
-        .flat_map(|i| (0..len).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+/// An additive causal mask `(queries, keys)` for queries that are the last of the keys'
+/// positions: query `i` sees keys `0..=keys - queries + i` (0), not the others (-inf). With as
+/// many keys as queries, 0 on and below the diagonal.
+pub fn causal_mask(queries: usize, keys: usize, device: &Device) -> Result<Tensor> {
+    let before = keys.saturating_sub(queries);
+    let mask: Vec<f32> = (0..queries)
+        .flat_map(|i| {
+            (0..keys).map(move |j| {
+                if j > before + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
         .collect();
-    Tensor::from_vec(mask, (len, len), device)
+    Tensor::from_vec(mask, (queries, keys), device)
 }
 
 /// Softmax over the last dimension, from differentiable pieces.
@@ -98,19 +109,25 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
 }
 
 /// Causal attention, `softmax(scale · q kᵀ + mask) v`, for `q (heads, len, head_dim)` and
-/// `k`, `v (kv_heads, len, _)`, each key and value head serving `heads / kv_heads` consecutive
-/// query heads; `mask` the additive causal mask. One graph node on the CPU (fused.rs),
-/// elementary ops elsewhere.
+/// `k`, `v (kv_heads, keys, _)`, each key and value head serving `heads / kv_heads`
+/// consecutive query heads; the queries are the last `len` of the keys' positions
+/// (fused::causal_attention). One graph node on the CPU (fused.rs), elementary ops elsewhere,
+/// with `mask` ([`causal_mask`] of these sizes) where the caller keeps one, made here if not.
 pub fn causal_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     scale: f64,
-    mask: &Tensor,
+    mask: Option<&Tensor>,
 ) -> Result<Tensor> {
     if fused::applies(q) {
         return fused::causal_attention(q, k, v, scale as f32);
     }
+    let mask = match mask {
+        Some(mask) => mask.clone(),
+        None => causal_mask(q.dim(1)?, k.dim(1)?, q.device())?,
+    }
+    .to_dtype(q.dtype())?;
     let heads = q.dim(0)?;
     let kv_heads = k.dim(0)?;
     let repeat = |t: &Tensor| -> Result<Tensor> {
@@ -126,7 +143,7 @@ pub fn causal_attention(
         candle_core::bail!("{heads} query heads do not share {kv_heads} key heads evenly")
     }
     let (k, v) = (repeat(k)?, repeat(v)?);
-    let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(mask)?;
+    let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(&mask)?;
     softmax_last(&scores)?.matmul(&v)
 }
 
@@ -179,11 +196,13 @@ mod tests {
         let dev = Device::Cpu;
         let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 5, 8), &dev)?)?;
         let w = Var::from_tensor(&Tensor::ones(8, DType::F32, &dev)?)?;
-        let (cos, sin) = rope_tables(5, 8, 10_000.0, &dev)?;
+        let (cos, sin) = rope_tables(&[0, 1, 2, 3, 4], 8, 10_000.0, &dev)?;
         let h = rms_norm(x.as_tensor(), w.as_tensor(), 1e-6)?;
         let h = rope(&h, &cos, &sin)?;
         let h = silu(&h)?;
-        let scores = h.matmul(&h.t()?)?.broadcast_add(&causal_mask(5, &dev)?)?;
+        let scores = h
+            .matmul(&h.t()?)?
+            .broadcast_add(&causal_mask(5, 5, &dev)?)?;
         let loss = log_softmax_last(&softmax_last(&scores)?)?.sum_all()?;
         let grads = loss.backward()?;
         for v in [&x, &w] {
@@ -194,10 +213,31 @@ mod tests {
     }
 
     #[test]
+    fn the_elementary_attention_after_a_prefix_is_the_fused_one() -> Result<()> {
+        // Off the CPU's f32 the elementary ops run, with the mask made for these sizes: f64
+        // tensors take that path here.
+        let dev = Device::Cpu;
+        let (heads, kv_heads, queries, keys, dim, scale) = (4, 2, 3, 7, 8, 0.35);
+        let q = Tensor::randn(0f32, 1.5, (heads, queries, dim), &dev)?;
+        let k = Tensor::randn(0f32, 1.5, (kv_heads, keys, dim), &dev)?;
+        let v = Tensor::randn(0f32, 1.5, (kv_heads, keys, dim), &dev)?;
+        let fused = causal_attention(&q, &k, &v, scale, None)?;
+        let wide = |t: &Tensor| t.to_dtype(DType::F64);
+        let elementary = causal_attention(&wide(&q)?, &wide(&k)?, &wide(&v)?, scale, None)?;
+        assert!(close(&fused, &elementary.to_dtype(DType::F32)?) < 1e-5);
+        // The last query sees every key; the first, all but the last two.
+        let mask = causal_mask(queries, keys, &dev)?.to_vec2::<f32>()?;
+        assert!(mask[2].iter().all(|&m| m == 0.0));
+        assert!(mask[0][..5].iter().all(|&m| m == 0.0));
+        assert!(mask[0][5..].iter().all(|&m| m == f32::NEG_INFINITY));
+        Ok(())
+    }
+
+    #[test]
     fn rope_at_position_zero_is_the_identity_and_keeps_norms() -> Result<()> {
         let dev = Device::Cpu;
         let x = Tensor::randn(0f32, 1.0, (3, 6, 16), &dev)?;
-        let (cos, sin) = rope_tables(6, 16, 1_000_000.0, &dev)?;
+        let (cos, sin) = rope_tables(&[0, 1, 2, 3, 4, 5], 16, 1_000_000.0, &dev)?;
         let y = rope(&x, &cos, &sin)?;
         assert!(close(&y.narrow(1, 0, 1)?, &x.narrow(1, 0, 1)?) < 1e-6);
         let norms = |t: &Tensor| t.sqr().unwrap().sum_keepdim(D::Minus1).unwrap();

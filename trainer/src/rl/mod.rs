@@ -25,6 +25,7 @@ use crate::checkpoint::{self, StepClock, StepCount};
 use crate::lora::LoraConfig;
 use crate::model::{ObjectivePass, Qwen2Lora};
 use crate::optim::{AdamW, AdamWConfig, accumulate, clip_grad_norm};
+use crate::pack::{self, Pack};
 use crate::{Result, TrainError, export, gguf_adapter};
 use candle_core::{Device, Tensor};
 use catena_agent::Decoding;
@@ -504,7 +505,20 @@ pub struct UpdateStats {
     pub logprob_gap: f64,
 }
 
-/// The DAPO update of one batch, in `updates_per_batch` mini-batches.
+/// Rollouts packed into one pass share at least this many leading tokens (a group's prompt is
+/// hundreds): fewer would save less than a pass's own costs.
+const PACK_MIN_SHARED: usize = 32;
+
+/// The most rows of one packed pass: up to five math rollouts of the default profile (a
+/// 392-token prompt and about 300 tokens each after it). Larger packs share the prompt more
+/// widely but keep fewer blocks' products within the budget and hold more memory at once: on
+/// the 2-core VM packs of three to eight ran at the same speed, 0.6 to 1.2 GB above one rollout
+/// alone (docs/BENCHMARKS.md, "The RL update in packs").
+const PACK_ROWS: usize = 2048;
+
+/// The DAPO update of one batch, in `updates_per_batch` mini-batches. The rollouts of a group
+/// share their prompt, so each run of them that begins alike is evaluated as one pack, the
+/// prompt once (pack.rs); the gradient is the same as evaluating each alone.
 pub fn update(
     options: &RlOptions,
     model: &Qwen2Lora,
@@ -526,7 +540,7 @@ pub fn update(
     };
     let per_batch = kept.len().div_ceil(updates);
     let mut result = UpdateStats::default();
-    let (mut entropy_sum, mut gap_sum, mut first_tokens) = (0.0f64, 0.0f64, 0usize);
+    let mut first_pass = FirstPass::default();
     let (mut clipped_sum, mut capped_sum, mut seen) = (0.0, 0.0, 0usize);
     for (mb, members) in kept.chunks(per_batch).enumerate() {
         let first = mb == 0;
@@ -534,49 +548,22 @@ pub fn update(
         let total: usize = members.iter().map(|s| s.rollout.response_tokens()).sum();
         let mut objective = BatchObjective::new(options.dapo, total);
         let mut grads: HashMap<String, Tensor> = HashMap::new();
-        for (j, s) in members.iter().enumerate() {
-            let rollout_lp = &s.rollout.rollout_logprobs;
-            let old_lp = old.as_ref().map(|o| &o[offset + j]);
-            let mut at = 0usize;
-            let r = model.token_objective(
-                &s.rollout.tokens,
-                &s.rollout.trained,
-                ObjectivePass {
-                    dropout_key: None,
-                    with_grads: true,
-                    entropy: first,
-                },
-                &mut |lp| {
-                    let end = (at + lp.len()).min(rollout_lp.len());
-                    let roll = &rollout_lp[at.min(end)..end];
-                    let old_chunk = old_lp.map_or(lp, |o| &o[at.min(o.len())..end.min(o.len())]);
-                    at += lp.len();
-                    if roll.len() != lp.len() || old_chunk.len() != lp.len() {
-                        // Caught after the pass by the length check below.
-                        return vec![0.0; lp.len()];
-                    }
-                    objective.weights(s.advantage, lp, old_chunk, roll)
-                },
-            )?;
-            if r.logprobs.len() != rollout_lp.len() {
-                return Err(TrainError::Stopped(format!(
-                    "step {}: a rollout has {} sampled tokens but the trainer saw {} (internal error)",
-                    step + 1,
-                    rollout_lp.len(),
-                    r.logprobs.len()
-                )));
-            }
-            if first {
-                entropy_sum += r.entropies.iter().map(|&h| f64::from(h)).sum::<f64>();
-                gap_sum += r
-                    .logprobs
-                    .iter()
-                    .zip(rollout_lp)
-                    .map(|(a, b)| f64::from((a - b).abs()))
-                    .sum::<f64>();
-                first_tokens += r.logprobs.len();
-            }
-            accumulate(&mut grads, r.grads.unwrap_or_default())?;
+        let tokens: Vec<&[u32]> = members
+            .iter()
+            .map(|s| s.rollout.tokens.as_slice())
+            .collect();
+        for rows in pack::runs(&tokens, PACK_MIN_SHARED, PACK_ROWS) {
+            let old = old
+                .as_ref()
+                .map(|o| &o[offset + rows.start..offset + rows.end]);
+            let pass = PackPass {
+                rollouts: &members[rows],
+                old,
+                first,
+                step,
+            };
+            let pack_grads = pass.run(model, &mut objective, &mut first_pass)?;
+            accumulate(&mut grads, pack_grads)?;
         }
         result.grad_norm = clip_grad_norm(&mut grads, options.grad_clip)?;
         let named: Vec<(String, &candle_core::Var)> = model.lora.named();
@@ -595,9 +582,94 @@ pub fn update(
     }
     result.clip_fraction = clipped_sum / seen.max(1) as f64;
     result.capped_fraction = capped_sum / seen.max(1) as f64;
-    result.entropy = entropy_sum / first_tokens.max(1) as f64;
-    result.logprob_gap = gap_sum / first_tokens.max(1) as f64;
+    result.entropy = first_pass.entropy_sum / first_pass.tokens.max(1) as f64;
+    result.logprob_gap = first_pass.gap_sum / first_pass.tokens.max(1) as f64;
     Ok(result)
+}
+
+/// What the first mini-batch's passes measure, before the first optimizer step.
+#[derive(Default)]
+struct FirstPass {
+    entropy_sum: f64,
+    /// Sum of |log p_trainer - log p_rollout|.
+    gap_sum: f64,
+    tokens: usize,
+}
+
+/// One packed pass of the update over consecutive rollouts that begin alike.
+struct PackPass<'a> {
+    rollouts: &'a [Scored],
+    /// Their pre-update log-probabilities, where computed before the first mini-batch.
+    old: Option<&'a [Vec<f32>]>,
+    /// Whether this is the first mini-batch (its passes measure [`FirstPass`]).
+    first: bool,
+    step: usize,
+}
+
+impl PackPass<'_> {
+    /// The pass: each trained token's weight from `objective`, and the gradients of the
+    /// objective summed over the rollouts.
+    fn run(
+        &self,
+        model: &Qwen2Lora,
+        objective: &mut BatchObjective,
+        first_pass: &mut FirstPass,
+    ) -> Result<HashMap<String, Tensor>> {
+        let sequences: Vec<(&[u32], &[bool])> = self
+            .rollouts
+            .iter()
+            .map(|s| (s.rollout.tokens.as_slice(), s.rollout.trained.as_slice()))
+            .collect();
+        // How many of each rollout's log-probabilities the objective has seen.
+        let mut at = vec![0usize; self.rollouts.len()];
+        let r = model.pack_objective(
+            &Pack::new(&sequences)?,
+            ObjectivePass {
+                dropout_key: None,
+                with_grads: true,
+                entropy: self.first,
+            },
+            &mut |m, lp| {
+                let s = &self.rollouts[m];
+                let rollout_lp = &s.rollout.rollout_logprobs;
+                let start = at[m];
+                let end = (start + lp.len()).min(rollout_lp.len());
+                let roll = &rollout_lp[start.min(end)..end];
+                let old_chunk = self
+                    .old
+                    .map_or(lp, |o| &o[m][start.min(o[m].len())..end.min(o[m].len())]);
+                at[m] += lp.len();
+                if roll.len() != lp.len() || old_chunk.len() != lp.len() {
+                    // Caught after the pass by the length check below.
+                    return vec![0.0; lp.len()];
+                }
+                objective.weights(s.advantage, lp, old_chunk, roll)
+            },
+        )?;
+        for (s, member) in self.rollouts.iter().zip(&r.members) {
+            let rollout_lp = &s.rollout.rollout_logprobs;
+            if member.logprobs.len() != rollout_lp.len() {
+                return Err(TrainError::Stopped(format!(
+                    "step {}: a rollout has {} sampled tokens but the trainer saw {} (internal error)",
+                    self.step + 1,
+                    rollout_lp.len(),
+                    member.logprobs.len()
+                )));
+            }
+            if self.first {
+                first_pass.entropy_sum +=
+                    member.entropies.iter().map(|&h| f64::from(h)).sum::<f64>();
+                first_pass.gap_sum += member
+                    .logprobs
+                    .iter()
+                    .zip(rollout_lp)
+                    .map(|(a, b)| f64::from((a - b).abs()))
+                    .sum::<f64>();
+                first_pass.tokens += member.logprobs.len();
+            }
+        }
+        Ok(r.grads.unwrap_or_default())
+    }
 }
 
 #[cfg(test)]
