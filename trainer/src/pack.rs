@@ -14,6 +14,20 @@
 use crate::{Result, TrainError};
 use std::ops::Range;
 
+/// The fewest leading tokens sequences share to be packed together. An RL group's rollouts
+/// share their whole prompt, and the sequences of one profile its instructions (374 of the math
+/// profile's 392 prompt tokens), so consecutive groups, or an SFT step's samples, pack too; a
+/// threshold this low only keeps out sequences that share next to nothing (not measured: no
+/// profile's sequences share so little).
+pub const MIN_SHARED: usize = 32;
+
+/// The most rows of one packed pass: up to five math rollouts of the default profile (a
+/// 392-token prompt and about 300 tokens each after it). Larger packs share the prompt more
+/// widely but keep fewer blocks' products within the budget and hold more memory at once: on
+/// the 2-core VM packs of three to eight ran at the same speed, 0.6 to 1.2 GB above one rollout
+/// alone (docs/BENCHMARKS.md, "The RL update in packs").
+pub const MAX_ROWS: usize = 2048;
+
 /// A pack of sequences (see the module's doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pack {
@@ -87,11 +101,16 @@ impl Pack {
 }
 
 /// Splits `sequences` into runs of consecutive ones to pack together: a run grows while its
-/// members' inputs (each sequence but its last token) share at least `min_shared` leading
-/// tokens and its pack stays within `max_rows` rows (a longer sequence is a run of its own).
+/// members' inputs (each sequence but its last token) share at least [`MIN_SHARED`] leading
+/// tokens and its pack stays within [`MAX_ROWS`] rows (a longer sequence is a run of its own).
 /// The rows bound what one pass holds at once: its activations and kept products grow with
 /// them.
-pub fn runs(sequences: &[&[u32]], min_shared: usize, max_rows: usize) -> Vec<Range<usize>> {
+pub fn runs(sequences: &[&[u32]]) -> Vec<Range<usize>> {
+    runs_within(sequences, MIN_SHARED, MAX_ROWS)
+}
+
+/// [`runs`] with other bounds.
+fn runs_within(sequences: &[&[u32]], min_shared: usize, max_rows: usize) -> Vec<Range<usize>> {
     let inputs = |s: &[u32]| s.len().saturating_sub(1);
     let mut runs = Vec::new();
     let mut start = 0;
@@ -192,15 +211,15 @@ mod tests {
         let (d, e) = (group(5, 6), group(5, 7));
         let all: Vec<&[u32]> = vec![&a, &b, &c, &d, &e];
         // Inputs of 6 tokens sharing 4 within a group: a pack of three is 4 + 3 · 2 rows.
-        assert_eq!(runs(&all, 4, 10), [0..3, 3..5]);
+        assert_eq!(runs_within(&all, 4, 10), [0..3, 3..5]);
         // Fewer rows: two members at most (8 rows), the third starts a run.
-        assert_eq!(runs(&all, 4, 9), [0..2, 2..3, 3..5]);
+        assert_eq!(runs_within(&all, 4, 9), [0..2, 2..3, 3..5]);
         // Asking for more shared tokens than they have packs nothing.
-        assert_eq!(runs(&all, 5, 100), [0..1, 1..2, 2..3, 3..4, 4..5]);
+        assert_eq!(runs_within(&all, 5, 100), [0..1, 1..2, 2..3, 3..4, 4..5]);
         // Checked against the pack itself.
         let pack = Pack::new(&[(&a, &[true; 7]), (&b, &[true; 7]), (&c, &[true; 7])]).unwrap();
         assert_eq!(pack.inputs.len(), 10);
-        assert!(runs(&[], 1, 10).is_empty());
+        assert!(runs(&[]).is_empty());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::data::{self, Encoded, Rejected};
 use crate::lora::LoraConfig;
 use crate::model::Qwen2Lora;
 use crate::optim::{AdamW, AdamWConfig, Schedule, accumulate, clip_grad_norm};
+use crate::pack;
 use crate::{Result, TrainError, export, plot};
 use candle_core::{Device, Tensor};
 use catena_engine::llama::{LlamaEngine, LoadOptions};
@@ -351,15 +352,33 @@ fn optimizer_step(
     let step = progress.step;
     let (epoch, members) = &plan.steps[step];
     let mut grads: HashMap<String, Tensor> = HashMap::new();
-    let (mut nll, mut trained, mut tokens) = (0.0, 0usize, 0usize);
-    for (j, &i) in members.iter().enumerate() {
-        let sample = &train[i];
-        let key = options.seed ^ ((step as u64) << 20) ^ j as u64;
-        let r = model.sequence_loss(&sample.tokens, &sample.trained, Some(key), true)?;
-        nll += r.nll_sum;
-        trained += r.tokens;
-        tokens += sample.tokens.len();
-        accumulate(&mut grads, r.grads.unwrap_or_default())?;
+    let (mut nll, mut trained) = (0.0, 0usize);
+    let tokens = members.iter().map(|&i| train[i].tokens.len()).sum();
+    if options.lora.dropout > 0.0 {
+        // Each sample with its own dropout masks, the shared beginning included.
+        for (j, &i) in members.iter().enumerate() {
+            let sample = &train[i];
+            let key = options.seed ^ ((step as u64) << 20) ^ j as u64;
+            let r = model.sequence_loss(&sample.tokens, &sample.trained, Some(key), true)?;
+            (nll, trained) = (nll + r.nll_sum, trained + r.tokens);
+            accumulate(&mut grads, r.grads.unwrap_or_default())?;
+        }
+    } else {
+        // Without dropout a pack gives each sample's gradient (pack.rs): the samples of one
+        // profile share its instructions, evaluated once. Sorted, samples that begin alike
+        // are neighbours; the sum does not depend on the order.
+        let mut samples: Vec<&Encoded> = members.iter().map(|&i| &train[i]).collect();
+        samples.sort_by(|a, b| a.tokens.cmp(&b.tokens));
+        let sequences: Vec<&[u32]> = samples.iter().map(|s| s.tokens.as_slice()).collect();
+        for run in pack::runs(&sequences) {
+            let packed: Vec<(&[u32], &[bool])> = samples[run]
+                .iter()
+                .map(|s| (s.tokens.as_slice(), s.trained.as_slice()))
+                .collect();
+            let r = model.pack_loss(&packed, true)?;
+            (nll, trained) = (nll + r.nll_sum, trained + r.tokens);
+            accumulate(&mut grads, r.grads.unwrap_or_default())?;
+        }
     }
     let denominator = trained.max(1) as f64;
     for g in grads.values_mut() {

@@ -505,19 +505,6 @@ pub struct UpdateStats {
     pub logprob_gap: f64,
 }
 
-/// The fewest leading tokens rollouts share to be packed together. A group's rollouts share
-/// their whole prompt, and rollouts of one profile its instructions (374 of the math profile's
-/// 392 prompt tokens), so consecutive groups pack too; a threshold this low only keeps out
-/// rollouts that share next to nothing (not measured: no profile's rollouts share so little).
-const PACK_MIN_SHARED: usize = 32;
-
-/// The most rows of one packed pass: up to five math rollouts of the default profile (a
-/// 392-token prompt and about 300 tokens each after it). Larger packs share the prompt more
-/// widely but keep fewer blocks' products within the budget and hold more memory at once: on
-/// the 2-core VM packs of three to eight ran at the same speed, 0.6 to 1.2 GB above one rollout
-/// alone (docs/BENCHMARKS.md, "The RL update in packs").
-const PACK_ROWS: usize = 2048;
-
 /// The DAPO update of one batch, in `updates_per_batch` mini-batches. The rollouts of a group
 /// share their prompt, so each run of them that begins alike is evaluated as one pack, the
 /// prompt once (pack.rs); the gradient is the same as evaluating each alone.
@@ -554,7 +541,7 @@ pub fn update(
             .iter()
             .map(|s| s.rollout.tokens.as_slice())
             .collect();
-        for rows in pack::runs(&tokens, PACK_MIN_SHARED, PACK_ROWS) {
+        for rows in pack::runs(&tokens) {
             let old = old
                 .as_ref()
                 .map(|o| &o[offset + rows.start..offset + rows.end]);
