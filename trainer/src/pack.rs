@@ -222,6 +222,62 @@ mod tests {
         assert!(runs(&[]).is_empty());
     }
 
+    proptest::proptest! {
+        /// Whatever the sequences, each member is recovered from the pack: its inputs are the
+        /// prefix and its continuation, those rows sit at its own positions, and each trained
+        /// row predicts the member's own next token.
+        #[test]
+        fn every_member_is_recovered_from_the_pack(
+            shared in proptest::collection::vec(0u32..4, 0..6),
+            tails in proptest::collection::vec(
+                proptest::collection::vec((0u32..4, proptest::bool::ANY), 0..6),
+                1..5,
+            ),
+        ) {
+            let members: Vec<(Vec<u32>, Vec<bool>)> = tails
+                .iter()
+                .map(|tail| {
+                    let tokens: Vec<u32> = shared.iter().copied().chain(tail.iter().map(|t| t.0)).collect();
+                    let trained = (0..shared.len()).map(|_| false).chain(tail.iter().map(|t| t.1)).collect();
+                    (tokens, trained)
+                })
+                .filter(|(tokens, _)| tokens.len() >= 2)
+                .collect();
+            proptest::prop_assume!(!members.is_empty());
+            let sequences: Vec<(&[u32], &[bool])> =
+                members.iter().map(|(t, m)| (&t[..], &m[..])).collect();
+            let pack = Pack::new(&sequences).unwrap();
+            let positions = pack.positions();
+            proptest::prop_assert_eq!(positions.len(), pack.inputs.len());
+            for (m, (tokens, trained)) in members.iter().enumerate() {
+                let rows = &pack.continuations[m];
+                let own: Vec<u32> = pack.inputs[..pack.prefix]
+                    .iter()
+                    .chain(&pack.inputs[rows.clone()])
+                    .copied()
+                    .collect();
+                proptest::prop_assert_eq!(&own[..], &tokens[..tokens.len() - 1]);
+                let own_positions: Vec<u32> = (0..pack.prefix)
+                    .chain(rows.clone())
+                    .map(|r| positions[r])
+                    .collect();
+                let want: Vec<u32> = (0..own.len() as u32).collect();
+                proptest::prop_assert_eq!(own_positions, want);
+                let expected: Vec<u32> =
+                    (1..tokens.len()).filter(|&i| trained[i]).map(|i| tokens[i]).collect();
+                let labels: Vec<u32> = pack.trained[m].iter().map(|&(_, label)| label).collect();
+                proptest::prop_assert_eq!(labels, expected);
+                for &(row, label) in &pack.trained[m] {
+                    let row = row as usize;
+                    // The row is the member's: shared, or in its own continuation.
+                    proptest::prop_assert!(row < pack.prefix || rows.contains(&row));
+                    let at = positions[row] as usize;
+                    proptest::prop_assert_eq!(tokens[at + 1], label);
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_sequences_are_refused() {
         assert!(Pack::new(&[]).is_err());
