@@ -8,7 +8,7 @@ use crate::base::BaseModel;
 use crate::checkpoint::{self, EvalRecord, Progress, StepClock, StepRecord};
 use crate::data::{self, Encoded, Rejected};
 use crate::lora::LoraConfig;
-use crate::model::Qwen2Lora;
+use crate::model::{Qwen2Lora, SequenceLoss};
 use crate::optim::{AdamW, AdamWConfig, Schedule, accumulate, clip_grad_norm};
 use crate::pack;
 use crate::{Result, TrainError, export, plot};
@@ -198,12 +198,34 @@ pub(crate) fn tokenizer(base: &Path) -> Result<LlamaEngine> {
 /// Mean loss per trained token over `samples`.
 pub(crate) fn eval_loss(model: &Qwen2Lora, samples: &[Encoded]) -> Result<Option<f64>> {
     let (mut nll, mut n) = (0.0, 0usize);
-    for s in samples {
-        let r = model.sequence_loss(&s.tokens, &s.trained, None, false)?;
-        nll += r.nll_sum;
-        n += r.tokens;
-    }
+    let samples: Vec<&Encoded> = samples.iter().collect();
+    each_pack(model, samples, false, &mut |r| {
+        (nll, n) = (nll + r.nll_sum, n + r.tokens);
+        Ok(())
+    })?;
     Ok((n > 0).then(|| nll / n as f64))
+}
+
+/// Hands `on_pack` the loss (and, `with_grads`, the gradients) of each pack of `samples`
+/// without dropout: sorted, so that samples that begin alike are neighbours (those of one
+/// profile share its instructions), then in [`pack::runs`], each run one pass with its shared
+/// beginning evaluated once. The sums over the packs are those over the samples alone.
+fn each_pack(
+    model: &Qwen2Lora,
+    mut samples: Vec<&Encoded>,
+    with_grads: bool,
+    on_pack: &mut dyn FnMut(SequenceLoss) -> Result<()>,
+) -> Result<()> {
+    samples.sort_by(|a, b| a.tokens.cmp(&b.tokens));
+    let sequences: Vec<&[u32]> = samples.iter().map(|s| s.tokens.as_slice()).collect();
+    for run in pack::runs(&sequences) {
+        let packed: Vec<(&[u32], &[bool])> = samples[run]
+            .iter()
+            .map(|s| (s.tokens.as_slice(), s.trained.as_slice()))
+            .collect();
+        on_pack(model.pack_loss(&packed, with_grads)?)?;
+    }
+    Ok(())
 }
 
 /// Runs (or resumes) a fine-tuning run to the end and exports the adapter.
@@ -364,21 +386,13 @@ fn optimizer_step(
             accumulate(&mut grads, r.grads.unwrap_or_default())?;
         }
     } else {
-        // Without dropout a pack gives each sample's gradient (pack.rs): the samples of one
-        // profile share its instructions, evaluated once. Sorted, samples that begin alike
-        // are neighbours; the sum does not depend on the order.
-        let mut samples: Vec<&Encoded> = members.iter().map(|&i| &train[i]).collect();
-        samples.sort_by(|a, b| a.tokens.cmp(&b.tokens));
-        let sequences: Vec<&[u32]> = samples.iter().map(|s| s.tokens.as_slice()).collect();
-        for run in pack::runs(&sequences) {
-            let packed: Vec<(&[u32], &[bool])> = samples[run]
-                .iter()
-                .map(|s| (s.tokens.as_slice(), s.trained.as_slice()))
-                .collect();
-            let r = model.pack_loss(&packed, true)?;
+        // Without dropout a pack gives each sample's gradient (pack.rs).
+        let samples = members.iter().map(|&i| &train[i]).collect();
+        each_pack(model, samples, true, &mut |r| {
             (nll, trained) = (nll + r.nll_sum, trained + r.tokens);
             accumulate(&mut grads, r.grads.unwrap_or_default())?;
-        }
+            Ok(())
+        })?;
     }
     let denominator = trained.max(1) as f64;
     for g in grads.values_mut() {
