@@ -1,10 +1,11 @@
 //! Sequences that begin alike, laid out to be evaluated as one.
 //!
-//! The rollouts of an RL group all begin with the same prompt (392 of a math rollout's 650 or so
-//! tokens on the default profile), and the update evaluates each rollout whole, so a group of
-//! eight evaluates its prompt eight times, forward, recomputed and backward. A pack evaluates
-//! the shared beginning once and then each member's continuation, which attends to the shared
-//! positions and to its own (docs/ARCHITECTURE.md, `trainer/`). The gradient of the summed
+//! The rollouts of an RL group all begin with the same prompt (392 of a math rollout's 690 or so
+//! tokens on the default profile): evaluated one rollout at a time, a group of eight would go
+//! through its prompt eight times, forward, recomputed and backward. A pack evaluates the
+//! shared beginning once and then each member's continuation, which attends to the shared
+//! positions and to its own (docs/ARCHITECTURE.md, `trainer/`). SFT packs a step's samples the
+//! same way: those of one profile share its instructions. The gradient of the summed
 //! objective is the same: each continuation's attention reaches the shared keys and values as
 //! it would in its own sequence, and their gradients add up where the members meet.
 //!
