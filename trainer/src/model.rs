@@ -503,6 +503,20 @@ impl Qwen2Lora {
         })
     }
 
+    /// The log-probability of each trained token of each sequence, without a graph, the
+    /// sequences' shared beginning evaluated once (RL's pre-update log-probabilities).
+    pub(crate) fn pack_logprobs(&self, sequences: &[(&[u32], &[bool])]) -> Result<Vec<Vec<f32>>> {
+        let pass = ObjectivePass {
+            dropout_key: None,
+            with_grads: false,
+            entropy: false,
+        };
+        let r = self.pack_objective(&Pack::new(sequences)?, pass, &mut |_, lp| {
+            vec![0.0; lp.len()]
+        })?;
+        Ok(r.members.into_iter().map(|m| m.logprobs).collect())
+    }
+
     /// [`Qwen2Lora::token_objective`] over every member of `pack` at once: `weights` is called
     /// with the member and a run of its log-probabilities (each member's in order), and the
     /// gradients are those of the objective summed over the members.

@@ -519,9 +519,14 @@ pub fn update(
     // With one update per batch the pre-update model is the current one, so its log-probs come
     // from the same pass; with several, they are computed once before the first.
     let old: Option<Vec<Vec<f32>>> = if updates > 1 {
+        let tokens: Vec<&[u32]> = kept.iter().map(|s| s.rollout.tokens.as_slice()).collect();
         let mut all = Vec::with_capacity(kept.len());
-        for s in kept {
-            all.push(model.token_logprobs(&s.rollout.tokens, &s.rollout.trained)?);
+        for rows in pack::runs(&tokens) {
+            let sequences: Vec<(&[u32], &[bool])> = kept[rows]
+                .iter()
+                .map(|s| (s.rollout.tokens.as_slice(), s.rollout.trained.as_slice()))
+                .collect();
+            all.extend(model.pack_logprobs(&sequences)?);
         }
         Some(all)
     } else {
