@@ -117,7 +117,7 @@ pub struct SequenceLoss {
     pub grads: Option<HashMap<String, Tensor>>,
 }
 
-/// How [`Qwen2Lora::token_objective`] runs.
+/// How [`Qwen2Lora::pack_objective`] runs.
 #[derive(Debug, Clone, Copy)]
 pub struct ObjectivePass {
     /// Dropout key for a training pass; `None` turns dropout off.
@@ -128,7 +128,7 @@ pub struct ObjectivePass {
     pub entropy: bool,
 }
 
-/// The result of [`Qwen2Lora::token_objective`], and of each member of a pack.
+/// What [`Qwen2Lora::pack_objective`] gives for each member of a pack.
 pub struct TokenObjective {
     /// `sum_t w_t · log p_t`.
     pub value: f64,
@@ -136,10 +136,9 @@ pub struct TokenObjective {
     pub logprobs: Vec<f32>,
     /// The entropy (nats) at each trained position, when asked.
     pub entropies: Vec<f32>,
-    pub grads: Option<HashMap<String, Tensor>>,
 }
 
-/// The result of [`Qwen2Lora::pack_objective`]: each member's part (without gradients), and the
+/// The result of [`Qwen2Lora::pack_objective`]: each member's part, and the
 /// gradients of the objective summed over the members.
 pub struct PackObjective {
     pub members: Vec<TokenObjective>,
@@ -435,51 +434,7 @@ impl Qwen2Lora {
         dropout_key: Option<u64>,
         with_grads: bool,
     ) -> Result<SequenceLoss> {
-        let pass = ObjectivePass {
-            dropout_key,
-            with_grads,
-            entropy: false,
-        };
-        let r = self.token_objective(tokens, trained, pass, &mut |lp| vec![-1.0; lp.len()])?;
-        Ok(SequenceLoss {
-            nll_sum: r.value,
-            tokens: r.logprobs.len(),
-            grads: r.grads,
-        })
-    }
-
-    /// The log-probability of each trained token under the current factors, without a graph
-    /// (RL's pre-update log-probabilities, comparisons with the rollout engine).
-    pub fn token_logprobs(&self, tokens: &[u32], trained: &[bool]) -> Result<Vec<f32>> {
-        let pass = ObjectivePass {
-            dropout_key: None,
-            with_grads: false,
-            entropy: false,
-        };
-        let r = self.token_objective(tokens, trained, pass, &mut |lp| vec![0.0; lp.len()])?;
-        Ok(r.logprobs)
-    }
-
-    /// The general objective `sum_t w_t · log p(token_t)` over the trained tokens of one
-    /// sequence, where the weights come from `weights`, called once per chunk of trained
-    /// tokens with their log-probabilities under the current factors (in order). The weights
-    /// are constants of the gradient: SFT passes `-1` everywhere (the summed NLL); the RL
-    /// update passes the derivative of its clipped, importance-weighted loss with respect to
-    /// each token's log-probability, which needs the log-probability first.
-    pub(crate) fn token_objective(
-        &self,
-        tokens: &[u32],
-        trained: &[bool],
-        pass: ObjectivePass,
-        weights: &mut dyn FnMut(&[f32]) -> Vec<f32>,
-    ) -> Result<TokenObjective> {
-        let pack = Pack::new(&[(tokens, trained)])?;
-        let r = self.pack_objective(&pack, pass, &mut |_, lp| weights(lp))?;
-        let mut whole = r.members.into_iter().next().ok_or_else(|| {
-            TrainError::Stopped("a pack of one sequence gave no result (internal error)".into())
-        })?;
-        whole.grads = r.grads;
-        Ok(whole)
+        self.nll(&Pack::new(&[(tokens, trained)])?, dropout_key, with_grads)
     }
 
     /// The summed loss of sequences that begin alike, their shared beginning evaluated once
@@ -489,18 +444,30 @@ impl Qwen2Lora {
         sequences: &[(&[u32], &[bool])],
         with_grads: bool,
     ) -> Result<SequenceLoss> {
-        let pack = Pack::new(sequences)?;
+        self.nll(&Pack::new(sequences)?, None, with_grads)
+    }
+
+    /// The summed negative log-likelihood of a pack's trained tokens (the objective with weight
+    /// `-1` everywhere), and its gradients when asked.
+    fn nll(&self, pack: &Pack, dropout_key: Option<u64>, with_grads: bool) -> Result<SequenceLoss> {
         let pass = ObjectivePass {
-            dropout_key: None,
+            dropout_key,
             with_grads,
             entropy: false,
         };
-        let r = self.pack_objective(&pack, pass, &mut |_, lp| vec![-1.0; lp.len()])?;
+        let r = self.pack_objective(pack, pass, &mut |_, lp| vec![-1.0; lp.len()])?;
         Ok(SequenceLoss {
             nll_sum: r.members.iter().map(|m| m.value).sum(),
             tokens: r.members.iter().map(|m| m.logprobs.len()).sum(),
             grads: r.grads,
         })
+    }
+
+    /// The log-probability of each trained token under the current factors, without a graph
+    /// (comparisons with the rollout engine).
+    pub fn token_logprobs(&self, tokens: &[u32], trained: &[bool]) -> Result<Vec<f32>> {
+        let mut all = self.pack_logprobs(&[(tokens, trained)])?;
+        Ok(all.pop().unwrap_or_default())
     }
 
     /// The log-probability of each trained token of each sequence, without a graph, the
@@ -517,9 +484,13 @@ impl Qwen2Lora {
         Ok(r.members.into_iter().map(|m| m.logprobs).collect())
     }
 
-    /// [`Qwen2Lora::token_objective`] over every member of `pack` at once: `weights` is called
-    /// with the member and a run of its log-probabilities (each member's in order), and the
-    /// gradients are those of the objective summed over the members.
+    /// The general objective `sum_t w_t · log p(token_t)` over the trained tokens of every
+    /// member of `pack` at once, the gradients those of the objective summed over the members.
+    /// `weights` is called with a member and a run of its trained tokens' log-probabilities
+    /// under the current factors (each member's in order). The weights are constants of the
+    /// gradient: SFT passes `-1` everywhere (the summed NLL); the RL update passes the
+    /// derivative of its clipped, importance-weighted loss with respect to each token's
+    /// log-probability, which needs the log-probability first.
     pub(crate) fn pack_objective(
         &self,
         pack: &Pack,
@@ -534,7 +505,6 @@ impl Qwen2Lora {
                     value: 0.0,
                     logprobs: Vec::with_capacity(rows.len()),
                     entropies: Vec::new(),
-                    grads: None,
                 })
                 .collect(),
             grads: None,

@@ -101,13 +101,14 @@ impl Pack {
     }
 }
 
-/// Splits `sequences` into runs of consecutive ones to pack together: a run grows while its
+/// Splits `sequences` (as [`Pack::new`] takes them) into runs of consecutive ones to pack together: a run grows while its
 /// members' inputs (each sequence but its last token) share at least [`MIN_SHARED`] leading
 /// tokens and its pack stays within [`MAX_ROWS`] rows (a longer sequence is a run of its own).
 /// The rows bound what one pass holds at once: its activations and kept products grow with
 /// them.
-pub fn runs(sequences: &[&[u32]]) -> Vec<Range<usize>> {
-    runs_within(sequences, MIN_SHARED, MAX_ROWS)
+pub fn runs(sequences: &[(&[u32], &[bool])]) -> Vec<Range<usize>> {
+    let tokens: Vec<&[u32]> = sequences.iter().map(|&(tokens, _)| tokens).collect();
+    runs_within(&tokens, MIN_SHARED, MAX_ROWS)
 }
 
 /// [`runs`] with other bounds.

@@ -217,13 +217,12 @@ fn each_pack(
     on_pack: &mut dyn FnMut(SequenceLoss) -> Result<()>,
 ) -> Result<()> {
     samples.sort_by(|a, b| a.tokens.cmp(&b.tokens));
-    let sequences: Vec<&[u32]> = samples.iter().map(|s| s.tokens.as_slice()).collect();
+    let sequences: Vec<(&[u32], &[bool])> = samples
+        .iter()
+        .map(|s| (s.tokens.as_slice(), s.trained.as_slice()))
+        .collect();
     for run in pack::runs(&sequences) {
-        let packed: Vec<(&[u32], &[bool])> = samples[run]
-            .iter()
-            .map(|s| (s.tokens.as_slice(), s.trained.as_slice()))
-            .collect();
-        on_pack(model.pack_loss(&packed, with_grads)?)?;
+        on_pack(model.pack_loss(&sequences[run], with_grads)?)?;
     }
     Ok(())
 }

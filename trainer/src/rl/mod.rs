@@ -519,14 +519,10 @@ pub fn update(
     // With one update per batch the pre-update model is the current one, so its log-probs come
     // from the same pass; with several, they are computed once before the first.
     let old: Option<Vec<Vec<f32>>> = if updates > 1 {
-        let tokens: Vec<&[u32]> = kept.iter().map(|s| s.rollout.tokens.as_slice()).collect();
+        let sequences = training_sequences(kept);
         let mut all = Vec::with_capacity(kept.len());
-        for rows in pack::runs(&tokens) {
-            let sequences: Vec<(&[u32], &[bool])> = kept[rows]
-                .iter()
-                .map(|s| (s.rollout.tokens.as_slice(), s.rollout.trained.as_slice()))
-                .collect();
-            all.extend(model.pack_logprobs(&sequences)?);
+        for rows in pack::runs(&sequences) {
+            all.extend(model.pack_logprobs(&sequences[rows])?);
         }
         Some(all)
     } else {
@@ -542,16 +538,14 @@ pub fn update(
         let total: usize = members.iter().map(|s| s.rollout.response_tokens()).sum();
         let mut objective = BatchObjective::new(options.dapo, total);
         let mut grads: HashMap<String, Tensor> = HashMap::new();
-        let tokens: Vec<&[u32]> = members
-            .iter()
-            .map(|s| s.rollout.tokens.as_slice())
-            .collect();
-        for rows in pack::runs(&tokens) {
+        let sequences = training_sequences(members);
+        for rows in pack::runs(&sequences) {
             let old = old
                 .as_ref()
                 .map(|o| &o[offset + rows.start..offset + rows.end]);
             let pass = PackPass {
-                rollouts: &members[rows],
+                rollouts: &members[rows.clone()],
+                sequences: &sequences[rows],
                 old,
                 first,
                 step,
@@ -581,6 +575,14 @@ pub fn update(
     Ok(result)
 }
 
+/// Each rollout's tokens and the mask of those it trains, as a pack takes them.
+fn training_sequences(rollouts: &[Scored]) -> Vec<(&[u32], &[bool])> {
+    rollouts
+        .iter()
+        .map(|s| (s.rollout.tokens.as_slice(), s.rollout.trained.as_slice()))
+        .collect()
+}
+
 /// What the first mini-batch's passes measure, before the first optimizer step.
 #[derive(Default)]
 struct FirstPass {
@@ -593,6 +595,8 @@ struct FirstPass {
 /// One packed pass of the update over consecutive rollouts that begin alike.
 struct PackPass<'a> {
     rollouts: &'a [Scored],
+    /// Their tokens and training masks.
+    sequences: &'a [(&'a [u32], &'a [bool])],
     /// Their pre-update log-probabilities, where computed before the first mini-batch.
     old: Option<&'a [Vec<f32>]>,
     /// Whether this is the first mini-batch (its passes measure [`FirstPass`]).
@@ -609,15 +613,10 @@ impl PackPass<'_> {
         objective: &mut BatchObjective,
         first_pass: &mut FirstPass,
     ) -> Result<HashMap<String, Tensor>> {
-        let sequences: Vec<(&[u32], &[bool])> = self
-            .rollouts
-            .iter()
-            .map(|s| (s.rollout.tokens.as_slice(), s.rollout.trained.as_slice()))
-            .collect();
         // How many of each rollout's log-probabilities the objective has seen.
         let mut at = vec![0usize; self.rollouts.len()];
         let r = model.pack_objective(
-            &Pack::new(&sequences)?,
+            &Pack::new(self.sequences)?,
             ObjectivePass {
                 dropout_key: None,
                 with_grads: true,
