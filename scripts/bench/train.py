@@ -19,6 +19,16 @@ without checkpointing (a hook on a decoder layer's feed-forward module counts on
 not two; the script now checks that count on both runs).
 
     python3 scripts/bench/train.py --steps 6 [--rounds 2] [--threads 2] [--device cpu|cuda]
+                                   [--batch-tokens 4096]
+
+With --batch-tokens N a step trains on samples until they hold N tokens (catena's own
+`--batch-tokens`, 4,096 by default in `catena train sft`; this script's default, 1, is one
+trajectory a step). Catena evaluates a step's samples that share their beginning as packs;
+PyTorch runs them one after another and accumulates their gradients (each sample's loss weighted
+by its trained tokens over the step's, the mean catena takes): gradient accumulation, the usual
+way to train on samples of unequal lengths without padding them, whose memory is one sample's.
+Catena shuffles its samples and PyTorch takes them in the file's order, so the steps hold
+different samples of the same file; the rates are per token.
 
 With --rounds N the three runs are made N times, in turn (catena, checkpointed, not), so that a
 machine whose speed drifts over minutes (the 2-core VMs here, by a third or more) weighs on every
@@ -59,7 +69,7 @@ def spawn_measured(cmd, env=None):
 def catena_side(args, data, out_dir):
     cmd = [
         catena_bin(), "train", "sft", "--json", "--data", data, "--out", out_dir,
-        "--base", args.model, "--device", args.device, "--epochs", "1", "--batch-tokens", "1",
+        "--base", args.model, "--device", args.device, "--epochs", "1", "--batch-tokens", str(args.batch_tokens),
         "--max-steps", str(args.steps), "--eval-fraction", "0", "--checkpoint-every", "0",
         "--rank", "16", "--alpha", "32", "--lr", "2e-4", "--max-seq-len", "4096",
     ]
@@ -98,9 +108,7 @@ calls = [0]
 model.base_model.model.model.layers[0].mlp.register_forward_pre_hook(
     lambda *_: calls.__setitem__(0, calls[0] + 1))
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
-samples = [json.loads(l) for l in open(cfg["data"])][: cfg["steps"]]
-results = []
-for s in samples:
+def encoded(s):
     msgs = s["messages"]
     prompt = tok.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True)
     full = prompt + msgs[-1]["content"] + "<|im_end|>"
@@ -108,17 +116,37 @@ for s in samples:
     n_prompt = len(tok(prompt, add_special_tokens=False).input_ids)
     labels = ids.clone()
     labels[:, :n_prompt] = -100
+    return ids, labels, ids.shape[1] - n_prompt
+# The steps: samples in the file's order until they hold batch_tokens tokens.
+steps, current, held = [], [], 0
+for line in open(cfg["data"]):
+    current.append(encoded(json.loads(line)))
+    held += current[-1][0].shape[1]
+    if held >= cfg["batch_tokens"]:
+        steps.append(current)
+        current, held = [], 0
+    if len(steps) == cfg["steps"]:
+        break
+if current and len(steps) < cfg["steps"]:
+    steps.append(current)
+results = []
+for step in steps:
+    trained = sum(n for _, _, n in step)
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.time()
-    loss = model(input_ids=ids, labels=labels).loss
-    loss.backward()
+    total = 0.0
+    for ids, labels, n in step:
+        # transformers' loss is the mean over the sample's trained tokens.
+        loss = model(input_ids=ids, labels=labels).loss * (n / trained)
+        loss.backward()
+        total += loss.item()
     opt.step()
     opt.zero_grad()
     if device == "cuda":
         torch.cuda.synchronize()
-    results.append({"tokens": ids.shape[1], "seconds": time.time() - t, "loss": loss.item(),
-                    "layer_calls": calls[0]})
+    results.append({"tokens": sum(ids.shape[1] for ids, _, _ in step), "seconds": time.time() - t,
+                    "loss": total, "layer_calls": calls[0] / len(step), "samples": len(step)})
     calls[0] = 0
 peak_gpu = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
 print(json.dumps({"steps": results, "peak_gpu_mib": peak_gpu, "torch": torch.__version__}))
@@ -127,12 +155,13 @@ print(json.dumps({"steps": results, "peak_gpu_mib": peak_gpu, "torch": torch.__v
 
 def torch_side(args, data, checkpointing):
     cfg = dict(model=args.model, data=data, steps=args.steps, threads=args.threads,
-               device=args.device, targets=TARGETS, checkpointing=checkpointing)
+               device=args.device, targets=TARGETS, checkpointing=checkpointing,
+               batch_tokens=args.batch_tokens)
     out, _, peak, _ = spawn_measured([args.python, "-c", TORCH_WORKER, json.dumps(cfg)])
     result = json.loads(out.strip().splitlines()[-1])
     counted = result["steps"][1:]
-    # A checkpointed step runs each layer's feed-forward module twice (forward, then again in
-    # the backward pass).
+    # A checkpointed step runs each layer's feed-forward module twice a sample (forward, then
+    # again in the backward pass).
     want = 2 if checkpointing else 1
     calls = {s["layer_calls"] for s in result["steps"]}
     if calls != {want}:
@@ -158,16 +187,21 @@ def main():
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--batch-tokens", type=int, default=1,
+                   help="tokens a step (default 1: one trajectory a step)")
     p.add_argument("--model", default=os.path.expanduser("~/.local/share/catena/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
     p.add_argument("--python", default=os.path.expanduser("~/.cache/catena-bench/venv/bin/python"))
     p.add_argument("--data", help="trajectories (default: written by `catena train synth`)")
     args = p.parse_args()
-    if args.rounds < 1 or args.steps < 2:
-        p.error("--rounds must be at least 1 and --steps at least 2 (the first is a warm-up)")
+    if args.rounds < 1 or args.steps < 2 or args.batch_tokens < 1:
+        p.error("--rounds and --batch-tokens must be at least 1 and --steps at least 2 "
+                "(the first is a warm-up)")
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if data is None:
-            subprocess.run([catena_bin(), "train", "synth", "--out", tmp, "--train", str(args.steps),
+            # Trajectories of `catena train synth` hold 594 to 713 tokens.
+            samples = args.steps * max(1, -(-args.batch_tokens // 590))
+            subprocess.run([catena_bin(), "train", "synth", "--out", tmp, "--train", str(samples),
                             "--held-out", "0", "--seed", "99"], check=True, stderr=subprocess.DEVNULL)
             data = os.path.join(tmp, "train.jsonl")
         rounds = []
@@ -185,7 +219,7 @@ def main():
                 for name, theirs in anchors.items()))
     ours, anchors = total([r[0] for r in rounds]), {
         name: total([r[1][name] for r in rounds]) for name in rounds[0][1]}
-    print(f"sequence lengths (tokens): catena {ours['lengths']}, "
+    print(f"tokens a step: catena {ours['lengths']}, "
           f"torch {anchors['checkpointed']['lengths']}")
     print(f"{'':44}{'tokens/s':>10}{'peak RSS MiB':>14}")
     print(f"{'catena (GGUF Q4_K_M, checkpointed)':44}{rate(ours):>10.1f}{ours['peak_mib']:>14.0f}")
