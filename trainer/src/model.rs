@@ -36,8 +36,18 @@ const DENSE_CACHE_BYTES: usize = 6 << 30;
 /// The most memory a training step spends keeping product nodes' values from its forward pass
 /// for the recomputation (see [`Products`]). The default model at 610 tokens needs 31 MB a
 /// block, 742 MB for all 24; a longer sequence or a larger model keeps as many of its last
-/// blocks as fit and recomputes the others whole.
+/// blocks as fit and recomputes the others whole; a pass of many rows gets less (see
+/// [`FULL_BUDGET_ROWS`]).
 const KEPT_PRODUCTS_BYTES: usize = 1 << 30;
+
+/// The rows of a pass that gets the whole kept-products budget; a pass of more rows (a pack)
+/// gets the budget scaled down by its rows, because its own working set (block inputs, the
+/// recomputed block and its gradients) already grows with them. One sample of up to 672 tokens
+/// still keeps all of the default model's 24 blocks. On the 2-core VM, an SFT step of
+/// 4,096 tokens in packs of up to 2,048 rows peaked at 4,554 MiB against 5,148 with the whole
+/// budget in every pass, at 0.97 of its speed; the RL update's pack of five rollouts at 3.5 GB
+/// against 4.2, at about 0.92 (docs/BENCHMARKS.md, "What a pack keeps").
+const FULL_BUDGET_ROWS: usize = 512;
 
 struct Block {
     attn_norm: Tensor,
@@ -223,8 +233,9 @@ impl Qwen2Lora {
         })
     }
 
-    /// Sets the memory a training step may spend keeping products for its recomputation
-    /// (default 1 GiB; 0 recomputes every block whole). The gradients do not depend on it.
+    /// Sets the memory a pass of up to 512 rows may spend keeping products for its
+    /// recomputation (default 1 GiB; a larger pass gets it scaled down by its rows; 0
+    /// recomputes every block whole). The gradients do not depend on it.
     pub fn with_kept_products(mut self, bytes: usize) -> Qwen2Lora {
         self.kept_products_bytes = bytes;
         self
@@ -592,7 +603,8 @@ impl Qwen2Lora {
     }
 
     /// Where a training step keeps product values (see [`Products`]): a map for each of the
-    /// last blocks whose products fit the budget at `len` positions, none for
+    /// last blocks whose products fit the budget (scaled down past [`FULL_BUDGET_ROWS`]) at
+    /// `len` positions, none for
     /// the others, and none at all for a pass without gradients or off the CPU (the kept
     /// values are copied back by CPU kernels).
     fn kept_products(&self, len: usize, with_grads: bool) -> Vec<Option<HashMap<Target, Tensor>>> {
@@ -600,10 +612,11 @@ impl Qwen2Lora {
         if !with_grads || !self.device.is_cpu() {
             return (0..layers).map(|_| None).collect();
         }
-        let per_block: usize = self.blocks.first().map_or(0, |blk| {
-            blk.linears.values().map(|lin| lin.dims().0).sum::<usize>() * len * 4
+        let row_bytes: usize = self.blocks.first().map_or(0, |blk| {
+            blk.linears.values().map(|lin| lin.dims().0).sum::<usize>() * 4
         });
-        let first_kept = layers.saturating_sub(self.kept_products_bytes / per_block.max(1));
+        let first_kept =
+            layers.saturating_sub(blocks_to_keep(self.kept_products_bytes, row_bytes, len));
         (0..layers)
             .map(|l| (l >= first_kept).then(HashMap::new))
             .collect()
@@ -727,6 +740,18 @@ impl Qwen2Lora {
     }
 }
 
+/// How many blocks' products a pass of `rows` keeps within `budget` bytes, a block's products
+/// taking `row_bytes` a row: the whole budget up to [`FULL_BUDGET_ROWS`] rows, scaled down by
+/// the rows past it.
+fn blocks_to_keep(budget: usize, row_bytes: usize, rows: usize) -> usize {
+    let budget = if rows > FULL_BUDGET_ROWS {
+        budget / rows * FULL_BUDGET_ROWS
+    } else {
+        budget
+    };
+    budget / row_bytes.saturating_mul(rows).max(1)
+}
+
 /// One chunk of the head's work in [`Qwen2Lora::pack_objective`].
 struct HeadChunk<'a> {
     /// The final norm of the last block's output, every position.
@@ -750,4 +775,27 @@ struct Rope {
     /// The additive masks of the prefix's attention and each continuation's, for the
     /// elementary attention (off the CPU); `None` where the fused kernel needs none.
     masks: Option<Vec<Tensor>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_past_the_full_budget_rows_keeps_fewer_blocks() {
+        // The default model's seven projections give 12,672 values a row and block, in f32.
+        let row_bytes = 12_672 * 4;
+        // Up to 512 rows, the whole budget: 41 blocks' worth (all 24 kept).
+        assert_eq!(blocks_to_keep(KEPT_PRODUCTS_BYTES, row_bytes, 512), 41);
+        // Past it, the budget shrinks with the rows: one sample of 672 tokens keeps all 24
+        // blocks, one of 713 keeps 21, and a pack of 2,048 rows 2 (10 with the whole budget).
+        assert_eq!(blocks_to_keep(KEPT_PRODUCTS_BYTES, row_bytes, 672), 24);
+        assert_eq!(blocks_to_keep(KEPT_PRODUCTS_BYTES, row_bytes, 713), 21);
+        assert_eq!(blocks_to_keep(KEPT_PRODUCTS_BYTES, row_bytes, 2048), 2);
+        assert_eq!(blocks_to_keep(0, row_bytes, 610), 0);
+        assert_eq!(
+            blocks_to_keep(KEPT_PRODUCTS_BYTES, row_bytes, 0),
+            KEPT_PRODUCTS_BYTES
+        );
+    }
 }
