@@ -46,7 +46,7 @@ const KEPT_PRODUCTS_BYTES: usize = 1 << 30;
 /// still keeps all of the default model's 24 blocks. On the 2-core VM, an SFT step of
 /// 4,096 tokens in packs of up to 2,048 rows peaked at 4,554 MiB against 5,148 with the whole
 /// budget in every pass, at 0.97 of its speed; the RL update's pack of five rollouts at 3.5 GB
-/// against 4.2, at about 0.92 (docs/BENCHMARKS.md, "What a pack keeps").
+/// against 4.2, also at 0.97 (docs/BENCHMARKS.md, "What a pack keeps").
 const FULL_BUDGET_ROWS: usize = 512;
 
 struct Block {
