@@ -3,7 +3,7 @@
 LoRA configuration and sequence lengths, measured in one run, printed as a ratio.
 
 Both sides train the default model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF) for the same
-number of optimizer steps, one trajectory per step, LoRA rank 16 / alpha 32 on
+number of optimizer steps, one trajectory per step unless --batch-tokens says more, LoRA rank 16 / alpha 32 on
 q,k,v,o,gate,up,down, AdamW at 2e-4, the prompt masked. PyTorch loads the GGUF through
 transformers (dequantised to f32, the dense model PEFT trains); catena keeps the GGUF's
 quantised weights. The first step of each is a warm-up and is not counted. Peak memory is each

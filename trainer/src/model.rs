@@ -604,9 +604,8 @@ impl Qwen2Lora {
 
     /// Where a training step keeps product values (see [`Products`]): a map for each of the
     /// last blocks whose products fit the budget (scaled down past [`FULL_BUDGET_ROWS`]) at
-    /// `len` positions, none for
-    /// the others, and none at all for a pass without gradients or off the CPU (the kept
-    /// values are copied back by CPU kernels).
+    /// `len` positions, none for the others, and none at all for a pass without gradients or
+    /// off the CPU (the kept values are copied back by CPU kernels).
     fn kept_products(&self, len: usize, with_grads: bool) -> Vec<Option<HashMap<Target, Tensor>>> {
         let layers = self.config.layers;
         if !with_grads || !self.device.is_cpu() {

@@ -26,7 +26,8 @@ pub const MIN_SHARED: usize = 32;
 /// 392-token prompt and about 300 tokens each after it). Larger packs share the prompt more
 /// widely but keep fewer blocks' products within the budget and hold more memory at once: on
 /// the 2-core VM packs of three to eight ran at the same speed, 0.6 to 1.2 GB above one rollout
-/// alone (docs/BENCHMARKS.md, "The RL update in packs").
+/// alone while every pass kept a whole 1 GiB of products (docs/BENCHMARKS.md, "The RL update in
+/// packs"; since then a pack's budget shrinks with its rows, "What a pack keeps").
 pub const MAX_ROWS: usize = 2048;
 
 /// A pack of sequences (see the module's doc).
