@@ -14,6 +14,9 @@
 # The tools are built for the CPU they run on (llama.cpp's GGML_NATIVE), as Catena's own build is
 # (.cargo/config.toml); LLAMA_TOOLS_CPU=x86-64-v3 builds them as a binary built with
 # RUSTFLAGS="-C target-cpu=x86-64-v3" is (the GPU check's carried catena).
+# LLAMA_TOOLS_SHARED=1 builds llama.cpp as shared libraries beside the tools (in build/bin), so
+# that a catena built with `--features shared-llama` runs on the very libraries its anchor runs
+# on (the GPU check's CUDA and Vulkan builds).
 # llama-server is built without its web UI (an empty asset table: nothing is fetched or built
 # with npm); its HTTP API is all Catena's tests use.
 set -euo pipefail
@@ -50,7 +53,14 @@ case "$cpu" in
   x86-64-v3) cmake_cpu=(-DGGML_NATIVE=OFF) march="-march=x86-64-v3" ;;
   *) die "LLAMA_TOOLS_CPU is native or x86-64-v3, not $cpu" 2 ;;
 esac
+shared="${LLAMA_TOOLS_SHARED:-0}"
+case "$shared" in
+  0) cmake_libs=(-DBUILD_SHARED_LIBS=OFF) ;;
+  1) cmake_libs=(-DBUILD_SHARED_LIBS=ON -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$work/build/bin") ;;
+  *) die "LLAMA_TOOLS_SHARED is 0 or 1, not $shared" 2 ;;
+esac
 options="$backend $cpu"
+if [ "$shared" = 1 ]; then options="$options shared"; fi
 # A build folder made with other options is made again (its cached CMake options would win).
 if [ -f "$work/build/options" ] && [ "$(cat "$work/build/options")" != "$options" ]; then
   rm -rf "$work/build"
@@ -118,7 +128,7 @@ print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-c
   echo "$options" >"$work/build/options"
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    "${cmake_cpu[@]}" -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+    "${cmake_cpu[@]}" -DGGML_OPENMP=ON "${cmake_libs[@]}" -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_MTMD=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \

@@ -158,8 +158,14 @@ fn say_cpu_fallback_once() {
 }
 
 /// The GPU backends compiled into this build. Vulkan is in every Linux build (the engine's
-/// Cargo.toml); CUDA and Metal are features.
+/// Cargo.toml); CUDA and Metal are features. A `shared-llama` build has those of the llama.cpp
+/// libraries it loaded, whatever its features say.
 pub fn gpu_backends_built() -> Vec<&'static str> {
+    if cfg!(feature = "shared-llama") {
+        return gpu_backends_loaded(
+            &std::fs::read_to_string("/proc/self/maps").unwrap_or_default(),
+        );
+    }
     let mut built = Vec::new();
     if cfg!(feature = "cuda") {
         built.push("cuda");
@@ -171,6 +177,17 @@ pub fn gpu_backends_built() -> Vec<&'static str> {
         built.push("vulkan");
     }
     built
+}
+
+/// The GPU backends whose libraries are mapped into this process, from its `/proc/self/maps`: a
+/// shared `libggml` needs every backend it was built with, so the loader maps them all at start,
+/// whether or not a driver then lets the backend register (a backend without its driver still
+/// counts as built, as in a linked build, so the doctor can say which driver to install).
+fn gpu_backends_loaded(maps: &str) -> Vec<&'static str> {
+    ["cuda", "metal", "vulkan"]
+        .into_iter()
+        .filter(|backend| maps.contains(&format!("/libggml-{backend}.so")))
+        .collect()
 }
 
 /// Whether this build can offload layers to a GPU at all.
@@ -674,5 +691,16 @@ mod device_tests {
         ]);
         let same: Vec<Option<&str>> = marked.iter().map(|d| d.same_gpu_as.as_deref()).collect();
         assert_eq!(same, [None, Some("CUDA0"), None, None, None]);
+    }
+
+    #[test]
+    fn a_shared_build_s_backends_are_the_libraries_it_mapped() {
+        let maps = "\
+7f00-7f10 r-xp 00000000 08:01 11 /opt/llama/libggml-cuda.so.0.26.0
+7f10-7f20 r-xp 00000000 08:01 12 /opt/llama/libggml-cpu.so.0.26.0
+7f20-7f30 r-xp 00000000 08:01 13 /opt/llama/libggml.so.0.26.0
+";
+        assert_eq!(super::gpu_backends_loaded(maps), ["cuda"]);
+        assert!(super::gpu_backends_loaded("7f20-7f30 r-xp /x/libggml.so.0").is_empty());
     }
 }
