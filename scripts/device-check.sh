@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check in one command, for a lent GPU machine that has CUDA's compiler, CMake and Python
 # but no Rust and no network, and takes at most 64 MiB with the source tree (docs/BENCHMARKS.md,
-# "The GPU check"). What travels is the release `catena` binary (its llama.cpp carries the Vulkan
-# backend), the default model's header, and llama.cpp's sources; there it builds llama.cpp's own
-# `llama-bench` and `llama-batched-bench` from those sources twice (CUDA and Vulkan), makes a model
+# "The GPU check"). What travels is a release `catena` binary built with llama.cpp as shared
+# libraries (`--features shared-llama`), the default model's header, and llama.cpp's sources;
+# there it builds llama.cpp's own `llama-bench` and `llama-batched-bench` from those sources
+# twice (CUDA and Vulkan), each with llama.cpp's shared libraries beside it, and runs catena on
+# each backend's libraries: catena and its anchor run the same compiled llama.cpp. It makes a model
 # of the default's exact shape with random weights (the same kernels over the same bytes: on the
 # CPU its prompt speed is the real model's and generation about 10% faster, in both engines, so
 # only ratios between engines on the same file are read), and prints:
@@ -13,10 +15,10 @@
 #     candle's CUDA, which only a `--features cuda` build has).
 # No RL update: its rollouts run code in the sandbox, whose CPython (150 MB) cannot travel; a
 # rollout group's decoding is the batched line above.
-# catena's ratio against the Vulkan llama-bench is its own cost; against the CUDA one, what a
-# user of the one Linux binary gives up on an NVIDIA card against a `--features cuda` build.
+# Each ratio is catena's own cost on that backend. The Vulkan anchor against the CUDA one is what a
+# user of the one Linux binary (Vulkan) gives up on an NVIDIA card against a `--features cuda` build.
 #
-#   scripts/device-check.sh --prepare   here: writes .device/ (about 35 MB, ignored by git)
+#   scripts/device-check.sh --prepare   here: writes .device/ (about 31 MiB, ignored by git)
 #   scripts/device-check.sh             there, with `.device` carried: the checks on the GPU
 #   scripts/device-check.sh --cpu       the same steps with the CPU backend and small sizes, on
 #                                       this machine's own build: the test suite's dry run
@@ -59,18 +61,26 @@ prepare() {
   scripts/setup/packages.sh
   # The binary runs on the GPU machine's CPU, not this one, so it is built for any x86-64 CPU
   # with AVX2 (not for this CPU, as .cargo/config.toml builds), in a build folder of its own; the
-  # tools there are built the same way (LLAMA_TOOLS_CPU below).
+  # libraries it loads there are built the same way (LLAMA_TOOLS_CPU below).
   local portable="$target/portable"
-  RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli >&2
-  local catena="$portable/release/catena" model sys_manifest llama_src sdist
-  model="$(default_model "$catena")"
+  RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli \
+    --features shared-llama >&2
+  local catena="$portable/release/catena" model sys_manifest llama_src sdist needed
+  # It must load whichever backend's libraries it is given: llama.cpp's core, never a backend.
+  needed="$(readelf -d "$catena" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+  case "$needed" in *libllama.so*) ;; *) die "the carried catena does not load llama.cpp as a shared library: $needed" ;; esac
+  case "$needed" in *ggml-vulkan* | *ggml-cuda*) die "the carried catena names a backend library itself: $needed" ;; esac
+  # This machine's build of those libraries, for the commands below that need llama.cpp.
+  local libs
+  libs="$(dirname "$(find "$portable/release/build" -path '*llama-cpp-sys-2-*/out/lib*/libllama.so' -print -quit)")"
+  model="$(LD_LIBRARY_PATH="$libs" default_model "$catena")"
   rm -rf "$pack"
   mkdir -p "$pack/debs"
   step "the catena binary (stripped, xz)"
   strip -o "$pack/catena" "$catena"
   xz -6 -T0 "$pack/catena"
   step "the default model's header"
-  "$catena" models random-weights --like "$model" --out "$pack/model-header.gguf" --header-only
+  LD_LIBRARY_PATH="$libs" "$catena" models random-weights --like "$model" --out "$pack/model-header.gguf" --header-only
   xz -6 "$pack/model-header.gguf"
   step "llama.cpp's sources and its tools' sources"
   # llama-tool.sh fetches the tools' sources once; its source tree is the crate's.
@@ -142,15 +152,15 @@ unpack() {
 # build_anchor cuda|vulkan|cpu TOOL_FOLDER TARGET: one of llama.cpp's tools, printed as a path.
 # On the GPU machine the builds go to the build folder's device-check/, outside the carried
 # .device (a second call carries .device again, which replaces that folder there, but leaves the
-# ignored target/ as it was).
+# ignored target/ as it was), with llama.cpp's shared libraries beside the tools for catena.
 build_anchor() {
   local backend="$1" builds="$target/device-check"
   shift
   case "$backend" in
     cpu) scripts/setup/llama-tool.sh "$@" ;;
-    cuda) CARGO_TARGET_DIR="$builds" LLAMA_TOOLS_CPU=x86-64-v3 LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+    cuda) CARGO_TARGET_DIR="$builds" LLAMA_TOOLS_CPU=x86-64-v3 LLAMA_TOOLS_SHARED=1 LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
       scripts/setup/llama-tool.sh --gpu "$@" ;;
-    vulkan) CARGO_TARGET_DIR="$builds" LLAMA_TOOLS_CPU=x86-64-v3 LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
+    vulkan) CARGO_TARGET_DIR="$builds" LLAMA_TOOLS_CPU=x86-64-v3 LLAMA_TOOLS_SHARED=1 LLAMA_SRC="$pack/unpacked/llama.cpp" LLAMA_TOOLS_SRC="$pack/unpacked/tools" \
       VULKAN_SDK="$pack/unpacked/vulkan" CMAKE_PREFIX_PATH="$pack/unpacked/vulkan/usr" PATH="$pack/unpacked/vulkan/usr/bin:$PATH" \
       CPLUS_INCLUDE_PATH="$pack/unpacked/vulkan/include" \
       LD_LIBRARY_PATH="$pack/unpacked/vulkan/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" \
@@ -164,6 +174,18 @@ build_anchors() {
   build_anchor "$1" batched-bench llama-batched-bench
 }
 
+# run_catena BACKEND ARGS...: catena on that backend's llama.cpp. This machine's own build (--cpu)
+# has llama.cpp linked in; the carried one loads the libraries built beside the backend's tools.
+run_catena() {
+  local backend="$1"
+  shift
+  if [ "$mode" = cpu ]; then
+    "$catena" "$@"
+  else
+    LD_LIBRARY_PATH="${libs[$backend]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$catena" "$@"
+  fi
+}
+
 # engine ANCHOR_NAME LLAMA_BENCH: alternating rounds of llama-bench and catena bench; one JSON line
 # a round.
 engine() {
@@ -171,7 +193,7 @@ engine() {
   for round in $(seq "$rounds"); do
     echo "  $name, round $round" >&2
     anchor="$("$bench" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -ngl "$ngl" -o json)"
-    ours="$("$catena" bench --model "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --gpu-layers "$ngl" --json)"
+    ours="$(run_catena "$name" bench --model "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --gpu-layers "$ngl" --json)"
     python3 - "$name" "$anchor" "$ours" <<'EOF'
 import json, sys
 anchor = {("pp" if r["n_prompt"] else "tg") + str(r["n_prompt"] or r["n_gen"]): r["avg_ts"]
@@ -192,7 +214,7 @@ batched() {
     echo "  $name batched, round $round" >&2
     anchor="$("$bench" -m "$model" -c $(((bpp + btg + 16) * group)) -b 512 -ub 512 -npp "$bpp" -ntg "$btg" \
       -npl "$group" -t "$threads" -ngl "$ngl" --output-format jsonl 2>/dev/null | grep '^{')"
-    ours="$("$catena" bench --model "$model" -p "$bpp" -n "$btg" -r 1 -t "$threads" --gpu-layers "$ngl" \
+    ours="$(run_catena "$name" bench --model "$model" -p "$bpp" -n "$btg" -r 1 -t "$threads" --gpu-layers "$ngl" \
       --sequences "$group" --json)"
     python3 - "$name" "$anchor" "$ours" <<'EOF'
 import json, sys
@@ -203,9 +225,10 @@ EOF
   done
 }
 
-# One SFT step on the random-weights model: its time and tokens.
+# sft_step WORK BACKEND: one SFT step on the random-weights model (the trainer runs on the CPU
+# whichever llama.cpp the binary loads): its time and tokens.
 sft_step() {
-  local work="$1" data="$1/sft.jsonl"
+  local work="$1" backend="$2" data="$1/sft.jsonl"
   python3 - "$data" <<'EOF'
 import json, sys
 with open(sys.argv[1], "w") as f:
@@ -217,7 +240,7 @@ with open(sys.argv[1], "w") as f:
 EOF
   local start end
   start="$(date +%s.%N)"
-  "$catena" train sft --json --base "$model" --data "$data" --out "$work/sft" --rank 8 --max-steps 1 \
+  run_catena "$backend" train sft --json --base "$model" --data "$data" --out "$work/sft" --rank 8 --max-steps 1 \
     --eval-fraction 0 >"$work/sft.jsonl.log"
   end="$(date +%s.%N)"
   python3 - "$work/sft.jsonl.log" "$start" "$end" <<'EOF'
@@ -282,41 +305,28 @@ mkdir -p "$logs"
 results="$logs/results.jsonl"
 : >"$results"
 record() { tee -a "$results" >&2; }
+declare -A bench batched_bench build_pid libs
 if [ "$mode" = cpu ]; then
   catena="$(catena_bin)"
-  # The same path as the GPU machine's: a header cut from the real model, random weights from it.
-  "$catena" models random-weights --like "$(default_model "$catena")" --out "$work/header.gguf" --header-only
-  header="$work/header.gguf"
   anchors=(cpu)
   ngl=0 threads="$(physical_cores)" rounds=1 reps=1 pp=64 tg=16 bpp=32 btg=16 group=2
   device="CPU only ($(nproc) cores): the dry run, small sizes"
 else
   unpack >&2
   catena="$pack/unpacked/catena"
-  header="$pack/unpacked/model-header.gguf"
   [ -f "$nvidia_icd" ] && export VK_DRIVER_FILES="$nvidia_icd"
   anchors=(vulkan)
-  if command -v nvcc >/dev/null; then anchors+=(cuda); else echo "No nvcc here: no CUDA llama-bench to compare with." >&2; fi
+  if command -v nvcc >/dev/null; then anchors+=(cuda); else echo "No nvcc here: no CUDA build of llama.cpp, for catena or its anchor." >&2; fi
   ngl=99 threads=8 rounds=3 reps=3 pp=512 tg=128 bpp=256 btg=128 group=8
   # DEVICE_CHECK_QUICK=1: the small sizes, for a rehearsal of this path on a slow device (lavapipe).
   if [ "${DEVICE_CHECK_QUICK:-0}" = 1 ]; then threads=2 rounds=1 reps=1 pp=64 tg=16 bpp=32 btg=16 group=2; fi
-fi
-model="$work/random-weights.gguf"
-"$catena" models random-weights --like "$header" --out "$model" --seed 1
-
-step "what catena finds"
-"$catena" doctor --model "$model" | tee "$work/doctor.txt" >&2 || true
-if [ "$mode" = gpu ]; then
-  grep -q "Vulkan0" "$work/doctor.txt" || die "catena found no Vulkan GPU here: the numbers would be the CPU's (see the doctor above)"
-  device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
-    sed -n 's/^ *device *\(Vulkan0 .*\)/\1/p' "$work/doctor.txt")"
 fi
 
 # Every build before any measurement: a call stopped in a build leaves nothing half measured,
 # and the next call on the same machine finds the finished builds. The backends build side by
 # side: each has long single-file stretches (ggml-vulkan.cpp, the shader generator) that leave
-# cores idle. Their logs go where the device tool returns files.
-declare -A bench batched_bench build_pid
+# cores idle. Their logs go where the device tool returns files. On the GPU machine the carried
+# catena cannot start before a build has made llama.cpp's libraries.
 for backend in "${anchors[@]}"; do
   step "llama.cpp's tools with the $backend backend (log: $logs/build-$backend.log)"
   # Job control on: each build is a process group of its own, so that a build stopped at the
@@ -344,16 +354,54 @@ for backend in "${anchors[@]}"; do
   fi
   bench[$backend]="$(sed -n 1p "$work/tools-$backend")"
   batched_bench[$backend]="$(sed -n 2p "$work/tools-$backend")"
+  libs[$backend]="$(dirname "${bench[$backend]}")"
   echo "  $backend: ${bench[$backend]} and ${batched_bench[$backend]}, after $((SECONDS - started)) s" >&2
   measured+=("$backend")
 done
+first="${measured[0]}"
+
+model="$work/random-weights.gguf"
+if [ "$mode" = cpu ]; then
+  # The same path as the GPU machine's: a header cut from the real model, random weights from it.
+  header="$work/header.gguf"
+  run_catena cpu models random-weights --like "$(default_model "$catena")" --out "$header" --header-only
+else
+  header="$pack/unpacked/model-header.gguf"
+fi
+run_catena "$first" models random-weights --like "$header" --out "$model" --seed 1
+
+# A backend whose libraries show catena no GPU is not measured: its numbers would be the CPU's.
+found=()
+for backend in "${measured[@]}"; do
+  step "what catena finds with llama.cpp's $backend build"
+  run_catena "$backend" doctor --model "$model" | tee "$work/doctor-$backend.txt" >&2 || true
+  name="$(case "$backend" in cuda) echo CUDA0 ;; vulkan) echo Vulkan0 ;; *) echo CPU ;; esac)"
+  if [ "$mode" = gpu ] && ! grep -q "$name" "$work/doctor-$backend.txt"; then
+    echo "catena found no $name with the $backend build (the doctor above): not measured." >&2
+    continue
+  fi
+  found+=("$backend")
+done
+[ "${#found[@]}" -gt 0 ] || die "catena found no GPU here with any build: nothing to measure"
+measured=("${found[@]}")
+if [ "$mode" = gpu ]; then
+  device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
+    sed -n 's/^ *device *\(Vulkan0 .*\)/\1/p' "$work/doctor-vulkan.txt")"
+  # The CUDA libraries a carried `--features cuda` trainer (candle's kernels link cuBLAS by its
+  # major version) would have to match here.
+  if command -v nvcc >/dev/null; then
+    cublas="$(find /usr/local /usr/lib /opt -name 'libcublas.so.*' 2>/dev/null | sed 's|.*/||' | sort -u | tr '\n' ' ')"
+    device="$device; $(nvcc --version | sed -n 's/^Cuda compilation tools, //p'); cuBLAS: ${cublas:-none found}"
+  fi
+fi
+
 for backend in "${measured[@]}"; do
   step "engine against llama.cpp ($backend)"
   engine "$backend" "${bench[$backend]}" | record
   batched "$backend" "${batched_bench[$backend]}" | record
 done
 step "one SFT step"
-sft_step "$work" | record
+sft_step "$work" "$first" | record
 
 step "the table"
 report "$results" "$device" | tee "${OUT:-$work}/device-check.md"
