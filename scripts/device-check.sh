@@ -386,11 +386,12 @@ done
 measured=("${found[@]}")
 if [ "$mode" = gpu ]; then
   device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
-    sed -n 's/^ *device *\(Vulkan0 .*\)/\1/p' "$work/doctor-vulkan.txt")"
+    sed -n 's/^ *device *\(Vulkan0 .*\)/\1/p' "$work/doctor-vulkan.txt" 2>/dev/null || true)"
   # The CUDA libraries a carried `--features cuda` trainer (candle's kernels link cuBLAS by its
   # major version) would have to match here.
   if command -v nvcc >/dev/null; then
-    cublas="$(find /usr/local /usr/lib /opt -name 'libcublas.so.*' 2>/dev/null | sed 's|.*/||' | sort -u | tr '\n' ' ')"
+    # (find fails on a folder the image lacks; what it found still counts.)
+    cublas="$({ find /usr/local /usr/lib /opt -name 'libcublas.so.*' 2>/dev/null || true; } | sed 's|.*/||' | sort -u | tr '\n' ' ')"
     device="$device; $(nvcc --version | sed -n 's/^Cuda compilation tools, //p'); cuBLAS: ${cublas:-none found}"
   fi
 fi
