@@ -2,23 +2,24 @@
 # The GPU check in one command, for a lent GPU machine that has CUDA's compiler, CMake and Python
 # but no Rust and no network, and takes at most 64 MiB with the source tree (docs/BENCHMARKS.md,
 # "The GPU check"). What travels is a release `catena` binary built with llama.cpp as shared
-# libraries (`--features shared-llama`), the default model's header, and llama.cpp's sources;
-# there it builds llama.cpp's own `llama-bench` and `llama-batched-bench` from those sources
-# twice (CUDA and Vulkan), each with llama.cpp's shared libraries beside it, and runs catena on
-# each backend's libraries: catena and its anchor run the same compiled llama.cpp. It makes a model
-# of the default's exact shape with random weights (the same kernels over the same bytes: on the
-# CPU its prompt speed is the real model's and generation about 10% faster, in both engines, so
-# only ratios between engines on the same file are read), and prints:
+# libraries (`--features shared-llama`) and its trainer on candle's CUDA (`catena-trainer/cuda`,
+# built with CUDA 13.0 as the GPU machine has it), the default model's header, and llama.cpp's
+# sources; there it builds llama.cpp's own `llama-bench` and `llama-batched-bench` from those
+# sources twice (CUDA and Vulkan), each with llama.cpp's shared libraries beside it, and runs
+# catena on each backend's libraries: catena and its anchor run the same compiled llama.cpp. It
+# makes a model of the default's exact shape with random weights (the same kernels over the same
+# bytes: on the CPU its prompt speed is the real model's and generation about 10% faster, in both
+# engines, so only ratios between engines on the same file are read), and prints:
 #   - single-sequence prompt and generation speed, catena against each llama-bench, alternating;
 #   - aggregate generation of a group decoded together, catena against llama-batched-bench;
-#   - one SFT step of `catena train sft` on that model (on the CPU: the trainer's GPU code is
-#     candle's CUDA, which only a `--features cuda` build has).
-# No RL update: its rollouts run code in the sandbox, whose CPython (150 MB) cannot travel; a
-# rollout group's decoding is the batched line above.
+#   - two SFT steps of `catena train sft` on that model, the trainer on the GPU and on the CPU.
+# No RL update: its rollouts run code in the sandbox, whose CPython (150 MB) cannot travel, and
+# a random-weights model's rollouts would all score 0 and leave nothing to update; a rollout
+# group's decoding is the batched line above, and its update the same passes as an SFT step's.
 # Each ratio is catena's own cost on that backend. The Vulkan anchor against the CUDA one is what a
 # user of the one Linux binary (Vulkan) gives up on an NVIDIA card against a `--features cuda` build.
 #
-#   scripts/device-check.sh --prepare   here: writes .device/ (about 31 MiB, ignored by git)
+#   scripts/device-check.sh --prepare   here: writes .device/ (about 36 MiB, ignored by git)
 #   scripts/device-check.sh             there, with `.device` carried: the checks on the GPU
 #   scripts/device-check.sh --cpu       the same steps with the CPU backend and small sizes, on
 #                                       this machine's own build: the test suite's dry run
@@ -62,23 +63,41 @@ prepare() {
   # The binary runs on the GPU machine's CPU, not this one, so it is built for any x86-64 CPU
   # with AVX2 (not for this CPU, as .cargo/config.toml builds), in a build folder of its own; the
   # libraries it loads there are built the same way (LLAMA_TOOLS_CPU below).
-  local portable="$target/portable"
-  RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli \
-    --features shared-llama >&2
+  local portable="$target/portable" cuda
+  # Its trainer has candle's CUDA kernels (`catena-trainer/cuda`), built with CUDA 13.0 as the
+  # GPU machine has it; nvcc and the libraries to link against come from PyPI's wheels.
+  cuda="$(scripts/setup/cuda-toolkit.sh)"
+  # llama-cpp-sys-2 (0.1.161) hard-links llama.cpp's shared libraries into the build folder,
+  # their relative symlinks included, which dangle there; when its build script runs again it
+  # takes such a link for absent and fails with "File exists". They are made again each run.
+  find "$portable/release" -maxdepth 2 -xtype l -delete 2>/dev/null || true
+  PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_COMPUTE_CAP=90 CUDARC_CUDA_VERSION=13000 \
+    RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli \
+    --features shared-llama,catena-trainer/cuda >&2
   local catena="$portable/release/catena" model sys_manifest llama_src sdist needed
   # It must load whichever backend's libraries it is given: llama.cpp's core, never a backend.
   needed="$(readelf -d "$catena" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
   case "$needed" in *libllama.so*) ;; *) die "the carried catena does not load llama.cpp as a shared library: $needed" ;; esac
   case "$needed" in *ggml-vulkan* | *ggml-cuda*) die "the carried catena names a backend library itself: $needed" ;; esac
-  # This machine's build of those libraries, for the commands below that need llama.cpp.
+  case "$needed" in *libcublas.so.13*) ;; *) die "the carried catena's trainer has no CUDA (no libcublas.so.13 in: $needed)" ;; esac
+  # This machine's build of those libraries (the newest, should an older build's be there too),
+  # for the commands below, with the CUDA libraries and the driver's stand-in: no GPU here.
   local libs
-  libs="$(dirname "$(find "$portable/release/build" -path '*llama-cpp-sys-2-*/out/lib*/libllama.so' -print -quit)")"
+  libs="$(dirname "$(find "$portable/release/build" -path '*llama-cpp-sys-2-*/out/lib*/libllama.so' -printf '%T@ %p\n' |
+    sort -rn | sed -n '1s/^[^ ]* //p')")"
+  libs="$libs:$cuda/lib:$cuda/lib/stubs"
   model="$(LD_LIBRARY_PATH="$libs" default_model "$catena")"
   rm -rf "$pack"
   mkdir -p "$pack/debs"
   step "the catena binary (stripped, xz)"
   strip -o "$pack/catena" "$catena"
   xz -6 -T0 "$pack/catena"
+  step "stand-ins for the CUDA libraries, used on the GPU machine only where it lacks the real ones"
+  mkdir -p "$pack/cuda-stubs"
+  local lib
+  for lib in libcuda.so.1 libcublas.so.13 libcudart.so.13 libcurand.so.10; do
+    cp -L "$cuda/lib/stubs/$lib" "$pack/cuda-stubs/$lib"
+  done
   step "the default model's header"
   LD_LIBRARY_PATH="$libs" "$catena" models random-weights --like "$model" --out "$pack/model-header.gguf" --header-only
   xz -6 "$pack/model-header.gguf"
@@ -149,6 +168,27 @@ unpack() {
   ln -sf "$(ldconfig -p | awk '/libvulkan\.so\.1 / { print $NF; exit }')" "$u/vulkan/lib/libvulkan.so"
 }
 
+# The folders holding the CUDA libraries the carried catena needs, for LD_LIBRARY_PATH: the
+# loader's own, CUDA's, or a Python package's (the H200 image's PyTorch has NVIDIA's wheels). One
+# that is nowhere is taken from the carried stand-ins, which fail every call: catena then still
+# starts, measures the engine, and only its trainer's CUDA step fails, saying why.
+cuda_library_path() {
+  local lib dir dirs="" stubbed=""
+  for lib in libcuda.so.1 libcublas.so.13 libcudart.so.13 libcurand.so.10; do
+    dir="$(ldconfig -p | awk -v lib="$lib" '$1 == lib { print $NF; exit }')"
+    [ -n "$dir" ] || dir="$({ find /usr/local/nvidia /usr/local/cuda /usr/local/cuda-13* /opt /usr/lib \
+      -name "$lib" 2>/dev/null || true; } | head -n 1)"
+    if [ -n "$dir" ]; then
+      dir="$(dirname "$dir")"
+    else
+      dir="$pack/cuda-stubs" stubbed="$stubbed $lib"
+    fi
+    case ":$dirs:" in *":$dir:"*) ;; *) dirs="${dirs:+$dirs:}$dir" ;; esac
+  done
+  [ -z "$stubbed" ] || echo "Not found here:$stubbed; their stand-ins are used, so the trainer's CUDA step will fail." >&2
+  echo "$dirs"
+}
+
 # build_anchor cuda|vulkan|cpu TOOL_FOLDER TARGET: one of llama.cpp's tools, printed as a path.
 # On the GPU machine the builds go to the build folder's device-check/, outside the carried
 # .device (a second call carries .device again, which replaces that folder there, but leaves the
@@ -175,14 +215,17 @@ build_anchors() {
 }
 
 # run_catena BACKEND ARGS...: catena on that backend's llama.cpp. This machine's own build (--cpu)
-# has llama.cpp linked in; the carried one loads the libraries built beside the backend's tools.
+# has llama.cpp linked in; the carried one loads the libraries built beside the backend's tools,
+# and is stopped after catena_limit_s seconds where that is set.
 run_catena() {
   local backend="$1"
   shift
   if [ "$mode" = cpu ]; then
     "$catena" "$@"
   else
-    LD_LIBRARY_PATH="${libs[$backend]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$catena" "$@"
+    # (catena_limit_s unquoted: `timeout SECONDS`, or nothing where it is empty)
+    LD_LIBRARY_PATH="${libs[$backend]}:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      ${catena_limit_s:+timeout $catena_limit_s} "$catena" "$@"
   fi
 }
 
@@ -225,31 +268,41 @@ EOF
   done
 }
 
-# sft_step WORK BACKEND: one SFT step on the random-weights model (the trainer runs on the CPU
-# whichever llama.cpp the binary loads): its time and tokens.
+# sft_step WORK BACKEND DEVICE: two SFT steps on the random-weights model, the trainer on DEVICE
+# (cpu or cuda; catena loads BACKEND's llama.cpp either way): one JSON line with the command's
+# seconds and each step's event, or with the error where the run failed (a CUDA trainer that
+# fails on its first GPU must not cost the engine figures measured before it).
+# 16 short chains, about 1,000 trained tokens a step: the first step pays what is done once (the
+# weights dequantised, on a GPU the kernels loaded), the second is the steady one.
 sft_step() {
-  local work="$1" backend="$2" data="$1/sft.jsonl"
+  local work="$1" backend="$2" device="$3" data="$1/sft.jsonl"
   python3 - "$data" <<'EOF'
 import json, sys
 with open(sys.argv[1], "w") as f:
-    for a, b in [(17, 23), (41, 7)]:
+    for i in range(16):
+        a, b = 17 + 7 * i, 23 + 5 * i
         chain = (f"<code>\n```py\nprint({a} * {b})\n```\n</code>\n<observation>\n[EXECUTED] Code exited with "
                  f"status 0.\n[STDOUT:BEGIN]\n{a * b}\n[STDOUT:END]\n</observation>\n\n<answer>\\boxed{{{a * b}}}</answer>")
         f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {a} * {b}?"},
                                          {"role": "assistant", "content": chain}]}) + "\n")
 EOF
-  local start end
+  local start end status=0
   start="$(date +%s.%N)"
-  run_catena "$backend" train sft --json --base "$model" --data "$data" --out "$work/sft" --rank 8 --max-steps 1 \
-    --eval-fraction 0 >"$work/sft.jsonl.log"
+  rm -rf "$work/sft-$device"
+  # A GPU run gets at most 150 s (about 30 s are expected), so a hung one still leaves the table.
+  catena_limit_s="$([ "$device" = cuda ] && echo 150)" run_catena "$backend" train sft --json --base "$model" --data "$data" --out "$work/sft-$device" --rank 8 \
+    --max-steps 2 --batch-tokens 1024 --eval-fraction 0 --device "$device" >"$work/sft-$device.log" 2>&1 || status=$?
   end="$(date +%s.%N)"
-  python3 - "$work/sft.jsonl.log" "$start" "$end" <<'EOF'
+  python3 - "$work/sft-$device.log" "$start" "$end" "$device" "$status" <<'EOF'
 import json, sys
-events = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-steps = [e for e in events if e.get("event") == "step"]
-if not steps:
-    sys.exit("the SFT run reported no step")
-print(json.dumps({"kind": "sft", "seconds": float(sys.argv[3]) - float(sys.argv[2]), "step": steps[-1]}))
+log, start, end, device, status = sys.argv[1:]
+lines = open(log).read().splitlines()
+steps = [json.loads(l) for l in lines if l.startswith('{"event":"step"')]
+line = {"kind": "sft", "device": device, "seconds": float(end) - float(start), "steps": steps}
+if status != "0" or len(steps) != 2:
+    said = [l.strip() for l in lines if l.startswith(("error", "  caused by"))] or lines[-3:]
+    line["error"] = " / ".join(said).replace("|", "/")[:600] or f"exit status {status}"
+print(json.dumps(line))
 EOF
 }
 
@@ -280,12 +333,21 @@ for name in dict.fromkeys(l["anchor_name"] for l in lines if l["kind"] == "batch
     c = [positive(r["catena"], "catena --sequences") for r in rounds]
     ratio = statistics.median(x / y for x, y in zip(c, a))
     out.append(f"| a group decoded together | llama-batched-bench ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
-for l in lines:
-    if l["kind"] == "sft":
-        step = l["step"]
-        out += ["", f"One SFT step (`catena train sft --max-steps 1`, rank 8, 2 samples), on the CPU: "
-                f"{positive(l['seconds'], 'the SFT run'):.1f} s for the whole command, load included; "
-                f"the step: {json.dumps(step)}"]
+sft = {l["device"]: l for l in lines if l["kind"] == "sft"}
+if sft:
+    out += ["", "Two SFT steps (`catena train sft --max-steps 2 --batch-tokens 1024`, rank 8, 16 samples):", "",
+            "| trainer on | whole command (s) | step 1: tokens, tok/s | step 2: tokens, tok/s |", "|---|---|---|---|"]
+    for device, l in sft.items():
+        if "error" in l:
+            out.append(f"| {device} | failed: {l['error']} | | |")
+            continue
+        cells = [f"{s['tokens']}, {positive(s['tokens_per_second'], 'an SFT step'):,.1f}" for s in l["steps"]]
+        out.append(f"| {device} | {positive(l['seconds'], 'the SFT run'):.1f} | {cells[0]} | {cells[1]} |")
+    if "error" not in sft.get("cuda", {"error": ""}) and "error" not in sft.get("cpu", {"error": ""}):
+        ratio = sft["cuda"]["steps"][1]["tokens_per_second"] / sft["cpu"]["steps"][1]["tokens_per_second"]
+        out += ["", f"The trainer on CUDA against the CPU, step 2: **{ratio:.2f}x**"]
+    if "error" in sft.get("cpu", {}):
+        sys.exit("device check: the SFT run on the CPU failed")
 print("\n".join(out))
 EOF
 }
@@ -314,6 +376,7 @@ if [ "$mode" = cpu ]; then
 else
   unpack >&2
   catena="$pack/unpacked/catena"
+  cuda_libs="$(cuda_library_path)"
   [ -f "$nvidia_icd" ] && export VK_DRIVER_FILES="$nvidia_icd"
   anchors=(vulkan)
   if command -v nvcc >/dev/null; then anchors+=(cuda); else echo "No nvcc here: no CUDA build of llama.cpp, for catena or its anchor." >&2; fi
@@ -387,13 +450,13 @@ measured=("${found[@]}")
 if [ "$mode" = gpu ]; then
   device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
     sed -n 's/^ *device *\(Vulkan0 .*\)/\1/p' "$work/doctor-vulkan.txt" 2>/dev/null || true)"
-  # The CUDA libraries a carried `--features cuda` trainer (candle's kernels link cuBLAS by its
-  # major version) would have to match here.
+  # The machine's CUDA release and cuBLAS libraries, and where the carried trainer's came from.
   if command -v nvcc >/dev/null; then
     # (find fails on a folder the image lacks; what it found still counts.)
     cublas="$({ find /usr/local /usr/lib /opt -name 'libcublas.so.*' 2>/dev/null || true; } | sed 's|.*/||' | sort -u | tr '\n' ' ')"
     device="$device; $(nvcc --version | sed -n 's/^Cuda compilation tools, //p'); cuBLAS: ${cublas:-none found}"
   fi
+  device="$device; catena's CUDA libraries from $cuda_libs"
 fi
 
 for backend in "${measured[@]}"; do
@@ -401,8 +464,14 @@ for backend in "${measured[@]}"; do
   engine "$backend" "${bench[$backend]}" | record
   batched "$backend" "${batched_bench[$backend]}" | record
 done
-step "one SFT step"
-sft_step "$work" "$first" | record
+# The trainer on the GPU where this catena has CUDA (the carried one; the dry run's release build
+# has none), then on the CPU.
+trainer_devices=(cpu)
+[ "$mode" = gpu ] && trainer_devices=(cuda cpu)
+for trainer_device in "${trainer_devices[@]}"; do
+  step "two SFT steps, the trainer on $trainer_device"
+  sft_step "$work" "$first" "$trainer_device" | record
+done
 
 step "the table"
 report "$results" "$device" | tee "${OUT:-$work}/device-check.md"
