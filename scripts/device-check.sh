@@ -69,7 +69,8 @@ prepare() {
   cuda="$(scripts/setup/cuda-toolkit.sh)"
   # llama-cpp-sys-2 (0.1.161) hard-links llama.cpp's shared libraries into the build folder,
   # their relative symlinks included, which dangle there; when its build script runs again it
-  # takes such a link for absent and fails with "File exists". They are made again each run.
+  # takes such a link for absent and fails with "File exists" (the links llama-cpp-rs pull
+  # request 980 describes). They are made again each run.
   find "$portable/release" -maxdepth 2 -xtype l -delete 2>/dev/null || true
   PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_COMPUTE_CAP=90 CUDARC_CUDA_VERSION=13000 \
     RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli \
