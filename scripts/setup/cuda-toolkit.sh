@@ -70,7 +70,8 @@ print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["na
     cc -shared -fPIC -o "$cuda/lib/stubs/$lib" -Wl,-soname,"$lib" -Wl,--version-script="$cuda/lib/stubs/$lib.map" \
       "$cuda/lib/stubs/$lib.c"
   done
-  "$cuda/bin/nvcc" --version | grep -q 'release 13\.0,' || die "the assembled nvcc is not CUDA 13.0"
+  # (Not `nvcc | grep -q`: grep leaving early could fail the pipeline under pipefail.)
+  grep -q 'release 13\.0,' <<<"$("$cuda/bin/nvcc" --version)" || die "the assembled nvcc is not CUDA 13.0"
   echo "$done_mark" >"$home/.done"
 fi
 echo "$cuda"
