@@ -170,7 +170,7 @@ unpack() {
 }
 
 # The folders holding the CUDA libraries the carried catena needs, for LD_LIBRARY_PATH: the
-# loader's own, CUDA's, or a Python package's (the H200 image's PyTorch has NVIDIA's wheels). One
+# loader's own, CUDA's, or one under /opt (where a Python package may keep NVIDIA's wheels). One
 # that is nowhere is taken from the carried stand-ins, which fail every call: catena then still
 # starts, measures the engine, and only its trainer's CUDA step fails, saying why.
 cuda_library_path() {
@@ -273,8 +273,8 @@ EOF
 # (cpu or cuda; catena loads BACKEND's llama.cpp either way): one JSON line with the command's
 # seconds and each step's event, or with the error where the run failed (a CUDA trainer that
 # fails on its first GPU must not cost the engine figures measured before it).
-# 16 short chains, about 1,000 trained tokens a step: the first step pays what is done once (the
-# weights dequantised, on a GPU the kernels loaded), the second is the steady one.
+# 16 short chains, about 1,000 tokens a step: the first step pays what is done once (the weights
+# dequantised; on a GPU presumably the kernels loaded too), the second is the steady one.
 sft_step() {
   local work="$1" backend="$2" device="$3" data="$1/sft.jsonl"
   python3 - "$data" <<'EOF'
