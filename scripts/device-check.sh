@@ -6,7 +6,9 @@
 # built with CUDA 13.0 as the GPU machine has it), the default model's header, and llama.cpp's
 # sources; there it builds llama.cpp's own `llama-bench` and `llama-batched-bench` from those
 # sources twice (CUDA and Vulkan), each with llama.cpp's shared libraries beside it, and runs
-# catena on each backend's libraries: catena and its anchor run the same compiled llama.cpp. It
+# catena on each backend's libraries: catena and its anchor run the same compiled llama.cpp. The
+# CUDA build can be made here instead, with the same nvcc, and placed there by a first call of its
+# own (it does not fit beside the rest): on an H200 it was 349 of the check's 430 s. It
 # makes a model of the default's exact shape with random weights (the same kernels over the same
 # bytes: on the CPU its prompt speed is the real model's and generation about 10% faster, in both
 # engines, so only ratios between engines on the same file are read), and prints:
@@ -19,8 +21,15 @@
 # Each ratio is catena's own cost on that backend. The Vulkan anchor against the CUDA one is what a
 # user of the one Linux binary (Vulkan) gives up on an NVIDIA card against a `--features cuda` build.
 #
-#   scripts/device-check.sh --prepare   here: writes .device/ (about 36 MiB, ignored by git)
-#   scripts/device-check.sh             there, with `.device` carried: the checks on the GPU
+#   scripts/device-check.sh --prepare   here: writes .device/ (about 36 MiB, ignored by git) and
+#                                       .device-cuda/ (llama.cpp's CUDA build, about 22 MiB)
+#   scripts/device-check.sh --place-cuda
+#                                       there, with `.device-cuda` carried: puts that build where
+#                                       the check looks for it (a GPU of compute capability 9.0
+#                                       only; a few seconds). Optional: without it the check
+#                                       builds llama.cpp with CUDA there, as before
+#   scripts/device-check.sh             there, with `.device` carried (in the next call, within the
+#                                       30 s the machine stays warm): the checks on the GPU
 #   scripts/device-check.sh --cpu       the same steps with the CPU backend and small sizes, on
 #                                       this machine's own build: the test suite's dry run
 # The table goes to stdout and, where OUT is set, to $OUT/device-check.md. The builds are kept in
@@ -31,11 +40,22 @@ cd "$root"
 mode=gpu
 case "${1:-}" in
   --prepare) mode=prepare ;;
+  --place-cuda) mode=place-cuda ;;
   --cpu) mode=cpu ;;
   "") ;;
-  *) die "usage: scripts/device-check.sh [--prepare | --cpu]" 2 ;;
+  *) die "usage: scripts/device-check.sh [--prepare | --place-cuda | --cpu]" 2 ;;
 esac
 pack="$root/.device"
+# llama.cpp's CUDA build, made here: a carry of its own.
+pack_cuda="$root/.device-cuda"
+# The GPU generation the carried CUDA code is built for: compute capability 9.0, the H100 and the
+# H200 (the lent machines so far). candle's kernels in the trainer take it as CUDA_COMPUTE_CAP,
+# llama.cpp's CMake as an architecture.
+cuda_arch=90
+# Where the GPU machine's builds go (outside the carried folders, which a later call replaces),
+# and llama.cpp's CUDA build among them (scripts/setup/llama-tool.sh's folder for --gpu).
+builds="$target/device-check"
+cuda_build="$builds/llama-tools-cuda/build"
 # The GPU machine's NVIDIA Vulkan driver, where its loader does not find it on its own.
 nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 # Everything that travels, in bytes: the device tool takes 64 MiB with the source tree.
@@ -72,10 +92,10 @@ prepare() {
   # takes such a link for absent and fails with "File exists" (the links llama-cpp-rs pull
   # request 980 describes). They are made again each run.
   find "$portable/release" -maxdepth 2 -xtype l -delete 2>/dev/null || true
-  PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_COMPUTE_CAP=90 CUDARC_CUDA_VERSION=13000 \
+  PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_COMPUTE_CAP="$cuda_arch" CUDARC_CUDA_VERSION=13000 \
     RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli \
     --features shared-llama,catena-trainer/cuda >&2
-  local catena="$portable/release/catena" model sys_manifest llama_src sdist needed
+  local catena="$portable/release/catena" model llama_src sdist needed
   # It must load whichever backend's libraries it is given: llama.cpp's core, never a backend.
   needed="$(readelf -d "$catena" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
   case "$needed" in *libllama.so*) ;; *) die "the carried catena does not load llama.cpp as a shared library: $needed" ;; esac
@@ -93,22 +113,20 @@ prepare() {
   step "the catena binary (stripped, xz)"
   strip -o "$pack/catena" "$catena"
   xz -6 -T0 "$pack/catena"
-  step "stand-ins for the CUDA libraries, used on the GPU machine only where it lacks the real ones"
-  mkdir -p "$pack/cuda-stubs"
+  step "CUDA libraries for the GPU machine where it lacks them: the runtime, and stand-ins for the rest"
+  mkdir -p "$pack/cuda-fallback"
   local lib
-  for lib in libcuda.so.1 libcublas.so.13 libcudart.so.13 libcurand.so.10; do
-    cp -L "$cuda/lib/stubs/$lib" "$pack/cuda-stubs/$lib"
+  for lib in libcuda.so.1 libcublas.so.13 libcurand.so.10; do
+    cp -L "$cuda/lib/stubs/$lib" "$pack/cuda-fallback/$lib"
   done
+  cp -L "$cuda/lib/libcudart.so.13" "$pack/cuda-fallback/"
   step "the default model's header"
   LD_LIBRARY_PATH="$libs" "$catena" models random-weights --like "$model" --out "$pack/model-header.gguf" --header-only
   xz -6 "$pack/model-header.gguf"
   step "llama.cpp's sources and its tools' sources"
   # llama-tool.sh fetches the tools' sources once; its source tree is the crate's.
   scripts/setup/llama-tool.sh llama-bench llama-bench >/dev/null
-  sys_manifest="$(cargo metadata --format-version 1 --locked | python3 -c '
-import json, sys
-print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "llama-cpp-sys-2"))')"
-  llama_src="$(dirname "$sys_manifest")/llama.cpp"
+  llama_src="$(crate_dir llama-cpp-sys-2)/llama.cpp"
   sdist="$target/llama-tools/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
   # What the library build reads (tools/mtmd: llama-tool.sh builds the multimodal library too).
   tar -cJf "$pack/llama-src.tar.xz" -C "$llama_src" CMakeLists.txt LICENSE cmake common ggml include \
@@ -127,7 +145,60 @@ print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["na
   tree="$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)"
   echo "Wrote $pack: $((size / 1048576)) MiB; with the source tree $(((size + tree) / 1048576)) MiB of the 64 MiB that travel." >&2
   [ $((size + tree)) -le "$carry_limit" ] || die "too large to travel: leave something out of .device"
-  echo "On the GPU machine: scripts/device-check.sh, with .device carried." >&2
+  prepare_cuda_build "$portable" "$cuda" "$tree"
+  echo "On the GPU machine: scripts/device-check.sh --place-cuda with .device-cuda carried, then at once" \
+    "scripts/device-check.sh with .device carried." >&2
+}
+
+# prepare_cuda_build PORTABLE CUDA TREE_BYTES: llama.cpp's CUDA build, shared libraries and the two
+# tools, made here with the nvcc the GPU machine has (13.0) for compute capability 9.0 only, into
+# .device-cuda/. It travels alone: 22 MB beside .device's 36 MiB and the source tree would pass
+# the 64 MiB a call carries.
+prepare_cuda_build() {
+  local portable="$1" cuda="$2" tree="$3" tool size
+  step "llama.cpp's CUDA build for compute capability $cuda_arch (the first time about 15 minutes on 2 cores)"
+  for tool in "llama-bench llama-bench" "batched-bench llama-batched-bench"; do
+    # The linker resolves libggml-cuda's CUDA libraries through LD_LIBRARY_PATH when it links a
+    # tool: CMake leaves nvcc's own folders out of the library's RUNPATH. The driver's is the
+    # link-time stand-in; the GPU machine's own is used there.
+    # ($tool unquoted: the tool's folder and its target, two words)
+    CARGO_TARGET_DIR="$portable" PATH="$cuda/bin:$PATH" CUDACXX="$cuda/bin/nvcc" CUDAToolkit_ROOT="$cuda" \
+      CUDA_ARCHITECTURES="$cuda_arch-real" LLAMA_TOOLS_CPU=x86-64-v3 LLAMA_TOOLS_SHARED=1 \
+      LD_LIBRARY_PATH="$cuda/lib:$cuda/lib/stubs" scripts/setup/llama-tool.sh --gpu $tool >/dev/null
+  done
+  local built="$portable/llama-tools-cuda/build" stage
+  rm -rf "$pack_cuda"
+  stage="$pack_cuda/stage"
+  mkdir -p "$stage"
+  # The folder as llama-tool.sh leaves it, so that there it finds the build done: the tools and
+  # the libraries beside them (with their version links), and the options they were built with.
+  cp -a "$built/bin" "$stage/bin"
+  cp "$built/options" "$stage/options"
+  find "$stage/bin" -type f -exec strip --strip-unneeded {} +
+  tar -cJf "$pack_cuda/llama-cuda.tar.xz" -C "$stage" bin options
+  rm -rf "$stage"
+  size="$(du -sb "$pack_cuda" | cut -f1)"
+  echo "Wrote $pack_cuda: $((size / 1048576)) MiB; with the source tree $(((size + tree) / 1048576)) MiB." >&2
+  [ $((size + tree)) -le "$carry_limit" ] || die "llama.cpp's CUDA build is too large to travel"
+}
+
+# On the GPU machine, before the check: the carried CUDA build where the check's build of it goes,
+# when this GPU is of the generation it was built for. Anything else (another GPU, no GPU) leaves
+# the build to the check, which makes it there where nvcc is.
+place_cuda() {
+  [ -f "$pack_cuda/llama-cuda.tar.xz" ] ||
+    die "no .device-cuda/ here: run scripts/device-check.sh --prepare where the project builds, and carry .device-cuda"
+  local cap
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .' || true)"
+  if [ "$cap" != "$cuda_arch" ]; then
+    echo "This GPU's compute capability reads '${cap:-nothing}', the carried CUDA build's $cuda_arch: not placed; the check builds llama.cpp with CUDA here." >&2
+    return 0
+  fi
+  rm -rf "$cuda_build"
+  mkdir -p "$cuda_build"
+  untar_xz "$pack_cuda/llama-cuda.tar.xz" "$cuda_build"
+  touch "$cuda_build/placed"
+  echo "Placed llama.cpp's CUDA build (compute capability $cuda_arch) in $cuda_build; now scripts/device-check.sh with .device carried." >&2
 }
 
 # Unpacks what --prepare wrote into .device/unpacked, and the Debian packages.
@@ -171,8 +242,9 @@ unpack() {
 
 # The folders holding the CUDA libraries the carried catena needs, for LD_LIBRARY_PATH: the
 # loader's own, CUDA's, or one under /opt (where a Python package may keep NVIDIA's wheels). One
-# that is nowhere is taken from the carried stand-ins, which fail every call: catena then still
-# starts, measures the engine, and only its trainer's CUDA step fails, saying why.
+# that is nowhere is taken from .device/cuda-fallback: CUDA's runtime itself, or a stand-in that
+# fails every call (the driver, cuBLAS, cuRAND), with which catena still starts and measures the
+# engine, and only its trainer's CUDA step fails, saying why.
 cuda_library_path() {
   local lib dir dirs="" stubbed=""
   for lib in libcuda.so.1 libcublas.so.13 libcudart.so.13 libcurand.so.10; do
@@ -182,20 +254,23 @@ cuda_library_path() {
     if [ -n "$dir" ]; then
       dir="$(dirname "$dir")"
     else
-      dir="$pack/cuda-stubs" stubbed="$stubbed $lib"
+      dir="$pack/cuda-fallback"
+      echo "Not found here: $lib; the carried one is used." >&2
+      [ "$lib" = libcudart.so.13 ] || stubbed="$stubbed $lib"
     fi
     case ":$dirs:" in *":$dir:"*) ;; *) dirs="${dirs:+$dirs:}$dir" ;; esac
   done
-  [ -z "$stubbed" ] || echo "Not found here:$stubbed; their stand-ins are used, so the trainer's CUDA step will fail." >&2
+  [ -z "$stubbed" ] || echo "Stand-ins for$stubbed: the trainer's CUDA step will fail." >&2
   echo "$dirs"
 }
 
 # build_anchor cuda|vulkan|cpu TOOL_FOLDER TARGET: one of llama.cpp's tools, printed as a path.
-# On the GPU machine the builds go to the build folder's device-check/, outside the carried
-# .device (a second call carries .device again, which replaces that folder there, but leaves the
-# ignored target/ as it was), with llama.cpp's shared libraries beside the tools for catena.
+# On the GPU machine the builds go to $builds, outside the carried .device (a second call carries
+# .device again, which replaces that folder there, but leaves the ignored target/ as it was), with
+# llama.cpp's shared libraries beside the tools for catena. A CUDA build placed there by
+# --place-cuda is found done.
 build_anchor() {
-  local backend="$1" builds="$target/device-check"
+  local backend="$1"
   shift
   case "$backend" in
     cpu) scripts/setup/llama-tool.sh "$@" ;;
@@ -221,12 +296,20 @@ build_anchors() {
 run_catena() {
   local backend="$1"
   shift
+  # (catena_limit_s unquoted: `timeout SECONDS`, or nothing where it is empty)
+  on_backend "$backend" ${catena_limit_s:+timeout $catena_limit_s} "$catena" "$@"
+}
+
+# on_backend BACKEND COMMAND...: on the GPU machine, a command with that backend's libraries and
+# the CUDA libraries found there first on the loader's path, for catena and its anchors alike (a
+# CUDA build made here names this machine's folders in its RUNPATH, not the GPU machine's).
+on_backend() {
+  local backend="$1"
+  shift
   if [ "$mode" = cpu ]; then
-    "$catena" "$@"
+    "$@"
   else
-    # (catena_limit_s unquoted: `timeout SECONDS`, or nothing where it is empty)
-    LD_LIBRARY_PATH="${libs[$backend]}:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      ${catena_limit_s:+timeout $catena_limit_s} "$catena" "$@"
+    LD_LIBRARY_PATH="${libs[$backend]}:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
   fi
 }
 
@@ -236,7 +319,7 @@ engine() {
   local name="$1" bench="$2" round anchor ours
   for round in $(seq "$rounds"); do
     echo "  $name, round $round" >&2
-    anchor="$("$bench" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -ngl "$ngl" -o json)"
+    anchor="$(on_backend "$name" "$bench" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -ngl "$ngl" -o json)"
     ours="$(run_catena "$name" bench --model "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --gpu-layers "$ngl" --json)"
     python3 - "$name" "$anchor" "$ours" <<'EOF'
 import json, sys
@@ -256,7 +339,7 @@ batched() {
   local name="$1" bench="$2" round anchor ours
   for round in $(seq "$rounds"); do
     echo "  $name batched, round $round" >&2
-    anchor="$("$bench" -m "$model" -c $(((bpp + btg + 16) * group)) -b 512 -ub 512 -npp "$bpp" -ntg "$btg" \
+    anchor="$(on_backend "$name" "$bench" -m "$model" -c $(((bpp + btg + 16) * group)) -b 512 -ub 512 -npp "$bpp" -ntg "$btg" \
       -npl "$group" -t "$threads" -ngl "$ngl" --output-format jsonl 2>/dev/null | grep '^{')"
     ours="$(run_catena "$name" bench --model "$model" -p "$bpp" -n "$btg" -r 1 -t "$threads" --gpu-layers "$ngl" \
       --sequences "$group" --json)"
@@ -356,6 +439,9 @@ EOF
 if [ "$mode" = prepare ]; then
   prepare
   exit 0
+elif [ "$mode" = place-cuda ]; then
+  place_cuda
+  exit 0
 fi
 
 started="$SECONDS"
@@ -380,7 +466,13 @@ else
   cuda_libs="$(cuda_library_path)"
   [ -f "$nvidia_icd" ] && export VK_DRIVER_FILES="$nvidia_icd"
   anchors=(vulkan)
-  if command -v nvcc >/dev/null; then anchors+=(cuda); else echo "No nvcc here: no CUDA build of llama.cpp, for catena or its anchor." >&2; fi
+  if [ -f "$cuda_build/placed" ]; then
+    anchors+=(cuda) cuda_from="carried (--place-cuda): made with CUDA 13.0 where catena was built, for compute capability $cuda_arch"
+  elif command -v nvcc >/dev/null; then
+    anchors+=(cuda) cuda_from="built here"
+  else
+    echo "No nvcc here and no CUDA build placed: no CUDA build of llama.cpp, for catena or its anchor." >&2
+  fi
   ngl=99 threads=8 rounds=3 reps=3 pp=512 tg=128 bpp=256 btg=128 group=8
   # DEVICE_CHECK_QUICK=1: the small sizes, for a rehearsal of this path on a slow device (lavapipe).
   if [ "${DEVICE_CHECK_QUICK:-0}" = 1 ]; then threads=2 rounds=1 reps=1 pp=64 tg=16 bpp=32 btg=16 group=2; fi
@@ -458,6 +550,7 @@ if [ "$mode" = gpu ]; then
     device="$device; $(nvcc --version | sed -n 's/^Cuda compilation tools, //p'); cuBLAS: ${cublas:-none found}"
   fi
   device="$device; catena's CUDA libraries from $cuda_libs"
+  case " ${measured[*]} " in *" cuda "*) device="$device; llama.cpp's CUDA build $cuda_from" ;; esac
 fi
 
 for backend in "${measured[@]}"; do

@@ -34,6 +34,19 @@ catena_bin() {
   echo "$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
 }
 
+# crate_dir NAME [CARGO_METADATA_OPTIONS...]: the folder of the locked crate NAME's sources, as
+# cargo fetched them (llama.cpp's tree inside llama-cpp-sys-2, cudarc's driver bindings). A crate
+# behind an optional feature needs --all-features to be in the graph.
+crate_dir() {
+  local name="$1" manifest
+  shift
+  manifest="$(cd "$root" && cargo metadata --format-version 1 --locked "$@" | python3 -c '
+import json, sys
+print(next((p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == sys.argv[1]), ""))' "$name")"
+  [ -n "$manifest" ] || die "no crate $name in the lock file's graph"
+  dirname "$manifest"
+}
+
 # default_model CATENA: the default model's GGUF path, fetched first when missing (the fetch
 # prints `name: path`).
 default_model() { "$1" assets fetch model | sed -n 's/^[^:]*: //p'; }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Assembles the part of CUDA 13.0 that a `--features catena-trainer/cuda` build needs, from
 # NVIDIA's wheels on PyPI, and prints the folder (bin/nvcc, include/, lib/): for building the GPU
-# check's carried trainer (scripts/device-check.sh --prepare) on a machine with no GPU and no CUDA
-# installed. candle compiles its kernels to PTX with nvcc and cudarc links the CUDA libraries by
-# name (`-lcuda -lcublas -lcurand -lcudart ...`), so the build needs the compiler, the headers
-# and the libraries to link against, nothing that runs a GPU.
+# check's carried trainer and llama.cpp's CUDA build (scripts/device-check.sh --prepare) on a
+# machine with no GPU and no CUDA installed. candle compiles its kernels to PTX with nvcc and
+# cudarc links the CUDA libraries by name (`-lcuda -lcublas -lcurand -lcudart ...`); llama.cpp's
+# CMake compiles its kernels with nvcc and links the same libraries. So the build needs the
+# compiler, the headers and the libraries to link against, nothing that runs a GPU.
 #
 # The release is pinned to 13.0, the one the lent H200's driver (580) and its CUDA image carry
 # (docs/BENCHMARKS.md, "The GPU check"): PTX from a newer nvcc would not load on that driver, and
@@ -27,8 +28,9 @@ wheels=(
   nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-nvrtc==13.0.88 nvidia-cublas==13.0.2.14 nvidia-curand==10.4.0.35
 )
-# What a finished folder has; a folder without it (an earlier run stopped) is made again.
-done_mark="$(printf '%s ' "${wheels[@]}")"
+# What a finished folder has; a folder without it (an earlier run stopped, or an older layout
+# without lib64) is made again.
+done_mark="$(printf '%s ' "${wheels[@]}") lib64"
 if [ "$(cat "$home/.done" 2>/dev/null)" != "$done_mark" ]; then
   rm -rf "$home"
   mkdir -p "$home/wheels"
@@ -48,21 +50,25 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("nvidia/")])'
   # The names the linker looks for (`-lcublas` finds libcublas.so); the wheels carry the sonames.
   for lib in cublas cublasLt cudart nvrtc; do ln -sf "lib$lib.so.13" "$cuda/lib/lib$lib.so"; done
   ln -sf libcurand.so.10 "$cuda/lib/libcurand.so"
+  # nvcc's profile names lib64/ (and lib64/stubs) for linking, as an installed toolkit has it;
+  # the wheels have lib/. CMake's check of the CUDA compiler links through nvcc.
+  ln -sfn lib "$cuda/lib64"
   # The driver's stand-in, from the functions cudarc declares (its bindings are in the lock file).
-  cudarc="$(cargo metadata --format-version 1 --locked --all-features | python3 -c '
-import json, sys
-print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "cudarc"))')"
+  cudarc="$(crate_dir cudarc --all-features)"
   mkdir -p "$cuda/lib/stubs"
-  grep -ohE '^ +fn cu[A-Za-z0-9_]*\(' "$(dirname "$cudarc")/src/driver/sys/mod.rs" | sed -E 's/^ +fn //; s/\($//' |
+  grep -ohE '^ +fn cu[A-Za-z0-9_]*\(' "$cudarc/src/driver/sys/mod.rs" | sed -E 's/^ +fn //; s/\($//' |
     sort -u | awk '{ print "int " $1 "(void) { return 100; }" }' >"$cuda/lib/stubs/libcuda.c"
   [ -s "$cuda/lib/stubs/libcuda.c" ] || die "found no driver functions in cudarc's bindings ($cudarc)"
   cc -shared -fPIC -o "$cuda/lib/stubs/libcuda.so" -Wl,-soname,libcuda.so.1 "$cuda/lib/stubs/libcuda.c"
   ln -sf libcuda.so "$cuda/lib/stubs/libcuda.so.1"
-  # Stand-ins of the same kind for the libraries the binary links, under their sonames only (so
-  # the linker never takes them for `-lcublas`): the GPU check carries them for a machine whose
-  # CUDA libraries it cannot find, so that catena still starts there and only its trainer's GPU
-  # step fails. Their functions carry the real ones' symbol version (the soname).
-  for lib in libcublas.so.13 libcudart.so.13 libcurand.so.10; do
+  # Stand-ins of the same kind for the large libraries the binary links, under their sonames only
+  # (so the linker never takes them for `-lcublas`): the GPU check carries them for a machine
+  # whose CUDA libraries it cannot find, so that catena still starts there and only its trainer's
+  # GPU step fails. Their functions carry the real ones' symbol version (the soname). The runtime
+  # (libcudart, 0.7 MB) travels as itself: llama.cpp's CUDA backend crashed on its stand-in
+  # (which returns a number where a pointer is due, as from cudaGetErrorString), and the real one
+  # says there is no driver.
+  for lib in libcublas.so.13 libcurand.so.10; do
     nm -D --defined-only "$cuda/lib/$lib" | awk '$2 == "T" { sub(/@.*/, "", $3); print "int " $3 "(void) { return 100; }" }' \
       >"$cuda/lib/stubs/$lib.c"
     [ -s "$cuda/lib/stubs/$lib.c" ] || die "found no functions in $lib"

@@ -85,11 +85,7 @@ if [ ! -x "$bin" ]; then
   if [ -n "${LLAMA_SRC:-}" ]; then
     llama_src="$LLAMA_SRC"
   else
-    sys_manifest="$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
-import json, sys
-meta = json.load(sys.stdin)
-print(next(p["manifest_path"] for p in meta["packages"] if p["name"] == "llama-cpp-sys-2"))')"
-    llama_src="$(dirname "$sys_manifest")/llama.cpp"
+    llama_src="$(crate_dir llama-cpp-sys-2)/llama.cpp"
   fi
   rm -rf "$work/src/$tool"
   cp -r "$tools_src/$tool" "$work/src/$tool"
