@@ -19,10 +19,13 @@ import sys
 
 from transformers import AutoTokenizer
 
-MAX_PERIOD = 128
-WINDOW = 3 * MAX_PERIOD
-TOLERANCE = WINDOW // 16
+MAX_PERIOD = 512
+MIN_WINDOW = 384
 OBSERVATION = re.compile(r"<observation>.*?</observation>", re.S)
+
+
+def window(period):
+    return max(3 * period, MIN_WINDOW)
 
 
 def first_loop(ids):
@@ -32,11 +35,12 @@ def first_loop(ids):
         for p in range(1, MAX_PERIOD + 1):
             if n >= p and ids[n] == ids[n - p]:
                 agreeing[p - 1] += 1
-            old = n - WINDOW
+            old = n - window(p)
             if old >= p and ids[old] == ids[old - p]:
                 agreeing[p - 1] -= 1
         for p in range(1, MAX_PERIOD + 1):
-            if n + 1 >= WINDOW + p and agreeing[p - 1] + TOLERANCE >= WINDOW:
+            span = window(p)
+            if n + 1 >= span + p and agreeing[p - 1] + span // 16 >= span:
                 return n + 1, p
     return None
 

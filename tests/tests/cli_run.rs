@@ -473,6 +473,55 @@ fn a_chain_that_repeats_itself_is_stopped() {
     }
 }
 
+/// A loop of a longer unit, a whole thought of about 180 tokens written again and again (one
+/// chain of the README's first example wrote one for 95 seconds), is stopped once three more
+/// copies of it have been generated: greedy decoding after a prefill of three copies goes on
+/// copying. Such a unit is longer than the 128 tokens the loop watch once looked for, so that
+/// chain ran to its budget.
+#[test]
+fn a_chain_that_repeats_a_long_thought_is_stopped() {
+    common::default_model();
+    let thought = "<think>Step 1: Understand the problem\nThe task is to find the number of \
+        prime numbers below 10000. This means we need to write a program that checks each \
+        number from 2 to 9999 to see if it is prime.\n\nStep 2: Identify prime numbers\nA \
+        prime number is a natural number greater than 1 that has no positive divisors other than \
+        1 and itself. We can check this by iterating through all numbers from 2 to 9999 and \
+        checking if they are divisible by any number other than 1 and themselves.\n\nStep 3: \
+        Count the prime numbers\nWe can count the prime numbers by iterating through the list of \
+        prime numbers and counting them.\n\nStep 4: Print the result\nFinally, we can print the \
+        number of prime numbers below 10000.\n\n</think>\n";
+    let prefill = format!(
+        "<plan>Count the primes below 10000.</plan>\n{}<think>",
+        thought.repeat(3)
+    );
+    let output = common::catena(&[
+        "run",
+        "--profile",
+        "math",
+        "--no-store",
+        "--json",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "2000",
+        "--prefill",
+        &prefill,
+        "How many primes are there below 10000?",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events = common::json_lines(&output);
+    let summary = events.last().expect("a summary");
+    assert_eq!(summary["stop_reason"], "repetition", "{summary:#}");
+    // Three copies of the unit (less the tolerated sixteenth) and the one before them, about
+    // 720 tokens: not the budget.
+    let generated = summary["generated_tokens"].as_u64().unwrap_or_default();
+    assert!((500..1500).contains(&generated), "{generated} tokens");
+}
+
 /// Runs of one profile share its instructions through the prompt cache (docs/ARCHITECTURE.md,
 /// "The prompt cache"): a later run reads their KV cells instead of evaluating them and writes the
 /// same chain; a damaged entry is evaluated again and replaced; `CATENA_PROMPT_CACHE=off` reads

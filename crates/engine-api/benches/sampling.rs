@@ -3,8 +3,11 @@
 //! scalar `f64` computation, measured in the same run. At ~25 ms per decoded token on a laptop
 //! CPU, this must stay far below a millisecond; on a GPU a token takes about 1 ms, so it is
 //! computed only where RL reads it, and greedy decoding elsewhere is `argmax` alone.
+//!
+//! Also the loop watch (`RepetitionWatch`) that every chain's token passes through, against
+//! the same `argmax`, the least a decoded token costs Catena.
 
-use catena_engine_api::{argmax, greedy_pick, token_logprob};
+use catena_engine_api::{RepetitionWatch, argmax, greedy_pick, token_logprob};
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 
@@ -41,6 +44,29 @@ fn bench(c: &mut Criterion) {
         b.iter(|| greedy_pick(black_box(&l)))
     });
     group.bench_function("catena: argmax", |b| b.iter(|| argmax(black_box(&l))));
+    group.finish();
+
+    // Tokens with no loop in them, so every period is looked at for every token.
+    let tokens: Vec<i32> = logits(4096).iter().map(|&x| (x * 100.0) as i32).collect();
+    let mut group = c.benchmark_group("one token");
+    group.bench_function("anchor: argmax over 151936 logits", |b| {
+        b.iter(|| argmax(black_box(&l)))
+    });
+    group.bench_function("catena: RepetitionWatch::push (mean of 4096)", |b| {
+        b.iter_custom(|iterations| {
+            let mut spent = std::time::Duration::ZERO;
+            for _ in 0..iterations.div_ceil(tokens.len() as u64) {
+                let mut watch = RepetitionWatch::default();
+                let started = std::time::Instant::now();
+                for &t in &tokens {
+                    black_box(watch.push(black_box(t)));
+                }
+                spent += started.elapsed();
+            }
+            let pushed = iterations.div_ceil(tokens.len() as u64).max(1) * tokens.len() as u64;
+            spent.mul_f64(iterations as f64 / pushed as f64)
+        })
+    });
     group.finish();
 }
 

@@ -1,75 +1,94 @@
 //! Noticing a generation that has fallen into a loop.
 //!
 //! A small model sometimes writes the same line or paragraph over and over (a plan whose items
-//! repeat with only their number changing, a line of `<===>` a hundred times) until a budget
-//! runs out: of the 70 chains of the README's first example over ten seeds, 20 spent the rest of
-//! their time so (docs/BENCHMARKS.md, "Loops"). Such text never turns into an answer, so the
-//! agent asks the engine to stop it early ([`crate::GenerateLimits::stop_on_repetition`]).
+//! repeat with only their number changing, a line of `<===>` a hundred times, a whole thought of
+//! five paragraphs written again word for word) until a budget runs out: of the 70 chains of the
+//! README's first example over ten seeds, 20 spent the rest of their time so (docs/BENCHMARKS.md,
+//! "Loops"). Such text never turns into an answer, so the agent asks the engine to stop it early
+//! ([`crate::GenerateLimits::stop_on_repetition`]).
 //!
-//! The test is near-periodicity of token ids: the latest [`WINDOW`] tokens, each compared with
-//! the token one period back, for every period up to [`MAX_PERIOD`]; when all but
-//! [`TOLERANCE`] of them agree for some period, the text is the same unit repeated at least
-//! three times with at most a few tokens changed (a counter, a word). Prose, programs and lists
-//! fall far short of that: a line that differs in one number of ten tokens agrees on 90%.
+//! The test is near-periodicity of token ids: for every period up to [`MAX_PERIOD`], the latest
+//! [`window`]`(period)` tokens, each compared with the token one period back; when all but a
+//! sixteenth of them agree for some period, the text is the same unit repeated at least three
+//! times with at most a few tokens changed (a counter, a word). Prose, programs and lists fall
+//! far short of that: a line that differs in one number of ten tokens agrees on 90%.
 
-use std::collections::VecDeque;
+/// The longest repeating unit looked for, in tokens: a thought of several paragraphs (one such
+/// loop of the README's first example repeated a unit of about 220 tokens for 95 seconds).
+pub const MAX_PERIOD: usize = 512;
+/// The fewest latest tokens that must repeat, whatever the period: three units of 128 tokens.
+pub const MIN_WINDOW: usize = 384;
 
-/// The longest repeating unit looked for, in tokens (a paragraph).
-pub const MAX_PERIOD: usize = 128;
-/// How many of the latest tokens must repeat: three units of the longest period.
-pub const WINDOW: usize = 3 * MAX_PERIOD;
-/// How many tokens of the window may differ from the token one period back.
-pub const TOLERANCE: usize = WINDOW / 16;
+/// How many of the latest tokens must repeat with `period`: three units, and never fewer than
+/// [`MIN_WINDOW`] (a short line repeated a few times is not yet a loop).
+pub fn window(period: usize) -> usize {
+    (3 * period).max(MIN_WINDOW)
+}
+
+/// How many tokens of a window may differ from the token one period back: a sixteenth.
+pub fn tolerance(window: usize) -> usize {
+    window / 16
+}
+
+/// Tokens a comparison may reach back: the longest window and a period before its oldest token.
+const KEPT: usize = 3 * MAX_PERIOD + MAX_PERIOD;
 
 /// Watches one generation's tokens, one at a time.
 #[derive(Debug, Clone)]
 pub struct RepetitionWatch {
-    /// The latest `WINDOW + MAX_PERIOD` tokens, oldest first.
-    recent: VecDeque<i32>,
-    /// For period `p` (at index `p - 1`): how many tokens of the window equal the token `p`
+    /// The latest tokens, oldest first: `recent[i]` is token `dropped + i` of the generation.
+    /// Always the latest `KEPT + 1` at least; older ones are dropped `KEPT` at a time, so the
+    /// comparisons read a plain slice.
+    recent: Vec<i32>,
+    dropped: usize,
+    /// For period `p` (at index `p - 1`): how many tokens of its window equal the token `p`
     /// before them.
     agreeing: Vec<usize>,
-    /// Tokens seen in all.
-    seen: usize,
 }
 
 impl Default for RepetitionWatch {
     fn default() -> Self {
         RepetitionWatch {
-            recent: VecDeque::with_capacity(WINDOW + MAX_PERIOD + 1),
+            recent: Vec::with_capacity(2 * KEPT),
+            dropped: 0,
             agreeing: vec![0; MAX_PERIOD],
-            seen: 0,
         }
     }
 }
 
 impl RepetitionWatch {
-    /// Takes the next token; returns the shortest period the latest [`WINDOW`] tokens repeat
-    /// with, once they do.
+    /// Takes the next token; returns the shortest period the latest tokens repeat with (over
+    /// that period's [`window`]), once they do. O([`MAX_PERIOD`]) a token.
     pub fn push(&mut self, token: i32) -> Option<usize> {
-        self.recent.push_back(token);
-        self.seen += 1;
-        let newest = self.recent.len() - 1;
-        // The token leaving the window, when the window is full.
-        let leaving = (self.seen > WINDOW).then(|| newest - WINDOW);
+        if self.recent.len() == 2 * KEPT {
+            self.recent.drain(..KEPT);
+            self.dropped += KEPT;
+        }
+        self.recent.push(token);
+        let seen = self.dropped + self.recent.len();
+        let (recent, dropped) = (&self.recent, self.dropped);
+        // Whether token `at` of the generation equals the one `period` before it (it has one).
+        // Both are kept: `at` is the newest token or one leaving a window, at most `KEPT -
+        // period` back.
+        let agrees = |at: usize, period: usize| {
+            at >= period && recent[at - dropped] == recent[at - period - dropped]
+        };
         for (slot, agreeing) in self.agreeing.iter_mut().enumerate() {
             let period = slot + 1;
-            if newest >= period && self.recent[newest] == self.recent[newest - period] {
+            if agrees(seen - 1, period) {
                 *agreeing += 1;
             }
-            if let Some(old) = leaving
-                && old >= period
-                && self.recent[old] == self.recent[old - period]
-            {
+            // The token leaving this period's window, once it is full, uncounted exactly when
+            // it was counted.
+            let span = window(period);
+            if seen > span && agrees(seen - 1 - span, period) {
                 *agreeing -= 1;
             }
         }
-        if self.recent.len() > WINDOW + MAX_PERIOD {
-            self.recent.pop_front();
-        }
         (1..=MAX_PERIOD).find(|&period| {
+            let span = window(period);
             // Every token of the window has one a period before it, within this generation.
-            self.seen >= WINDOW + period && self.agreeing[period - 1] + TOLERANCE >= WINDOW
+            seen >= span + period && self.agreeing[period - 1] + tolerance(span) >= span
         })
     }
 }
@@ -108,7 +127,12 @@ mod tests {
             .chain(line.iter().copied().cycle().take(2000));
         // Caught once all but the tolerated few of the window agree: the first three tokens
         // of the line have no copy before them, then 360 more do.
-        assert_eq!(first_loop(stream), Some((50 + 3 + WINDOW - TOLERANCE, 3)));
+        let span = window(3);
+        assert_eq!(span, MIN_WINDOW);
+        assert_eq!(
+            first_loop(stream),
+            Some((50 + 3 + span - tolerance(span), 3))
+        );
     }
 
     #[test]
@@ -120,13 +144,47 @@ mod tests {
             .collect();
         let (at, period) = first_loop(stream).expect("caught");
         assert_eq!(period, 100);
-        assert!(at <= WINDOW + 100 + TOLERANCE, "caught at {at}");
+        assert!(
+            at <= MIN_WINDOW + 100 + tolerance(MIN_WINDOW),
+            "caught at {at}"
+        );
+    }
+
+    #[test]
+    fn a_long_thought_written_again_is_caught_after_three_copies() {
+        // A thought of 220 tokens written over and over, after 50 tokens of other text: one of
+        // the README's first example's chains did this for 95 seconds.
+        let thought = noise(11, 5000, 220);
+        let stream = noise(2, 5000, 50)
+            .into_iter()
+            .chain(thought.iter().copied().cycle().take(5000));
+        let span = window(220);
+        assert_eq!(span, 660);
+        // Its first copy has nothing to agree with; three copies more, less the tolerance.
+        assert_eq!(
+            first_loop(stream),
+            Some((50 + 220 + span - tolerance(span), 220))
+        );
+    }
+
+    #[test]
+    fn a_long_unit_written_twice_is_not_a_loop() {
+        // A program written again after its first copy (a model rewriting what it just wrote),
+        // then other text: two copies of a long unit fall far short of its window.
+        let program = noise(13, 5000, 300);
+        let stream = noise(4, 5000, 50)
+            .into_iter()
+            .chain(program.iter().copied())
+            .chain(program.iter().copied())
+            .chain(noise(6, 5000, 3000));
+        assert_eq!(first_loop(stream), None);
     }
 
     #[test]
     fn a_unit_longer_than_the_longest_period_is_not_looked_for() {
         let paragraph = noise(3, 5000, MAX_PERIOD + 1);
-        let stream = paragraph.iter().copied().cycle().take(5000);
+        let stream = paragraph.iter().copied().cycle().take(3000);
+        assert!(3000 > window(MAX_PERIOD + 1) + MAX_PERIOD + 1);
         assert_eq!(first_loop(stream), None);
     }
 
@@ -147,6 +205,6 @@ mod tests {
     #[test]
     fn the_shortest_period_is_reported() {
         let stream = std::iter::repeat_n(42, 1000);
-        assert_eq!(first_loop(stream), Some((WINDOW + 1, 1)));
+        assert_eq!(first_loop(stream), Some((MIN_WINDOW + 1, 1)));
     }
 }
