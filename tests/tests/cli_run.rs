@@ -473,11 +473,11 @@ fn a_chain_that_repeats_itself_is_stopped() {
     }
 }
 
-/// A loop of a longer unit, a whole thought of about 180 tokens written again and again (one
-/// chain of the README's first example wrote one for 95 seconds), is stopped once three more
-/// copies of it have been generated: greedy decoding after a prefill of three copies goes on
-/// copying. Such a unit is longer than the 128 tokens the loop watch once looked for, so that
-/// chain ran to its budget.
+/// A loop of a longer unit, a whole thought written again and again (one chain of the README's
+/// first example wrote one for 95 seconds), is stopped once three more copies of it have been
+/// generated: greedy decoding after a prefill of three copies goes on copying. This thought (693
+/// characters) is longer than the 128 tokens the loop watch once looked for: the build before
+/// ran to the 2,000-token budget on it.
 #[test]
 fn a_chain_that_repeats_a_long_thought_is_stopped() {
     common::default_model();

@@ -54,8 +54,9 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("catena: RepetitionWatch::push (mean of 4096)", |b| {
         b.iter_custom(|iterations| {
+            let streams = iterations.div_ceil(tokens.len() as u64).max(1);
             let mut spent = std::time::Duration::ZERO;
-            for _ in 0..iterations.div_ceil(tokens.len() as u64) {
+            for _ in 0..streams {
                 let mut watch = RepetitionWatch::default();
                 let started = std::time::Instant::now();
                 for &t in &tokens {
@@ -63,8 +64,7 @@ fn bench(c: &mut Criterion) {
                 }
                 spent += started.elapsed();
             }
-            let pushed = iterations.div_ceil(tokens.len() as u64).max(1) * tokens.len() as u64;
-            spent.mul_f64(iterations as f64 / pushed as f64)
+            spent.mul_f64(iterations as f64 / (streams * tokens.len() as u64) as f64)
         })
     });
     group.finish();

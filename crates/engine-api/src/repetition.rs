@@ -14,7 +14,8 @@
 //! far short of that: a line that differs in one number of ten tokens agrees on 90%.
 
 /// The longest repeating unit looked for, in tokens: a thought of several paragraphs (one such
-/// loop of the README's first example repeated a unit of about 220 tokens for 95 seconds).
+/// loop of the README's first example repeated a unit of 1,041 characters, some 220 tokens, for
+/// 95 seconds).
 pub const MAX_PERIOD: usize = 512;
 /// The fewest latest tokens that must repeat, whatever the period: three units of 128 tokens.
 pub const MIN_WINDOW: usize = 384;
@@ -37,8 +38,8 @@ const KEPT: usize = 3 * MAX_PERIOD + MAX_PERIOD;
 #[derive(Debug, Clone)]
 pub struct RepetitionWatch {
     /// The latest tokens, oldest first: `recent[i]` is token `dropped + i` of the generation.
-    /// Always the latest `KEPT + 1` at least; older ones are dropped `KEPT` at a time, so the
-    /// comparisons read a plain slice.
+    /// Every token so far, or at least the latest `KEPT + 1`: older ones are dropped `KEPT` at
+    /// a time, so the comparisons read a plain slice.
     recent: Vec<i32>,
     dropped: usize,
     /// For period `p` (at index `p - 1`): how many tokens of its window equal the token `p`
