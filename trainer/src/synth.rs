@@ -9,7 +9,7 @@
 
 use catena_agent::tools::Tool;
 use catena_eval::normalise_answer;
-use catena_protocol::{Profile, render_observation};
+use catena_protocol::{Profile, printed_output, render_observation};
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -276,13 +276,8 @@ pub fn trajectory(task: &Task, code: &dyn Tool) -> Result<String, String> {
     if !output.success {
         return Err(format!("the program failed: {}", output.observation));
     }
-    let observed = output
-        .observation
-        .split("[STDOUT:BEGIN]\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n[STDOUT:END]").next())
+    let observed = printed_output(&output.observation)
         .ok_or_else(|| format!("no output in the observation: {}", output.observation))?
-        .trim()
         .to_string();
     if normalise_answer(&observed) != normalise_answer(&task.answer) {
         return Err(format!(

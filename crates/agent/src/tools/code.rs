@@ -117,6 +117,7 @@ pub fn code_observation(execution: &Execution) -> String {
     cut_observation(&text)
 }
 
+/// Read back by `catena_protocol::printed_output`: the two change together.
 fn success(stdout: &str) -> String {
     if stdout.is_empty() {
         "[EXECUTED] Code exited with status 0 (no output).".to_string()
@@ -177,6 +178,21 @@ mod tests {
             code_observation(&exec(Exit::Status(0), "", "")),
             "[EXECUTED] Code exited with status 0 (no output)."
         );
+    }
+
+    #[test]
+    fn the_protocol_reads_back_what_a_program_printed() {
+        use catena_protocol::printed_output;
+        let text = code_observation(&exec(Exit::Status(0), "count: 1229\n", ""));
+        assert_eq!(printed_output(&text), Some("count: 1229"));
+        let failed = code_observation(&exec(Exit::Status(1), "1229", "Traceback"));
+        assert_eq!(
+            printed_output(&failed),
+            None,
+            "a failed run printed no result"
+        );
+        let silent = code_observation(&exec(Exit::Status(0), "", ""));
+        assert_eq!(printed_output(&silent), None);
     }
 
     #[test]
