@@ -9,7 +9,7 @@ mod shaping;
 
 pub use code::code_passes;
 pub use code::{CodeTests, answer_program, output_lines, same_output};
-pub use math::math_equivalent;
+pub use math::{is_number, last_printed_number, math_equivalent, printed_number};
 pub use qa::{gold_answers, qa_exact_match, qa_f1, qa_normalise};
 pub use shaping::{code_format_ok, overlong_penalty};
 

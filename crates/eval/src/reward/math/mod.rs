@@ -21,6 +21,7 @@ use crate::normalise_answer;
 use catena_protocol::boxed;
 use clean::clean;
 use expr::{Numeric, evaluate, is_thousands};
+use num_rational::BigRational;
 
 /// Whether `given` (a run's answer) is mathematically the same as `expected`.
 pub fn math_equivalent(given: &str, expected: &str) -> bool {
@@ -39,6 +40,55 @@ pub fn math_equivalent(given: &str, expected: &str) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `answer` (a run's answer) is a number: `\boxed{1,229}`, `\frac{1}{2}`, `1e3`; not
+/// `\frac{\pi}{2}`, `(1, 2)` or `1/0`.
+pub fn is_number(answer: &str) -> bool {
+    matches!(
+        evaluate(&clean(boxed(answer).unwrap_or(answer))),
+        Numeric::Value(_)
+    )
+}
+
+/// Whether `answer` (a run's answer) is a number that `printed` (what a program printed) shows
+/// as one of its words: `\boxed{1229}` is in `primes below 10000: 1229` and in `[1229]`, not in
+/// `12290`. An answer that is not a number is never found.
+pub fn printed_number(answer: &str, printed: &str) -> bool {
+    let Numeric::Value(value) = evaluate(&clean(boxed(answer).unwrap_or(answer))) else {
+        return false;
+    };
+    printed_values(printed).any(|(_, v)| v == value)
+}
+
+/// The number on the last line `printed` has (its last line that is not blank) when that line
+/// shows exactly one: `1229` of `primes: 1229`, nothing of `1229 primes below 10000` (which of
+/// the two is meant?) or of `True`.
+pub fn last_printed_number(printed: &str) -> Option<&str> {
+    let line = printed.lines().rev().find(|l| !l.trim().is_empty())?;
+    let mut values = printed_values(line);
+    let (word, _) = values.next()?;
+    values.next().is_none().then_some(word)
+}
+
+/// The words of `printed` that are numbers, with their values. Words are split at spaces, `=`
+/// and `:`; their brackets, quotes and trailing punctuation are not part of the number; only
+/// words that start as numbers count (`x2` and `e` are not values).
+fn printed_values(printed: &str) -> impl Iterator<Item = (&str, BigRational)> {
+    printed
+        .split(|c: char| c.is_whitespace() || c == '=' || c == ':')
+        .map(|word| {
+            word.trim_start_matches(['(', '[', '{', '<', '\'', '"'])
+                .trim_end_matches([')', ']', '}', '>', '\'', '"', ',', '.', ';', '!', '?'])
+        })
+        .filter(|word| {
+            let digits = word.strip_prefix('-').unwrap_or(word);
+            digits.starts_with(|c: char| c.is_ascii_digit())
+        })
+        .filter_map(|word| match evaluate(word) {
+            Numeric::Value(value) => Some((word, value)),
+            _ => None,
+        })
 }
 
 /// One value: equal numbers, or equal normalised strings when neither is a number.

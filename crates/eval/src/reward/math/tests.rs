@@ -134,3 +134,45 @@ fn huge_inputs_answer_quickly() {
     );
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[test]
+fn a_printed_number_is_found_among_the_words() {
+    use super::printed_number;
+    assert!(printed_number("\\boxed{1229}", "1229"));
+    assert!(printed_number("\\boxed{1229}", "Primes below 10000: 1229."));
+    assert!(printed_number("\\boxed{1,229}", "count=1229"));
+    assert!(printed_number("1229", "[1229, 7]"));
+    assert!(printed_number("\\boxed{\\frac{1}{2}}", "p = 0.5"));
+    assert!(printed_number("\\boxed{-3}", "(-3)"));
+    assert!(printed_number("\\boxed{1000}", "1e3"));
+    // Not a word of its own, or not there at all.
+    assert!(!printed_number("\\boxed{1229}", "12290"));
+    assert!(!printed_number("\\boxed{1229}", "x1229"));
+    assert!(!printed_number("\\boxed{7854}", "1229"));
+    assert!(!printed_number("\\boxed{7854}", ""));
+    // Answers that are not numbers are never found, even as words.
+    assert!(!printed_number("\\boxed{yes}", "yes"));
+    assert!(!printed_number("\\boxed{1/0}", "1/0"));
+}
+
+#[test]
+fn the_last_line_is_read_when_it_shows_one_number() {
+    use super::last_printed_number;
+    assert_eq!(
+        last_printed_number("checking...\nprimes: 1229\n\n"),
+        Some("1229")
+    );
+    assert_eq!(last_printed_number("x = -2.5"), Some("-2.5"));
+    assert_eq!(
+        last_printed_number("1229\nTrue"),
+        None,
+        "the last line shows none"
+    );
+    assert_eq!(
+        last_printed_number("1229 primes below 10000"),
+        None,
+        "which one?"
+    );
+    assert_eq!(last_printed_number("[2, 3, 5]"), None);
+    assert_eq!(last_printed_number(""), None);
+}
