@@ -269,6 +269,7 @@ mod tests {
             model_calls: 1,
             total_tokens: tokens,
             mean_logprob: None,
+            printed: Vec::new(),
         };
         let reports = [
             Report::new("m".into(), None, "p".into(), "coa", Vec::new(), 0.0),

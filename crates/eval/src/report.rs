@@ -39,6 +39,10 @@ pub struct TaskResult {
     /// Mean log-probability of the run's sampled tokens, when it was recorded (`--vote`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_logprob: Option<f64>,
+    /// What the run's own programs printed, for the vote over a math task's runs (`--vote`;
+    /// `vote::printed_outputs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub printed: Vec<String>,
 }
 
 /// Pass rates of one task family.
@@ -322,6 +326,7 @@ mod tests {
             model_calls: 1,
             total_tokens: 3 * tokens,
             mean_logprob: None,
+            printed: Vec::new(),
         }
     }
 

@@ -9,12 +9,23 @@
 //! are mostly guesses, and in the README's first example, counted like the others, their single
 //! votes tied with the right answer and won the tie in three seeds of ten. The same holds for a
 //! last suggested answer standing in for a chain cut short: it was not reached either.
+//!
+//! A math vote also reads what each chain's own programs printed. An answer one of them printed
+//! was computed, not guessed; a number the chain answered although none of its programs printed
+//! it gives way to the one number on the last line its last program printed, when there is such
+//! a number: the model often writes a guess from before its program ran after an observation
+//! that says otherwise (on the README's first example, a chain printed 1229 and answered 7854).
+//! A chain cut short votes when its programs printed its value, and among groups of one size the
+//! one a program printed wins. Over 54 recorded votes of five chains, on which it was chosen,
+//! this took maj@5 from 26 to 38, and on 20 held-out tasks drawn afterwards from 7 to 9
+//! (docs/BENCHMARKS.md, "A vote that reads what the chains' programs printed").
 
 use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
+use crate::reward::{is_number, last_printed_number, printed_number};
 use crate::{EvalTask, TaskKind, TaskResult};
 use catena_protocol::fence::fenced_blocks;
-use catena_protocol::{AnswerFormat, Block, Tag, parse_all};
+use catena_protocol::{AnswerFormat, Block, Tag, parse_all, printed_output};
 use catena_run_events::StopReason;
 use catena_sandbox::{Exit, Sandbox};
 use serde::Serialize;
@@ -32,12 +43,16 @@ pub struct Ballot {
     /// A budget or a loop cut the chain short: its answer was asked for then, or is its last
     /// suggested answer, not one it reached by itself.
     pub cut_short: bool,
+    /// What the chain's own programs printed (those that exited with status 0, in order): a
+    /// math vote checks the answer against it ([`printed_outputs`]).
+    pub printed: Vec<String>,
 }
 
 /// Answers that count as one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VoteGroup {
-    /// The answer of the group's most likely chain, as it wrote it.
+    /// The answer of the group's most likely chain, as it wrote it, or as `\boxed{N}` when that
+    /// chain counted for the number its program printed.
     pub answer: String,
     /// That chain (its ballot's index): where the verifier could tell members apart (programs
     /// that print the same on every input tried), it speaks for the group.
@@ -46,6 +61,11 @@ pub struct VoteGroup {
     pub members: Vec<usize>,
     /// Mean of the members' mean log-probabilities.
     pub mean_logprob: f64,
+    /// A member's own program printed the group's value (math votes only).
+    pub printed: bool,
+    /// Members that counted for the number their last program printed rather than for their
+    /// answer, which none of their programs printed.
+    pub from_output: Vec<usize>,
 }
 
 /// The count of one vote.
@@ -81,61 +101,120 @@ pub enum Equivalence<'s> {
 /// Groups `ballots` by `equivalence` and orders the groups; see the module's doc.
 pub fn tally(ballots: &[Ballot], equivalence: &Equivalence<'_>) -> Tally {
     let mut abstained = Vec::new();
-    // (comparison key, ballot index)
-    let mut keyed: Vec<(Key, usize)> = Vec::new();
+    let mut counted: Vec<Counted> = Vec::new();
     for (index, ballot) in ballots.iter().enumerate() {
-        match ballot.answer.as_deref().and_then(|a| key(a, equivalence)) {
-            Some(key) => keyed.push((key, index)),
+        let read = read_ballot(ballot, equivalence)
+            .and_then(|(answer, source)| Some((key(&answer, equivalence)?, answer, source)));
+        match read {
+            Some((key, answer, source)) => counted.push(Counted {
+                key,
+                index,
+                answer,
+                source,
+            }),
             None => abstained.push(index),
         }
     }
-    if keyed.iter().any(|&(_, i)| !ballots[i].cut_short) {
-        let (asked, reached): (Vec<_>, Vec<_>) =
-            keyed.into_iter().partition(|&(_, i)| ballots[i].cut_short);
-        abstained.extend(asked.into_iter().map(|(_, i)| i));
+    let reached = |c: &Counted| !ballots[c.index].cut_short || c.source != Source::Answer;
+    if counted.iter().any(reached) {
+        let (reached, asked): (Vec<_>, Vec<_>) = counted.into_iter().partition(reached);
+        abstained.extend(asked.into_iter().map(|c| c.index));
         abstained.sort_unstable();
-        keyed = reached;
+        counted = reached;
     }
-    let mut groups: Vec<(Key, VoteGroup)> = Vec::new();
-    for (key, index) in keyed {
-        match groups.iter_mut().find(|(k, _)| k.same(&key)) {
-            Some((_, group)) => group.members.push(index),
-            None => groups.push((
-                key,
-                VoteGroup {
-                    answer: String::new(),
-                    best: index,
-                    members: vec![index],
-                    mean_logprob: 0.0,
-                },
-            )),
+    let mut groups: Vec<Vec<Counted>> = Vec::new();
+    for ballot in counted {
+        match groups.iter_mut().find(|g| g[0].key.same(&ballot.key)) {
+            Some(group) => group.push(ballot),
+            None => groups.push(vec![ballot]),
         }
     }
-    let mut groups: Vec<VoteGroup> = groups.into_iter().map(|(_, g)| g).collect();
-    for group in &mut groups {
-        let sum: f64 = group.members.iter().map(|&i| ballots[i].mean_logprob).sum();
-        group.mean_logprob = sum / group.members.len() as f64;
-        group.best = group
-            .members
-            .iter()
-            .copied()
-            .max_by(|&a, &b| {
-                ballots[a]
-                    .mean_logprob
-                    .total_cmp(&ballots[b].mean_logprob)
-                    // The earlier ballot among equals.
-                    .then(b.cmp(&a))
-            })
-            .unwrap_or(group.best);
-        group.answer = ballots[group.best].answer.clone().unwrap_or_default();
-    }
+    let mut groups: Vec<VoteGroup> = groups
+        .into_iter()
+        .map(|members| group(ballots, members))
+        .collect();
     groups.sort_by(|a, b| {
         b.members
             .len()
             .cmp(&a.members.len())
+            .then(b.printed.cmp(&a.printed))
             .then(b.mean_logprob.total_cmp(&a.mean_logprob))
     });
     Tally { groups, abstained }
+}
+
+/// Where a ballot's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The chain's answer, not checked against its programs (or not a math vote).
+    Answer,
+    /// The chain's answer, which one of its programs printed.
+    PrintedAnswer,
+    /// The one number on the last line its last program printed, in place of an answer that no
+    /// program of the chain printed (or of no answer).
+    LastOutput,
+}
+
+/// A ballot as the vote reads it.
+struct Counted {
+    key: Key,
+    index: usize,
+    answer: String,
+    source: Source,
+}
+
+/// What `ballot` counts for, and why; `None` when it abstains.
+fn read_ballot(ballot: &Ballot, equivalence: &Equivalence<'_>) -> Option<(String, Source)> {
+    let answer = ballot.answer.as_deref().filter(|a| !a.trim().is_empty());
+    if !matches!(equivalence, Equivalence::Math) {
+        return Some((answer?.to_string(), Source::Answer));
+    }
+    if let Some(answer) = answer
+        && ballot.printed.iter().any(|p| printed_number(answer, p))
+    {
+        return Some((answer.to_string(), Source::PrintedAnswer));
+    }
+    if let Some(number) = output_over_answer(answer, &ballot.printed) {
+        return Some((format!("\\boxed{{{number}}}"), Source::LastOutput));
+    }
+    Some((answer?.to_string(), Source::Answer))
+}
+
+/// The number a chain's last program printed, when the chain's answer is a number that none of
+/// its programs printed (`printed`, as [`printed_outputs`] reads them), or it has none: what a
+/// math vote counts the chain for, and what a single run points out. Only a number gives way: a
+/// symbolic answer (`\frac{\pi}{2}`) is not what a program printing `1.5707963267948966` can
+/// check.
+pub fn output_over_answer<'p>(answer: Option<&str>, printed: &'p [String]) -> Option<&'p str> {
+    let answer = answer.filter(|a| !a.trim().is_empty());
+    if answer.is_some_and(|a| !is_number(a) || printed.iter().any(|p| printed_number(a, p))) {
+        return None;
+    }
+    last_printed_number(printed.last()?)
+}
+
+/// The group of `members` (in ballot order): the most likely speaks for it.
+fn group(ballots: &[Ballot], members: Vec<Counted>) -> VoteGroup {
+    let logprob = |c: &Counted| ballots[c.index].mean_logprob;
+    let sum: f64 = members.iter().map(logprob).sum();
+    let best = members
+        .iter()
+        .enumerate()
+        // The earlier ballot among equals.
+        .max_by(|(i, a), (j, b)| logprob(a).total_cmp(&logprob(b)).then(j.cmp(i)))
+        .map_or(0, |(i, _)| i);
+    VoteGroup {
+        answer: members[best].answer.clone(),
+        best: members[best].index,
+        mean_logprob: sum / members.len() as f64,
+        printed: members.iter().any(|c| c.source != Source::Answer),
+        from_output: members
+            .iter()
+            .filter(|c| c.source == Source::LastOutput)
+            .map(|c| c.index)
+            .collect(),
+        members: members.iter().map(|c| c.index).collect(),
+    }
 }
 
 /// What an answer is compared by.
@@ -159,9 +238,6 @@ impl Key {
 }
 
 fn key(answer: &str, equivalence: &Equivalence<'_>) -> Option<Key> {
-    if answer.trim().is_empty() {
-        return None;
-    }
     match equivalence {
         Equivalence::Math => Some(Key::Math(answer.to_string())),
         Equivalence::Qa => Some(Key::Exact(qa_normalise(answer))),
@@ -238,6 +314,10 @@ pub fn vote_on_chains(
             answer: c.answer.map(str::to_string),
             mean_logprob: c.mean_logprob.unwrap_or(f64::NEG_INFINITY),
             cut_short: c.stop.is_some_and(StopReason::cut_short),
+            printed: match format {
+                AnswerFormat::Boxed => printed_outputs(c.trajectory),
+                _ => Vec::new(),
+            },
         })
         .collect();
     let equivalence = match format {
@@ -259,6 +339,18 @@ pub fn vote_on_chains(
         }
     };
     Ok(tally(&ballots, &equivalence))
+}
+
+/// What the programs of `trajectory`'s `<code>` calls printed, for those that exited with
+/// status 0 and printed something, in order.
+pub fn printed_outputs(trajectory: &str) -> Vec<String> {
+    parse_all(trajectory)
+        .0
+        .iter()
+        .filter(|b| b.tag == Tag::Observation)
+        .filter_map(|b| printed_output(b.content.trim()))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The `<code>` blocks of `trajectories`, in order.
@@ -296,7 +388,7 @@ fn stdin_fences(code: &[Block]) -> Vec<String> {
 /// a vote must not see), so its programs are compared by the values of the example calls in the
 /// task's text, on no input (without such calls they all print the same, and the vote falls to
 /// the most likely chain). The report keeps no trajectories, so the chains' own calls are not
-/// used here.
+/// used here; what math runs' programs printed it keeps ([`TaskResult::printed`]).
 pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option<&Sandbox>) -> f64 {
     let mut solved = 0usize;
     for task in tasks {
@@ -307,6 +399,7 @@ pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option
                 answer: r.answer.clone(),
                 mean_logprob: r.mean_logprob.unwrap_or(f64::NEG_INFINITY),
                 cut_short: StopReason::from_name(&r.stop).is_some_and(StopReason::cut_short),
+                printed: r.printed.clone(),
             })
             .collect();
         let kind = task.kind.unwrap_or_default();
@@ -335,7 +428,12 @@ pub fn majority_rate(tasks: &[EvalTask], results: &[TaskResult], sandbox: Option
             (TaskKind::Qa, _) => Equivalence::Qa,
         };
         let counted = tally(&ballots, &equivalence);
-        if counted.winner().is_some_and(|g| runs[g.best].solved) {
+        // A math group may speak with the number a program printed, not its chain's answer.
+        let right = |g: &VoteGroup| match kind {
+            TaskKind::Math => math_equivalent(&g.answer, &task.answer),
+            _ => runs[g.best].solved,
+        };
+        if counted.winner().is_some_and(right) {
             solved += 1;
         }
     }
@@ -351,6 +449,7 @@ mod tests {
             answer: answer.map(str::to_string),
             mean_logprob,
             cut_short: false,
+            printed: Vec::new(),
         }
     }
 
@@ -427,6 +526,95 @@ mod tests {
         let chain = "<code>\n```py\nprint(input())\n```\n```sh\n3 4\n```\n</code>";
         let again = "<code>\n```py\nprint(1)\n```\n```sh\n3 4\n```\n</code><code>\n```py\nx\n```\n```sh\n5\n```\n</code>";
         assert_eq!(tested_inputs([chain, again]), ["", "3 4\n", "5\n"]);
+    }
+
+    fn printed(answer: Option<&str>, mean_logprob: f64, outputs: &[&str]) -> Ballot {
+        Ballot {
+            printed: outputs.iter().map(|o| o.to_string()).collect(),
+            ..ballot(answer, mean_logprob)
+        }
+    }
+
+    #[test]
+    fn a_number_no_program_printed_gives_way_to_what_the_last_one_printed() {
+        let ballots = [
+            // Answered its guess from before its program ran.
+            printed(Some("\\boxed{7854}"), -0.1, &["2\n3", "primes: 1229"]),
+            ballot(Some("\\boxed{7854}"), -0.2),
+            printed(Some("\\boxed{1229}"), -0.5, &["1229 primes below 10000"]),
+        ];
+        let counted = tally(&ballots, &Equivalence::Math);
+        let winner = counted.winner().unwrap();
+        assert_eq!(winner.members, [0, 2]);
+        assert_eq!(winner.from_output, [0]);
+        assert!(winner.printed);
+        assert_eq!(
+            winner.answer, "\\boxed{1229}",
+            "the likelier chain speaks with its output"
+        );
+        assert!(!counted.groups[1].printed);
+        // Not a number, so not something a printed float can check.
+        let symbolic = [printed(
+            Some("\\boxed{\\frac{\\pi}{2}}"),
+            -0.1,
+            &["1.5707963267948966"],
+        )];
+        let counted = tally(&symbolic, &Equivalence::Math);
+        assert_eq!(counted.winner().unwrap().answer, "\\boxed{\\frac{\\pi}{2}}");
+        assert!(counted.winner().unwrap().from_output.is_empty());
+        // Other verifiers do not read the outputs.
+        let qa = [printed(Some("Paris"), -0.1, &["42"])];
+        assert_eq!(
+            tally(&qa, &Equivalence::Qa).winner().unwrap().answer,
+            "Paris"
+        );
+    }
+
+    #[test]
+    fn among_equal_groups_the_printed_one_wins_and_counts_even_when_cut_short() {
+        let ballots = [
+            ballot(Some("\\boxed{4}"), -0.1),
+            printed(Some("\\boxed{3}"), -1.0, &["x = 3"]),
+        ];
+        let counted = tally(&ballots, &Equivalence::Math);
+        assert_eq!(counted.winner().unwrap().members, [1]);
+        let cut = Ballot {
+            cut_short: true,
+            ..printed(None, -1.0, &["3.0"])
+        };
+        let ballots = [ballot(Some("\\boxed{4}"), -0.1), cut];
+        let counted = tally(&ballots, &Equivalence::Math);
+        assert_eq!(counted.winner().unwrap().members, [1]);
+        assert_eq!(counted.winner().unwrap().answer, "\\boxed{3.0}");
+        assert!(counted.abstained.is_empty());
+    }
+
+    #[test]
+    fn a_single_chain_learns_what_its_last_program_printed() {
+        let printed = ["2\n3".to_string(), "count: 1229".to_string()];
+        assert_eq!(
+            output_over_answer(Some("\\boxed{7854}"), &printed),
+            Some("1229")
+        );
+        assert_eq!(output_over_answer(None, &printed), Some("1229"));
+        // An answer some program printed, a symbolic one, a last line of two numbers: nothing.
+        assert_eq!(output_over_answer(Some("\\boxed{3}"), &printed), None);
+        assert_eq!(output_over_answer(Some("x + 1"), &printed), None);
+        assert_eq!(
+            output_over_answer(Some("7"), &["1229 below 10000".into()]),
+            None
+        );
+        assert_eq!(output_over_answer(Some("7"), &[]), None);
+    }
+
+    #[test]
+    fn what_programs_printed_is_read_from_the_chain() {
+        let chain = "<think>\ncount\n</think>\n<code>\n```py\nprint(1229)\n```\n</code>\n\
+            <observation>\n[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n1229\n[STDOUT:END]\n</observation>\n\
+            <code>\n```py\n1/0\n```\n</code>\n<observation>\n[FAILED] Code exited with status 1.\n\
+            [STDERR:BEGIN]\nZeroDivisionError\n[STDERR:END]\n</observation>\n<answer>\n\\boxed{7854}\n</answer>";
+        assert_eq!(printed_outputs(chain), ["1229"]);
+        assert!(printed_outputs("<answer>\\boxed{1}</answer>").is_empty());
     }
 
     #[test]

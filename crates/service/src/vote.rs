@@ -31,13 +31,19 @@ pub struct VoteChain {
 /// Answers the verifier could not tell apart.
 #[derive(Debug, Clone, Serialize, TS)]
 pub struct VoteGroup {
-    /// The answer of the group's most likely run, as it wrote it.
+    /// The answer of the group's most likely run, as it wrote it, or as `\boxed{N}` when that
+    /// run counted for the number its program printed.
     pub answer: String,
     /// The group's runs, in the order they were asked about.
     pub runs: Vec<String>,
     /// The most likely of them: it speaks for the group.
     pub best: String,
     pub mean_logprob: Option<f64>,
+    /// One of the runs' own programs printed the group's value (math answers).
+    pub printed: bool,
+    /// Runs that counted for the number their last program printed rather than for their
+    /// answer, which none of their programs printed.
+    pub from_output: Vec<String>,
 }
 
 /// The count: groups largest first (ties to the more likely), the first one wins.
@@ -187,6 +193,8 @@ fn count_votes(
             runs: g.members.iter().map(|&i| id(i)).collect(),
             best: id(g.best),
             mean_logprob: g.mean_logprob.is_finite().then_some(g.mean_logprob),
+            printed: g.printed,
+            from_output: g.from_output.iter().map(|&i| id(i)).collect(),
         })
         .collect();
     Ok(Vote {

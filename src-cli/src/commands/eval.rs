@@ -11,7 +11,7 @@ use catena_agent::{Budgets, CutShort, Decoding};
 use catena_engine::llama::{BatchedSession, LlamaEngine, LocalChat};
 use catena_engine_api::plan::{Overrides, batched_kv_caches};
 use catena_engine_api::{SamplingParams, SessionOptions};
-use catena_eval::{EvalTask, Report, TaskResult, plot};
+use catena_eval::{EvalTask, Report, TaskKind, TaskResult, plot};
 use catena_hub::config::Paths;
 use catena_protocol::{AnswerFormat, Profile};
 use catena_runner::{Engine, Outcome, RunPlan, TaskRun, run_queue, run_task};
@@ -424,6 +424,14 @@ impl Evaluation<'_> {
             model_calls: run.model_calls,
             total_tokens: run.total_tokens,
             mean_logprob: summary.mean_logprob,
+            // Log-probabilities are recorded for a vote (`--vote`), and so is this.
+            printed: if summary.mean_logprob.is_some()
+                && task.kind.unwrap_or_default() == TaskKind::Math
+            {
+                catena_eval::vote::printed_outputs(&summary.trajectory)
+            } else {
+                Vec::new()
+            },
         };
         if self.print {
             let chain_ok = result.well_formed || !self.chains;

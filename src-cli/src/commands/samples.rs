@@ -114,13 +114,27 @@ pub fn print_vote(samples: &[Sample], tally: &Tally) {
     for (rank, group) in tally.groups.iter().enumerate() {
         let _ = writeln!(
             err,
-            "  {} × {}   chains {}   mean log-prob {:.3}{}",
+            "  {} × {}   chains {}   mean log-prob {:.3}{}{}",
             group.members.len(),
             one_line(&group.answer),
             chains(&group.members),
             group.mean_logprob,
+            if group.printed {
+                "   printed by a program"
+            } else {
+                ""
+            },
             if rank == 0 { "   ← the answer" } else { "" }
         );
+        for &i in &group.from_output {
+            let answered = samples[i].summary.answer.as_deref().map(one_line);
+            let _ = writeln!(
+                err,
+                "      chain {} answered {}; its last program printed this",
+                samples[i].sample,
+                answered.as_deref().unwrap_or("nothing")
+            );
+        }
     }
     if !tally.abstained.is_empty() {
         let _ = writeln!(err, "  no answer: chains {}", chains(&tally.abstained));
@@ -177,6 +191,8 @@ pub fn print_json(samples: &[Sample], tally: &Tally) {
             "answer": g.answer,
             "samples": g.members.iter().map(|&i| samples[i].sample).collect::<Vec<_>>(),
             "mean_logprob": g.mean_logprob,
+            "printed": g.printed,
+            "from_output": g.from_output.iter().map(|&i| samples[i].sample).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "abstained": tally.abstained.iter().map(|&i| samples[i].sample).collect::<Vec<_>>(),
     });
