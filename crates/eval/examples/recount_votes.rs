@@ -1,0 +1,145 @@
+//! Recounts recorded votes by the vote's rule and by the rule before it read what the chains'
+//! programs printed (the same ballots with their outputs left out), so a change to the vote is
+//! measured on chains already run rather than on new ones:
+//!
+//! ```text
+//! cargo run --release -p catena-eval --example recount_votes -- OUT_DIR... [--expected A RUN.json...]
+//! ```
+//!
+//! An `OUT_DIR` is a `catena eval --vote K --out OUT_DIR` folder of math tasks (its
+//! `report.json` and `runs.jsonl`); a `RUN.json` is what `catena run --samples K --json` printed,
+//! counted against the expected answer `A`. Prints maj@K by each rule, per folder and per set of
+//! runs.
+
+use anyhow::{Context, Result, bail};
+use catena_eval::reward::math_equivalent;
+use catena_eval::vote::{Ballot, Equivalence, majority_rate, printed_outputs, tally};
+use catena_eval::{EvalTask, Report, TaskKind};
+use catena_run_events::StopReason;
+use std::collections::HashMap;
+use std::path::Path;
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let mut expected: Option<String> = None;
+    let (mut runs, mut right_before, mut right_now) = (0, 0, 0);
+    while let Some(arg) = args.next() {
+        if arg == "--expected" {
+            expected = Some(args.next().context("--expected needs an answer")?);
+        } else if arg.ends_with(".json") {
+            let expected = expected
+                .as_deref()
+                .context("a RUN.json needs --expected first")?;
+            let (before, now) = recount_samples(Path::new(&arg), expected)?;
+            runs += 1;
+            right_before += usize::from(before);
+            right_now += usize::from(now);
+        } else {
+            let (tasks, before, now) = recount_eval(Path::new(&arg))?;
+            println!("{arg}: {tasks} tasks, maj@K {before:.3} before, {now:.3} now");
+        }
+    }
+    if runs > 0 {
+        println!("{runs} runs with --samples: right {right_before} before, {right_now} now");
+    }
+    Ok(())
+}
+
+/// maj@K of an evaluation's folder before and now.
+fn recount_eval(dir: &Path) -> Result<(usize, f64, f64)> {
+    let report: Report = serde_json::from_str(&read(&dir.join("report.json"))?)?;
+    let mut trajectories: HashMap<(String, usize), String> = HashMap::new();
+    for line in read(&dir.join("runs.jsonl"))?.lines() {
+        let run: serde_json::Value = serde_json::from_str(line)?;
+        let (Some(id), Some(sample), Some(trajectory)) = (
+            run["id"].as_str(),
+            run["sample"].as_u64(),
+            run["trajectory"].as_str(),
+        ) else {
+            bail!("a line of runs.jsonl without id, sample or trajectory");
+        };
+        trajectories.insert((id.to_string(), sample as usize), trajectory.to_string());
+    }
+    let mut tasks: Vec<EvalTask> = Vec::new();
+    for result in &report.results {
+        if !tasks.iter().any(|t| t.id == result.id) {
+            tasks.push(EvalTask {
+                id: result.id.clone(),
+                question: String::new(),
+                answer: result.expected.clone(),
+                family: None,
+                kind: Some(TaskKind::Math),
+                tests: None,
+            });
+        }
+    }
+    let mut before = report.results.clone();
+    for result in &mut before {
+        result.printed = Vec::new();
+    }
+    let mut now = before.clone();
+    for result in &mut now {
+        let key = (result.id.clone(), result.sample);
+        result.printed = trajectories
+            .get(&key)
+            .map_or_else(Vec::new, |t| printed_outputs(t));
+    }
+    // Task by task, naming those whose vote changed.
+    let (mut right_before, mut right_now) = (0.0, 0.0);
+    for task in &tasks {
+        let one = std::slice::from_ref(task);
+        let (was, is) = (
+            majority_rate(one, &before, None),
+            majority_rate(one, &now, None),
+        );
+        if was != is {
+            let verdict = |rate: f64| if rate > 0.0 { "right" } else { "wrong" };
+            println!(
+                "  {}: {} before, {} now",
+                task.id,
+                verdict(was),
+                verdict(is)
+            );
+        }
+        right_before += was;
+        right_now += is;
+    }
+    let count = tasks.len().max(1) as f64;
+    let (before, now) = (right_before / count, right_now / count);
+    Ok((tasks.len(), before, now))
+}
+
+/// Whether the vote of one `catena run --samples K --json` output was right, before and now.
+fn recount_samples(path: &Path, expected: &str) -> Result<(bool, bool)> {
+    let mut ballots = Vec::new();
+    for line in read(path)?.lines() {
+        let value: serde_json::Value = serde_json::from_str(line)?;
+        if value["type"] != "sample" {
+            continue;
+        }
+        let summary = &value["summary"];
+        ballots.push(Ballot {
+            answer: summary["answer"].as_str().map(str::to_string),
+            mean_logprob: value["mean_logprob"].as_f64().unwrap_or(f64::NEG_INFINITY),
+            cut_short: summary["stop_reason"]
+                .as_str()
+                .and_then(StopReason::from_name)
+                .is_some_and(StopReason::cut_short),
+            printed: printed_outputs(summary["trajectory"].as_str().unwrap_or("")),
+        });
+    }
+    let right = |ballots: &[Ballot]| {
+        tally(ballots, &Equivalence::Math)
+            .winner()
+            .is_some_and(|g| math_equivalent(&g.answer, expected))
+    };
+    let now = right(&ballots);
+    for ballot in &mut ballots {
+        ballot.printed.clear();
+    }
+    Ok((right(&ballots), now))
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
