@@ -117,6 +117,35 @@ fn every_line_is_one_json_object_and_human_output_streams_blocks() {
     assert!(stderr.contains("stop: "), "{stderr}");
 }
 
+/// A run whose answer is not what its last program printed says so under the answer: here the
+/// chain is cut by its one-token budget after the program, and `--free` asks for no answer.
+#[test]
+fn a_run_that_did_not_answer_its_programs_output_says_what_it_printed() {
+    common::default_model();
+    let output = common::catena(&[
+        "run",
+        "--profile",
+        "math",
+        "--free",
+        "--no-store",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "1",
+        "--prefill",
+        "<plan>1. count</plan>\n<code>\n```py\nprint(\"primes:\", 1229)\n```\n</code>",
+        "How many primes are there below 10000?",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("(no answer)"), "{stdout}");
+    assert!(
+        stderr.contains("note: the chain gave no answer; its last program printed 1229"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_arguments_are_explained() {
     let output = common::catena(&["run", "--profile", "nope", "task"]);
