@@ -109,6 +109,10 @@ test('chains of one task side by side, then their vote', async ({ page }) => {
   const tally = await page.getByRole('list', { name: 'Tally' }).innerText();
   const counted = [...tally.matchAll(/chains ([\d, ]+)/g)].flatMap((m) => m[1].split(',').map((c) => Number(c.trim())));
   expect(counted.sort()).toEqual([1, 2, 3]);
+  // Every chain's program printed 391: an answer it printed, or a number it did not print (which
+  // gives way to 391), wins marked as printed by a program.
+  const winner = page.getByRole('list', { name: 'Tally' }).getByRole('listitem').first();
+  await expect(winner.getByTestId('vote-printed')).toBeVisible();
   await expectNamedControls(page);
   for (const t of ['light', 'dark'] as const) {
     await theme(page, t);

@@ -35,7 +35,11 @@ describe('SampleChains', () => {
     expect(printed).toHaveLength(1);
     const winner = printed[0].closest('li');
     expect(winner?.textContent).toContain('chains 1, 3');
-    expect(winner?.textContent).toContain('chain 1 answered otherwise; its last program printed this');
+    const fromOutput = screen.getByTestId('vote-from-output');
+    expect(fromOutput.closest('li')).toBe(winner);
+    expect(fromOutput.textContent?.replace(/\s+/g, ' ').trim()).toBe(
+      '· chain 1 answered \\boxed{7854}; its last program printed this',
+    );
     const tally = screen.getByRole('list', { name: 'Tally' });
     expect(tally.querySelectorAll('li')[1].textContent).not.toContain('printed');
   });
