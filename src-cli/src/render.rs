@@ -5,7 +5,7 @@ use anstyle::{AnsiColor, Style};
 use catena_agent::{AgentEvent, RunSummary, Source, StopReason};
 use catena_distill::RoleTokens;
 use catena_distill::mas::Usage;
-use catena_eval::vote::{output_over_answer, printed_outputs};
+use catena_eval::vote::output_over_answer;
 use catena_protocol::Tag;
 use std::io::Write;
 
@@ -332,8 +332,7 @@ impl HumanPrinter {
             }
         }
         // The small model often answers a guess it wrote before its program ran.
-        let printed = printed_outputs(&s.trajectory);
-        if let Some(number) = output_over_answer(s.answer.as_deref(), &printed) {
+        if let Some(number) = output_over_answer(s.answer.as_deref(), &s.printed) {
             let yellow = color(AnsiColor::Yellow);
             let what = if s.answer.is_some() {
                 "no program of this chain printed its answer"

@@ -119,23 +119,40 @@ fn every_line_is_one_json_object_and_human_output_streams_blocks() {
 
 /// A run whose answer is not what its last program printed says so under the answer: here the
 /// chain is cut by its one-token budget after the program, and `--free` asks for no answer.
+/// The run's summary keeps what the program printed, as the sandbox returned it.
 #[test]
 fn a_run_that_did_not_answer_its_programs_output_says_what_it_printed() {
     common::default_model();
-    let output = common::catena(&[
-        "run",
-        "--profile",
-        "math",
-        "--free",
-        "--no-store",
-        "--temperature",
-        "0",
-        "--max-tokens",
-        "1",
-        "--prefill",
-        "<plan>1. count</plan>\n<code>\n```py\nprint(\"primes:\", 1229)\n```\n</code>",
-        "How many primes are there below 10000?",
-    ]);
+    let run = |json: bool| {
+        let mut args = vec![
+            "run",
+            "--profile",
+            "math",
+            "--free",
+            "--no-store",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "1",
+            "--prefill",
+            "<plan>1. count</plan>\n<code>\n```py\nprint(\"primes:\", 1229)\n```\n</code>",
+        ];
+        if json {
+            args.push("--json");
+        }
+        args.push("How many primes are there below 10000?");
+        common::catena(&args)
+    };
+    let output = run(true);
+    assert!(output.status.success());
+    let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let summary = of_type(&events, "summary");
+    assert_eq!(summary.len(), 1, "{events:?}");
+    assert_eq!(summary[0]["printed"], serde_json::json!(["primes: 1229"]));
+    let output = run(false);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -134,6 +134,7 @@ fn a_vote_over_functions_compares_the_values_of_the_examples() {
             mean_logprob: Some(mean_logprob),
             trajectory: "",
             stop: None,
+            printed: &[],
         }
     }
     let (right, right_too, wrong) = (right.as_str(), right_too.as_str(), wrong.as_str());

@@ -995,6 +995,9 @@ fn samples_of_one_task_run_side_by_side_and_are_put_to_a_vote() {
         // What the vote breaks ties with: the sampled tokens' mean log-probability.
         let logprob = summary["mean_logprob"].as_f64().unwrap();
         assert!(logprob < 0.0 && logprob.is_finite(), "{summary}");
+        // And what it checks answers against: what the chain's programs printed, the
+        // prefilled one first.
+        assert_eq!(summary["printed"][0], "391", "{summary}");
     }
     // The three runs are one session's.
     let view: Value = client
@@ -1049,12 +1052,19 @@ fn samples_of_one_task_run_side_by_side_and_are_put_to_a_vote() {
             .iter()
             .find(|c| &c["run_id"] == best)
             .unwrap();
-        assert_eq!(chain["answer"], group["answer"], "{vote}");
+        // It speaks for the group with its answer, or with the number its program printed
+        // where it counted for that.
+        if group["from_output"].as_array().unwrap().contains(best) {
+            assert_eq!(group["answer"], "\\boxed{391}", "{vote}");
+        } else {
+            assert_eq!(chain["answer"], group["answer"], "{vote}");
+        }
     }
-    match vote["groups"].as_array().unwrap().first() {
-        Some(winner) => assert_eq!(vote["answer"], winner["answer"], "{vote}"),
-        None => assert!(vote["answer"].is_null(), "{vote}"),
-    }
+    // Every chain's program printed 391: the winner is an answer a program printed (another
+    // number, which none of a chain's programs printed, gives way to 391).
+    let winner = &vote["groups"][0];
+    assert_eq!(vote["answer"], winner["answer"], "{vote}");
+    assert_eq!(winner["printed"], true, "{vote}");
 
     // What cannot be voted on, or started, says why.
     let refused = |path: &str, body: Value, code: u16, needle: &str| {

@@ -16,7 +16,7 @@ use catena_engine_api::{
 };
 use catena_protocol::{
     AnswerFormat, Block, ChainGrammar, ParseEvent, Parser, Profile, Segment, Tag, final_answer,
-    last_suggested_answer, render_observation,
+    last_suggested_answer, printed_output, render_observation,
 };
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -158,6 +158,8 @@ struct Chain<'a> {
     /// Tool blocks closed since the last observation.
     pending_calls: Vec<Block>,
     tool_calls: usize,
+    /// What the `<code>` calls the runtime ran printed (`RunSummary::printed`).
+    printed: Vec<String>,
     tool_time: Duration,
     issues: usize,
     /// (tool, input) pairs already answered, for the duplicate guard.
@@ -213,6 +215,7 @@ impl<'a> Chain<'a> {
             trajectory: String::new(),
             pending_calls: Vec::new(),
             tool_calls: 0,
+            printed: Vec::new(),
             tool_time: Duration::ZERO,
             issues: 0,
             seen: HashSet::new(),
@@ -379,6 +382,11 @@ impl<'a> Chain<'a> {
             let (text, success, duplicate, elapsed, interrupted) =
                 self.call_tool(session, call.tag, &call.content, &input);
             self.tool_time += elapsed;
+            if call.tag == Tag::Code
+                && let Some(printed) = printed_output(&text)
+            {
+                self.printed.push(printed.to_string());
+            }
             emit(AgentEvent::Observation {
                 index,
                 tool: call.tag,
@@ -647,6 +655,7 @@ impl<'a> Chain<'a> {
             timings: Timings::new(&stats, self.tool_time, elapsed),
             trajectory: self.trajectory.clone(),
             mean_logprob: catena_engine_api::mean_logprob(session.tokens()),
+            printed: self.printed.clone(),
         }
     }
 }

@@ -442,6 +442,49 @@ fn tools_the_profile_does_not_enable_are_not_run() {
     assert_eq!(summary.answer.as_deref(), Some("\\boxed{1}"));
 }
 
+/// A stand-in for the code tool that "prints" its input, or fails on `fail`, in the code
+/// tool's observation texts.
+struct Prints;
+
+impl Tool for Prints {
+    fn tag(&self) -> Tag {
+        Tag::Code
+    }
+
+    fn call(&self, input: &str, _context: &mut crate::tools::CallContext<'_>) -> ToolOutput {
+        let success = input.trim() != "fail";
+        let observation = if success {
+            format!(
+                "[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n{}\n[STDOUT:END]",
+                input.trim()
+            )
+        } else {
+            "[FAILED] Code exited with status 1.\n[STDOUT:BEGIN]\n8\n[STDOUT:END]".to_string()
+        };
+        ToolOutput {
+            observation,
+            success,
+            elapsed: Duration::from_millis(1),
+        }
+    }
+}
+
+#[test]
+fn the_summary_keeps_what_the_runs_programs_printed_and_not_what_the_model_wrote() {
+    let mut tools = ToolBox::new();
+    tools.add(Box::new(Prints));
+    // Decoding without the grammar, the model writes an observation of its own after the
+    // runtime's: it reads like a program's output, and is not one.
+    let mut s = Scripted::new(
+        "<code>7</code><observation>\n[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n\
+         42\n[STDOUT:END]\n</observation><code>fail</code><answer>\\boxed{42}</answer>",
+    );
+    let (summary, _) = run(&mut s, "math", None, budgets(), &tools);
+    assert_eq!(summary.tool_calls, 2);
+    assert!(summary.trajectory.contains("[STDOUT:BEGIN]\n42\n"));
+    assert_eq!(summary.printed, ["7"]);
+}
+
 /// Blocks for a minute unless `released` (a page that sends one byte every two seconds).
 struct Stuck {
     released: Arc<std::sync::atomic::AtomicBool>,

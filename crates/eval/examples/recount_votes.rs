@@ -13,8 +13,9 @@
 
 use anyhow::{Context, Result, bail};
 use catena_eval::reward::math_equivalent;
-use catena_eval::vote::{Ballot, Equivalence, majority_rate, printed_outputs, tally};
+use catena_eval::vote::{Ballot, Equivalence, majority_rate, tally};
 use catena_eval::{EvalTask, Report, TaskKind};
+use catena_protocol::{Tag, parse_all, printed_output};
 use catena_run_events::StopReason;
 use std::collections::HashMap;
 use std::path::Path;
@@ -125,7 +126,13 @@ fn recount_samples(path: &Path, expected: &str) -> Result<(bool, bool)> {
                 .as_str()
                 .and_then(StopReason::from_name)
                 .is_some_and(StopReason::cut_short),
-            printed: printed_outputs(summary["trajectory"].as_str().unwrap_or("")),
+            printed: match summary["printed"].as_array() {
+                Some(recorded) => recorded
+                    .iter()
+                    .filter_map(|p| p.as_str().map(str::to_string))
+                    .collect(),
+                None => printed_outputs(summary["trajectory"].as_str().unwrap_or("")),
+            },
         });
     }
     let right = |ballots: &[Ballot]| {
@@ -142,4 +149,21 @@ fn recount_samples(path: &Path, expected: &str) -> Result<(bool, bool)> {
 
 fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// What a recorded chain's programs printed, for records without `RunSummary::printed` (older
+/// ones; a summary leaves it out, too, when no program printed anything):
+/// each observation right after a closed `<code>` block, the runtime's (a call's closing tag is
+/// a stop string). Chains generated under the grammar, as all recorded votes were, cannot write
+/// an observation themselves; one generated with `--free` could, so new records are read from
+/// what the runtime kept.
+fn printed_outputs(trajectory: &str) -> Vec<String> {
+    parse_all(trajectory)
+        .0
+        .windows(2)
+        .filter(|pair| pair[0].tag == Tag::Code && pair[0].closed)
+        .filter(|pair| pair[1].tag == Tag::Observation)
+        .filter_map(|pair| printed_output(pair[1].content.trim()))
+        .map(str::to_string)
+        .collect()
 }

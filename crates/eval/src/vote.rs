@@ -25,7 +25,7 @@ use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise}
 use crate::reward::{is_number, last_printed_number, printed_number};
 use crate::{EvalTask, TaskKind, TaskResult};
 use catena_protocol::fence::fenced_blocks;
-use catena_protocol::{AnswerFormat, Block, Tag, parse_all, printed_output};
+use catena_protocol::{AnswerFormat, Block, Tag, parse_all};
 use catena_run_events::StopReason;
 use catena_sandbox::{Exit, Sandbox};
 use serde::Serialize;
@@ -43,8 +43,8 @@ pub struct Ballot {
     /// A budget or a loop cut the chain short: its answer was asked for then, or is its last
     /// suggested answer, not one it reached by itself.
     pub cut_short: bool,
-    /// What the chain's own programs printed (those that exited with status 0, in order): a
-    /// math vote checks the answer against it ([`printed_outputs`]).
+    /// What the chain's own programs printed (those that exited with status 0, in order, as the
+    /// runtime recorded them: `RunSummary::printed`): a math vote checks the answer against it.
     pub printed: Vec<String>,
 }
 
@@ -181,7 +181,7 @@ fn read_ballot(ballot: &Ballot, equivalence: &Equivalence<'_>) -> Option<(String
 }
 
 /// The number a chain's last program printed, when the chain's answer is a number that none of
-/// its programs printed (`printed`, as [`printed_outputs`] reads them), or it has none: what a
+/// its programs printed (`printed`, as [`Ballot::printed`] holds them), or it has none: what a
 /// math vote counts the chain for, and what a single run points out. Only a number gives way: a
 /// symbolic answer (`\frac{\pi}{2}`) is not what a program printing `1.5707963267948966` can
 /// check.
@@ -290,6 +290,8 @@ pub struct ChainAnswer<'t> {
     /// Why it ended, when known: a chain cut short whose answer was asked for votes only when
     /// no chain answered by itself.
     pub stop: Option<StopReason>,
+    /// What its `<code>` calls printed, as the runtime recorded them (`RunSummary::printed`).
+    pub printed: &'t [String],
 }
 
 /// A vote over programs was asked for without a sandbox to run them in.
@@ -315,7 +317,7 @@ pub fn vote_on_chains(
             mean_logprob: c.mean_logprob.unwrap_or(f64::NEG_INFINITY),
             cut_short: c.stop.is_some_and(StopReason::cut_short),
             printed: match format {
-                AnswerFormat::Boxed => printed_outputs(c.trajectory),
+                AnswerFormat::Boxed => c.printed.to_vec(),
                 _ => Vec::new(),
             },
         })
@@ -339,18 +341,6 @@ pub fn vote_on_chains(
         }
     };
     Ok(tally(&ballots, &equivalence))
-}
-
-/// What the programs of `trajectory`'s `<code>` calls printed, for those that exited with
-/// status 0 and printed something, in order.
-pub fn printed_outputs(trajectory: &str) -> Vec<String> {
-    parse_all(trajectory)
-        .0
-        .iter()
-        .filter(|b| b.tag == Tag::Observation)
-        .filter_map(|b| printed_output(b.content.trim()))
-        .map(str::to_string)
-        .collect()
 }
 
 /// The `<code>` blocks of `trajectories`, in order.
@@ -605,16 +595,6 @@ mod tests {
             None
         );
         assert_eq!(output_over_answer(Some("7"), &[]), None);
-    }
-
-    #[test]
-    fn what_programs_printed_is_read_from_the_chain() {
-        let chain = "<think>\ncount\n</think>\n<code>\n```py\nprint(1229)\n```\n</code>\n\
-            <observation>\n[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n1229\n[STDOUT:END]\n</observation>\n\
-            <code>\n```py\n1/0\n```\n</code>\n<observation>\n[FAILED] Code exited with status 1.\n\
-            [STDERR:BEGIN]\nZeroDivisionError\n[STDERR:END]\n</observation>\n<answer>\n\\boxed{7854}\n</answer>";
-        assert_eq!(printed_outputs(chain), ["1229"]);
-        assert!(printed_outputs("<answer>\\boxed{1}</answer>").is_empty());
     }
 
     #[test]

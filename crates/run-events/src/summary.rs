@@ -140,4 +140,12 @@ pub struct RunSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub mean_logprob: Option<f64>,
+    /// What the run's own `<code>` calls printed, in order, for those that exited with status 0
+    /// and printed something: read from the runtime's observations as it appended them, never
+    /// from the trajectory's text, where a model generating without the grammar can write an
+    /// `<observation>` of its own (PROTOCOL.md §8). A math vote checks answers against it.
+    /// Left out when empty, as in runs recorded before it was.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<String>>", optional))]
+    pub printed: Vec<String>,
 }

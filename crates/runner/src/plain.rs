@@ -97,6 +97,7 @@ pub(crate) fn plain_chat(
         },
         trajectory: reply.text,
         mean_logprob: None,
+        printed: Vec::new(),
     };
     Ok(Outcome {
         model_calls: 1,

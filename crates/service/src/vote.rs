@@ -149,9 +149,23 @@ fn count_votes(
             .as_ref()
             .and_then(|s| s["mean_logprob"].as_f64())
     };
+    // What each run's programs printed, as its runner recorded it (`RunSummary::printed`); a
+    // run stored before that was recorded has none, and votes by its answer alone.
+    let printed: Vec<Vec<String>> = runs
+        .iter()
+        .map(|run| {
+            let recorded = run.summary.as_ref().and_then(|s| s["printed"].as_array());
+            recorded
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.as_str().map(str::to_string))
+                .collect()
+        })
+        .collect();
     let answers: Vec<ChainAnswer<'_>> = runs
         .iter()
-        .map(|run| ChainAnswer {
+        .zip(&printed)
+        .map(|(run, printed)| ChainAnswer {
             answer: run.answer.as_deref(),
             mean_logprob: mean_logprob(run),
             trajectory: run.trajectory.as_deref().unwrap_or(""),
@@ -160,6 +174,7 @@ fn count_votes(
                 .as_ref()
                 .and_then(|s| s["stop_reason"].as_str())
                 .and_then(StopReason::from_name),
+            printed,
         })
         .collect();
     let tally = vote_on_chains(

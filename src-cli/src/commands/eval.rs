@@ -428,7 +428,7 @@ impl Evaluation<'_> {
             printed: if summary.mean_logprob.is_some()
                 && task.kind.unwrap_or_default() == TaskKind::Math
             {
-                catena_eval::vote::printed_outputs(&summary.trajectory)
+                summary.printed.clone()
             } else {
                 Vec::new()
             },

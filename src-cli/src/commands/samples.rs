@@ -95,6 +95,7 @@ pub fn vote(
             mean_logprob: s.summary.mean_logprob,
             trajectory: &s.summary.trajectory,
             stop: Some(s.summary.stop_reason),
+            printed: &s.summary.printed,
         })
         .collect();
     Ok(vote_on_chains(&chains, answer, question, sandbox)?)

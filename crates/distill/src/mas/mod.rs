@@ -23,7 +23,7 @@ use catena_engine_api::{
 };
 use catena_protocol::fence::program_and_stdin;
 use catena_protocol::profile::QWEN_SYSTEM;
-use catena_protocol::{Profile, Tag};
+use catena_protocol::{Profile, Tag, printed_output};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -125,6 +125,14 @@ impl MasSummary {
             trajectory: crate::to_trajectory(&self.run).unwrap_or_default(),
             // Several models' calls over HTTP: no one chain's probabilities to average.
             mean_logprob: None,
+            printed: self
+                .run
+                .activations
+                .iter()
+                .filter(|a| a.tool == Some(Tag::Code))
+                .filter_map(|a| printed_output(a.observation.as_deref()?))
+                .map(str::to_string)
+                .collect(),
         }
     }
 }

@@ -169,6 +169,13 @@ fn agents_run_in_order_and_the_run_becomes_a_trajectory() {
         Some("ran ```py\nprint(2 + 4)\n```")
     );
     assert_eq!(call.tool_ok, Some(true));
+    // The run summary keeps what the code tool's programs printed, read from its observations
+    // (this stand-in's text is not the code tool's, so it printed nothing).
+    assert!(summary.run_summary().printed.is_empty());
+    let mut printed = summary.clone();
+    printed.run.activations[2].observation =
+        Some("[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n6\n[STDOUT:END]".into());
+    assert_eq!(printed.run_summary().printed, ["6"]);
     // Every call counted, the prompts as the engine reported them.
     assert_eq!(summary.usage.calls, 7);
     let prompts: usize = model

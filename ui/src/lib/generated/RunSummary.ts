@@ -28,4 +28,12 @@ trajectory: string,
  * (`SessionOptions::logprobs`): how sure the model was of its chain, which breaks a tie
  * between equally large groups of a vote.
  */
-mean_logprob?: number, };
+mean_logprob?: number, 
+/**
+ * What the run's own `<code>` calls printed, in order, for those that exited with status 0
+ * and printed something: read from the runtime's observations as it appended them, never
+ * from the trajectory's text, where a model generating without the grammar can write an
+ * `<observation>` of its own (PROTOCOL.md §8). A math vote checks answers against it.
+ * Left out when empty, as in runs recorded before it was.
+ */
+printed?: Array<string>, };
