@@ -9,7 +9,8 @@
 //! An `OUT_DIR` is a `catena eval --vote K --out OUT_DIR` folder of math tasks (its
 //! `report.json` and `runs.jsonl`); a `RUN.json` is what `catena run --samples K --json` printed,
 //! counted against the expected answer `A`. Prints maj@K by each rule, per folder and per set of
-//! runs.
+//! runs. With `--loops-abstain` first, "now" is a variant: a chain a loop stopped (stop reason
+//! `repetition`) is read without its printed outputs, so it votes only as any chain cut short.
 
 use anyhow::{Context, Result, bail};
 use catena_eval::reward::math_equivalent;
@@ -23,20 +24,23 @@ use std::path::Path;
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let mut expected: Option<String> = None;
+    let mut loops_abstain = false;
     let (mut runs, mut right_before, mut right_now) = (0, 0, 0);
     while let Some(arg) = args.next() {
-        if arg == "--expected" {
+        if arg == "--loops-abstain" {
+            loops_abstain = true;
+        } else if arg == "--expected" {
             expected = Some(args.next().context("--expected needs an answer")?);
         } else if arg.ends_with(".json") {
             let expected = expected
                 .as_deref()
                 .context("a RUN.json needs --expected first")?;
-            let (before, now) = recount_samples(Path::new(&arg), expected)?;
+            let (before, now) = recount_samples(Path::new(&arg), expected, loops_abstain)?;
             runs += 1;
             right_before += usize::from(before);
             right_now += usize::from(now);
         } else {
-            let (tasks, before, now) = recount_eval(Path::new(&arg))?;
+            let (tasks, before, now) = recount_eval(Path::new(&arg), loops_abstain)?;
             println!("{arg}: {tasks} tasks, maj@K {before:.3} before, {now:.3} now");
         }
     }
@@ -47,7 +51,7 @@ fn main() -> Result<()> {
 }
 
 /// maj@K of an evaluation's folder before and now.
-fn recount_eval(dir: &Path) -> Result<(usize, f64, f64)> {
+fn recount_eval(dir: &Path, loops_abstain: bool) -> Result<(usize, f64, f64)> {
     let report: Report = serde_json::from_str(&read(&dir.join("report.json"))?)?;
     let mut trajectories: HashMap<(String, usize), String> = HashMap::new();
     for line in read(&dir.join("runs.jsonl"))?.lines() {
@@ -81,9 +85,11 @@ fn recount_eval(dir: &Path) -> Result<(usize, f64, f64)> {
     let mut now = before.clone();
     for result in &mut now {
         let key = (result.id.clone(), result.sample);
-        result.printed = trajectories
-            .get(&key)
-            .map_or_else(Vec::new, |t| printed_outputs(t));
+        let looped = loops_abstain && result.stop == StopReason::Repetition.as_str();
+        result.printed = match trajectories.get(&key) {
+            Some(trajectory) if !looped => printed_outputs(trajectory),
+            _ => Vec::new(),
+        };
     }
     // Task by task, naming those whose vote changed.
     let (mut right_before, mut right_now) = (0.0, 0.0);
@@ -111,7 +117,7 @@ fn recount_eval(dir: &Path) -> Result<(usize, f64, f64)> {
 }
 
 /// Whether the vote of one `catena run --samples K --json` output was right, before and now.
-fn recount_samples(path: &Path, expected: &str) -> Result<(bool, bool)> {
+fn recount_samples(path: &Path, expected: &str, loops_abstain: bool) -> Result<(bool, bool)> {
     let mut ballots = Vec::new();
     for line in read(path)?.lines() {
         let value: serde_json::Value = serde_json::from_str(line)?;
@@ -119,14 +125,15 @@ fn recount_samples(path: &Path, expected: &str) -> Result<(bool, bool)> {
             continue;
         }
         let summary = &value["summary"];
+        let stop = summary["stop_reason"]
+            .as_str()
+            .and_then(StopReason::from_name);
         ballots.push(Ballot {
             answer: summary["answer"].as_str().map(str::to_string),
             mean_logprob: value["mean_logprob"].as_f64().unwrap_or(f64::NEG_INFINITY),
-            cut_short: summary["stop_reason"]
-                .as_str()
-                .and_then(StopReason::from_name)
-                .is_some_and(StopReason::cut_short),
+            cut_short: stop.is_some_and(StopReason::cut_short),
             printed: match summary["printed"].as_array() {
+                _ if loops_abstain && stop == Some(StopReason::Repetition) => Vec::new(),
                 Some(recorded) => recorded
                     .iter()
                     .filter_map(|p| p.as_str().map(str::to_string))

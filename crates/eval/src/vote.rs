@@ -16,9 +16,13 @@
 //! a number: the model often writes a guess from before its program ran after an observation
 //! that says otherwise (on the README's first example, a chain printed 1229 and answered 7854).
 //! A chain cut short votes when its programs printed its value, and among groups of one size the
-//! one a program printed wins. Over 54 recorded votes of five chains, on which it was chosen,
-//! this took maj@5 from 26 to 38, and on 20 held-out tasks drawn afterwards from 7 to 9
-//! (docs/BENCHMARKS.md, "A vote that reads what the chains' programs printed").
+//! one a program printed wins, then one with a chain that ended by itself: a chain cut short by
+//! a loop or a budget is likelier per token than one that answered (its repeated text; on 40
+//! held-out tasks the median of its mean log-probability was -0.16 to -0.31 against -0.36 and
+//! -0.42), so the log-probability alone would hand it the tie. Over 54 recorded votes of five chains, on which it was chosen,
+//! this took maj@5 from 26 to 38, and on two sets of 20 held-out tasks drawn afterwards from 7 to
+//! 9 and from 7 to 10 (docs/BENCHMARKS.md, "A vote that reads what the chains' programs printed"
+//! and "A third draw, and the tie a loop won").
 
 use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
@@ -63,6 +67,8 @@ pub struct VoteGroup {
     pub mean_logprob: f64,
     /// A member's own program printed the group's value (math votes only).
     pub printed: bool,
+    /// A member ended by itself, not cut short by a budget or a loop.
+    pub reached: bool,
     /// Members that counted for the number their last program printed rather than for their
     /// answer, which none of their programs printed.
     pub from_output: Vec<usize>,
@@ -138,6 +144,7 @@ pub fn tally(ballots: &[Ballot], equivalence: &Equivalence<'_>) -> Tally {
             .len()
             .cmp(&a.members.len())
             .then(b.printed.cmp(&a.printed))
+            .then(b.reached.cmp(&a.reached))
             .then(b.mean_logprob.total_cmp(&a.mean_logprob))
     });
     Tally { groups, abstained }
@@ -208,6 +215,7 @@ fn group(ballots: &[Ballot], members: Vec<Counted>) -> VoteGroup {
         best: members[best].index,
         mean_logprob: sum / members.len() as f64,
         printed: members.iter().any(|c| c.source != Source::Answer),
+        reached: members.iter().any(|c| !ballots[c.index].cut_short),
         from_output: members
             .iter()
             .filter(|c| c.source == Source::LastOutput)
@@ -577,6 +585,28 @@ mod tests {
         assert_eq!(counted.winner().unwrap().members, [1]);
         assert_eq!(counted.winner().unwrap().answer, "\\boxed{3.0}");
         assert!(counted.abstained.is_empty());
+    }
+
+    #[test]
+    fn between_printed_groups_of_one_size_a_chain_that_ended_by_itself_beats_one_cut_short() {
+        // A chain stopped in a loop, printing 4 again and again: its repeated text makes it the
+        // likelier, and it still loses the tie to the chain that printed 31 and answered.
+        let looped = Ballot {
+            cut_short: true,
+            ..printed(Some("\\boxed{4}"), -0.2, &["4", "4"])
+        };
+        let answered = printed(Some("\\boxed{31}"), -0.5, &["31"]);
+        let counted = tally(&[looped.clone(), answered.clone()], &Equivalence::Math);
+        assert_eq!(counted.winner().unwrap().answer, "\\boxed{31}");
+        assert!(counted.groups.iter().all(|g| g.printed));
+        assert_eq!(
+            counted.groups.iter().map(|g| g.reached).collect::<Vec<_>>(),
+            [true, false]
+        );
+        // Where the looped chain agrees with another, its vote still counts.
+        let agreeing = printed(Some("\\boxed{4}"), -0.9, &["4"]);
+        let counted = tally(&[looped, answered, agreeing], &Equivalence::Math);
+        assert_eq!(counted.winner().unwrap().members, [0, 2]);
     }
 
     #[test]
