@@ -114,6 +114,42 @@ fn two_samples_a_task_make_one_result_each_and_pass_at_k() {
     }
 }
 
+/// A profile of one's own is measured on the same tasks, and named in the report; a broken one
+/// is refused before anything runs, naming the file.
+#[test]
+fn a_profile_file_of_ones_own_is_evaluated_by_its_name() {
+    common::default_model();
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/protocol/src/profiles/math.toml");
+    let text = std::fs::read_to_string(shipped).unwrap();
+    let own = dir.path().join("my-math.toml");
+    std::fs::write(&own, text.replace("name = \"math\"", "name = \"my-math\"")).unwrap();
+    let output = eval(&[
+        "--profile-file",
+        own.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--max-tokens",
+        "48",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report as JSON");
+    assert_eq!(report["profile"], "my-math", "{report}");
+    assert_eq!(report["tasks"], 1);
+
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "name = \"x\"\ntools = [\"plan\"]\n").unwrap();
+    let output = eval(&["--profile-file", broken.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("broken.toml"), "{stderr}");
+    let both = eval(&["--profile", "code", "--profile-file", own.to_str().unwrap()]);
+    assert!(!both.status.success(), "one profile or the other");
+}
+
 #[test]
 fn several_greedy_samples_are_refused() {
     let output = eval(&["--samples", "3", "--temperature", "0"]);

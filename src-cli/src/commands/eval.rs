@@ -34,8 +34,13 @@ pub struct EvalArgs {
     tasks: PathBuf,
 
     /// Prompt profile.
-    #[arg(long, default_value = "math")]
+    #[arg(long, default_value = "math", conflicts_with = "profile_file")]
     profile: String,
+
+    /// A profile file of your own (TOML, like the shipped ones), to measure it on the same tasks
+    /// as a shipped one; the report names it by its `name`.
+    #[arg(long, value_name = "FILE")]
+    profile_file: Option<PathBuf>,
 
     /// coa: one Chain-of-Agents generation a run; mas: the explicit multi-agent system (every
     /// agent a separate call), to compare tokens per solved task; chat: the model in a plain
@@ -138,7 +143,10 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
     if tasks.is_empty() {
         bail!("no tasks to run");
     }
-    let profile = Profile::builtin(&args.profile)?;
+    let profile = match &args.profile_file {
+        Some(file) => Profile::from_file(file)?,
+        None => Profile::builtin(&args.profile)?,
+    };
     // Code tasks' tests run in the sandbox too: one sandbox serves the tool and the scoring.
     let (tools, scoring_sandbox) = setup::task_tools(paths, &profile, &tasks, &args.search)?;
     let base_sampling = SamplingParams {
