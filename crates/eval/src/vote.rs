@@ -19,10 +19,10 @@
 //! one a program printed wins, then one with a chain that ended by itself: a chain cut short by
 //! a loop or a budget is likelier per token than one that answered (its repeated text; on 40
 //! held-out tasks the median of its mean log-probability was -0.16 to -0.31 against -0.36 and
-//! -0.42), so the log-probability alone would hand it the tie. Over 54 recorded votes of five chains, on which it was chosen,
-//! this took maj@5 from 26 to 38, and on two sets of 20 held-out tasks drawn afterwards from 7 to
-//! 9 and from 7 to 10 (docs/BENCHMARKS.md, "A vote that reads what the chains' programs printed"
-//! and "A third draw, and the tie a loop won").
+//! -0.42), so the log-probability alone would hand it the tie. Over 54 recorded votes of five
+//! chains, on which it was chosen, this took maj@5 from 26 to 38, and on two sets of 20 held-out
+//! tasks drawn afterwards from 7 to 9 and from 7 to 10 (docs/BENCHMARKS.md, "A vote that reads
+//! what the chains' programs printed" and "A third draw, and the tie a loop won").
 
 use crate::reward::CodeTests;
 use crate::reward::{answer_program, math_equivalent, output_lines, qa_normalise};
