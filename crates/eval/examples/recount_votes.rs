@@ -78,18 +78,22 @@ fn recount_eval(dir: &Path, loops_abstain: bool) -> Result<(usize, f64, f64)> {
             });
         }
     }
-    let mut before = report.results.clone();
-    for result in &mut before {
-        result.printed = Vec::new();
-    }
-    let mut now = before.clone();
+    // Now: what the report recorded the runtime printed, or for an older report, what its
+    // trajectories show.
+    let mut now = report.results.clone();
     for result in &mut now {
         let key = (result.id.clone(), result.sample);
-        let looped = loops_abstain && result.stop == StopReason::Repetition.as_str();
-        result.printed = match trajectories.get(&key) {
-            Some(trajectory) if !looped => printed_outputs(trajectory),
-            _ => Vec::new(),
-        };
+        if loops_abstain && result.stop == StopReason::Repetition.as_str() {
+            result.printed.clear();
+        } else if result.printed.is_empty() {
+            result.printed = trajectories
+                .get(&key)
+                .map_or_else(Vec::new, |t| printed_outputs(t));
+        }
+    }
+    let mut before = report.results.clone();
+    for result in &mut before {
+        result.printed.clear();
     }
     // Task by task, naming those whose vote changed.
     let (mut right_before, mut right_now) = (0.0, 0.0);
@@ -158,8 +162,8 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// What a recorded chain's programs printed, for records without `RunSummary::printed` (older
-/// ones; a summary leaves it out, too, when no program printed anything):
+/// What a recorded chain's programs printed, for records without `RunSummary::printed` or the
+/// report's `printed` (older ones; both are empty, too, when no program printed anything):
 /// each observation right after a closed `<code>` block, the runtime's (a call's closing tag is
 /// a stop string). Chains generated under the grammar, as all recorded votes were, cannot write
 /// an observation themselves; one generated with `--free` could, so new records are read from
