@@ -1,5 +1,6 @@
 /// What is wrong with a request's tools, a template or a model's tool call.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Serialisable: a template is rendered in a child process, which sends its failure back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum FormatError {
     /// A tool definition the request gave is unusable (`param` names where).
     #[error("{message}")]

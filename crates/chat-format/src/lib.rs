@@ -3,7 +3,8 @@
 //!
 //! - [`ChatTemplate`] renders a conversation with its tools through the model's own Jinja chat
 //!   template (the GGUF's `tokenizer.chat_template`), with minijinja, into prompt parts whose
-//!   message text can never forge a control token;
+//!   message text can never forge a control token; [`TemplateSource`] is what is known of a
+//!   template without running its code;
 //! - [`CallFormat`] is how a model family writes tool calls (Hermes/Qwen `<tool_call>` JSON,
 //!   Llama 3.x JSON, Mistral `[TOOL_CALLS]`, or plain JSON for templates that know no tools): it
 //!   parses them back and writes the grammar that holds them to their schemas while decoding;
@@ -22,5 +23,5 @@ mod tools;
 pub use error::FormatError;
 pub use format::{CallFormat, Parsed, ParsedCall};
 pub use stream::{CallDelta, CallStream, Finished};
-pub use template::{ChatTemplate, Role, Turn};
+pub use template::{ChatTemplate, MAX_RENDERED_BYTES, RENDER_FUEL, Role, TemplateSource, Turn};
 pub use tools::{ToolCall, ToolChoice, ToolSpec, check_tools, response_grammar};

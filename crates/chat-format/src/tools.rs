@@ -5,7 +5,7 @@ use crate::json::lark_json;
 use serde_json::{Map, Value};
 
 /// A function the model may call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolSpec {
     pub name: String,
     pub description: Option<String>,

@@ -256,3 +256,92 @@ fn dates_are_civil() {
     assert_eq!(civil_date(20_454), (2026, 1, 1));
     assert_eq!(civil_date(11_016), (2000, 2, 29));
 }
+
+/// A long conversation of a coding client: `turns` turns of calls and results, `tools` tools.
+fn long_conversation(turns: usize, tools: usize) -> (Vec<Turn>, Vec<ToolSpec>) {
+    let tools: Vec<ToolSpec> = (0..tools)
+        .map(|i| ToolSpec {
+            name: format!("tool_{i}"),
+            ..weather()
+        })
+        .collect();
+    let mut conversation = vec![Turn::new(Role::System, "You are a coding assistant.")];
+    for i in 0..turns / 3 {
+        conversation.push(Turn::new(Role::User, format!("Step {i}?")));
+        conversation.push(Turn {
+            role: Role::Assistant,
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: format!("call_{i}"),
+                name: format!("tool_{}", i % tools.len()),
+                arguments: r#"{"city":"Paris"}"#.into(),
+            }],
+            tool_call_id: None,
+        });
+        conversation.push(Turn {
+            tool_call_id: Some(format!("call_{i}")),
+            ..Turn::new(Role::Tool, "done")
+        });
+    }
+    (conversation, tools)
+}
+
+#[test]
+fn the_fuel_bound_leaves_real_templates_far_below_it() {
+    let (turns, tools) = long_conversation(200, 50);
+    for source in [Some(QWEN), None] {
+        let mut env = ChatTemplate::new(source, "", "").unwrap().env;
+        // The same render with a budget a fiftieth of the bound's still succeeds.
+        env.set_fuel(Some(RENDER_FUEL / 50));
+        let template = ChatTemplate {
+            env,
+            source: TemplateSource::new(source),
+            bos_token: String::new(),
+            eos_token: String::new(),
+        };
+        let parts = template.render(&turns, &tools).unwrap();
+        assert!(joined(&parts).contains("tool_49"));
+    }
+}
+
+#[test]
+fn a_template_that_loops_is_stopped_with_a_clear_error() {
+    let looping =
+        "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}";
+    let template = ChatTemplate::new(Some(looping), "", "").unwrap();
+    let err = template
+        .render(&[Turn::new(Role::User, "x")], &[])
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("ran past its budget of {RENDER_FUEL} steps")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_template_that_writes_too_much_is_refused() {
+    // 100,000 iterations of 200 bytes: 20 MB, within the fuel, past the cap.
+    let wordy = format!(
+        "{{% for i in range(100000) %}}{}{{% endfor %}}",
+        "x".repeat(200)
+    );
+    let template = ChatTemplate::new(Some(&wordy), "", "").unwrap();
+    let err = template
+        .render(&[Turn::new(Role::User, "x")], &[])
+        .unwrap_err();
+    assert!(err.to_string().contains("more than 16 MiB"), "{err}");
+}
+
+#[test]
+fn what_a_source_says_is_read_without_compiling_it() {
+    // Broken Jinja: compiling fails, reading the call format does not.
+    let source = TemplateSource::new(Some("{% if tools %}<tool_call>{% if %}"));
+    assert_eq!(source.call_format(), CallFormat::Hermes);
+    assert!(source.compile("", "").is_err());
+    assert_eq!(
+        TemplateSource::new(Some("{{ messages }}")).call_format(),
+        CallFormat::Json
+    );
+    assert_eq!(TemplateSource::new(None).call_format(), CallFormat::Hermes);
+}
