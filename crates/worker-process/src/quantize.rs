@@ -1,7 +1,7 @@
 //! The quantiser child's side (`catena_worker::quantize_in_child` is the parent's).
 
 use catena_worker::WorkerExit;
-use catena_worker::protocol::{FromWorker, QuantizeJob, Reply, write_frame};
+use catena_worker::protocol::{QuantizeJob, Reply, write_reply};
 use std::io::{self, Read, Write};
 
 /// The child's side: quantises, answers, returns (and the process exits). When the input ends
@@ -26,12 +26,6 @@ pub(crate) fn run_job(
             Ok(()) => Reply::Quantized,
             Err(e) => Reply::Error { error: (&e).into() },
         };
-    write_frame(
-        &mut output,
-        &FromWorker {
-            lane: 0,
-            reply: &reply,
-        },
-    )?;
+    write_reply(&mut output, &reply)?;
     Ok(())
 }

@@ -46,6 +46,10 @@ pub fn serve(
             request: Request::Quantize(job),
             ..
         }) => return crate::quantize::run_job(&job, input, output),
+        Some(ToWorker {
+            request: Request::Template(job),
+            ..
+        }) => return crate::template::run_job(&job, output),
         _ => return Err(WorkerExit::NotStarted),
     };
     let output = Output(Mutex::new(output));
@@ -293,7 +297,7 @@ impl<'w, S: StartPrompt, W: Write> Lane<'w, S, W> {
     /// Answers one request.
     fn handle(&mut self, request: Request) -> io::Result<()> {
         let reply = match request {
-            Request::Start(_) | Request::Quantize(_) => {
+            Request::Start(_) | Request::Quantize(_) | Request::Template(_) => {
                 Err(EngineError::Worker("the worker is already started".into()))
             }
             Request::Cancel => return Ok(()),

@@ -5,7 +5,9 @@
 //! its standard input and output ([`protocol`]), and starts it again when it dies.
 //!
 //! The same child quantises a model file when its first frame asks for that instead of a model
-//! ([`quantize_in_child`]): llama.cpp's quantiser aborts on some checkpoints too.
+//! ([`quantize_in_child`]): llama.cpp's quantiser aborts on some checkpoints too. And it compiles
+//! and renders a model's chat template ([`render_in_child`]): a template is code from the model
+//! file, whose memory only a process of its own can bound.
 //!
 //! The split: this crate is the parent's side and the frames ([`protocol`]); it knows no
 //! llama.cpp. The child's side, which loads the model and keeps the KV caches, is
@@ -16,12 +18,17 @@
 
 mod client;
 mod exit;
+mod one_shot;
 pub mod protocol;
 mod quantize;
+mod template;
 
 pub use client::{
     OpenedSession, WorkerClient, WorkerCommand, WorkerSession, WorkerStatus, describe_exit,
 };
 pub use exit::WorkerExit;
-pub use protocol::{Prompt, QuantizeJob, WorkerConfig};
+pub use protocol::{Prompt, QuantizeJob, TemplateJob, TemplateRender, WorkerConfig};
 pub use quantize::{QuantizeError, quantize_in_child};
+pub use template::{
+    RENDER_DEADLINE, RENDER_MEMORY, RenderedPrompt, TemplateError, render_in_child,
+};

@@ -4,6 +4,7 @@
 //! largest frame is a prompt's token list). Lengths are checked before anything is allocated, so a
 //! corrupted stream is an error, never an out-of-memory.
 
+use catena_chat_format::{FormatError, ToolSpec, Turn};
 use catena_engine_api::plan::Plan;
 use catena_engine_api::{ChatMessage, QuantType};
 use catena_engine_api::{
@@ -52,6 +53,23 @@ pub struct QuantizeJob {
     pub threads: usize,
 }
 
+/// A model's chat template for a child process to compile, and a conversation for it to render
+/// ([`crate::render_in_child`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemplateJob {
+    /// The template's text (`catena_chat_format::TemplateSource::text`).
+    pub template: String,
+    /// What to render; none: only compile it.
+    pub render: Option<TemplateRender>,
+}
+
+/// A conversation and the tools it offers, to render with a template.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemplateRender {
+    pub turns: Vec<Turn>,
+    pub tools: Vec<ToolSpec>,
+}
+
 /// The prompt a session starts from; the worker applies the model's chat template.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -86,6 +104,10 @@ pub enum Request {
     /// Instead of `Start`, as the first and only frame: quantise a file and exit
     /// ([`crate::quantize`]). Answered with `Quantized` or `Error`.
     Quantize(QuantizeJob),
+    /// Instead of `Start`, as the first and only frame: compile a chat template and render a
+    /// conversation with it, then exit ([`crate::render_in_child`]). Answered with `Rendered` or
+    /// `TemplateFailed`.
+    Template(TemplateJob),
     /// Opens a session for `prompt` (reusing the kept KV cache with the longest shared prefix) and
     /// evaluates the prompt's new tokens (with lanes, at the first generation). One session is
     /// open at a time on a lane.
@@ -186,6 +208,16 @@ pub enum Reply {
     Closed,
     /// The quantisation asked for is written.
     Quantized,
+    /// A template job's prompt (empty when it only compiled): `instructions` is
+    /// `ChatTemplate::render_instructions`, empty where the template cannot render them alone.
+    Rendered {
+        parts: Vec<PromptPart>,
+        instructions: Vec<PromptPart>,
+    },
+    /// The template did not compile or render, and said why.
+    TemplateFailed {
+        error: FormatError,
+    },
     SideAnswer {
         text: String,
     },
@@ -249,6 +281,11 @@ impl From<WireError> for EngineError {
             WireError::Other { message } => EngineError::Worker(message),
         }
     }
+}
+
+/// Writes the one reply of a one-shot child (a quantisation, a template), on lane 0.
+pub fn write_reply(out: &mut impl Write, reply: &Reply) -> io::Result<()> {
+    write_frame(out, &FromWorker { lane: 0, reply })
 }
 
 /// Writes one frame.

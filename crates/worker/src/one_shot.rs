@@ -1,0 +1,202 @@
+//! One request to a short-lived child process and its one reply: how work that may abort the
+//! process runs away from the server (a quantisation, [`crate::quantize_in_child`]; a chat
+//! template, [`crate::render_in_child`]). The child is the same binary's `worker` command (the
+//! [`WorkerCommand`] the model worker uses, which both binaries dispatch); its first and only
+//! frame says what to do instead of `Start`.
+
+use crate::client::{WorkerCommand, describe_exit};
+use crate::protocol::{FromWorker, Reply, Request, ToWorker, read_frame, write_frame};
+use parking_lot::Mutex;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Why a one-shot child gave no reply.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OneShotError {
+    #[error("could not start the process {}: {source}", program.display())]
+    Start { program: PathBuf, source: io::Error },
+    /// It ended without an answer: an abort, a crash or a kill. `said` is the first line of its
+    /// standard error that explains an abort, when there was one.
+    #[error("{status}{}", said.as_ref().map(|s| format!("; it said: {s}")).unwrap_or_default())]
+    Died {
+        status: String,
+        said: Option<String>,
+    },
+    /// It was still at work when the deadline passed, and was killed (`status`: how it ended).
+    #[error("it ran for more than {} s and was stopped ({status})", deadline.as_secs_f32())]
+    TimedOut { deadline: Duration, status: String },
+}
+
+/// Sends `request` to a child started by `command` and waits for its reply, at most `deadline`
+/// when one is given (the child is then killed). The child is waited for in every case: none is
+/// left behind.
+pub(crate) fn one_shot(
+    command: &WorkerCommand,
+    request: &Request,
+    deadline: Option<Duration>,
+) -> Result<Reply, OneShotError> {
+    let mut child = Command::new(&command.program)
+        .args(&command.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| OneShotError::Start {
+            program: command.program.clone(),
+            source,
+        })?;
+    let relay = child.stderr.take().and_then(|stderr| {
+        std::thread::Builder::new()
+            .name("catena-child-stderr".into())
+            .spawn(move || relay_stderr(stderr))
+            .ok()
+    });
+    let pipes = (child.stdin.take(), child.stdout.take());
+    let child = Arc::new(Mutex::new(child));
+    let (answered, watch) = mpsc::channel::<()>();
+    let timed_out = deadline.and_then(|deadline| {
+        let child = child.clone();
+        std::thread::Builder::new()
+            .name("catena-child-deadline".into())
+            .spawn(move || {
+                let expired = watch.recv_timeout(deadline) == Err(mpsc::RecvTimeoutError::Timeout);
+                if expired {
+                    // Not yet waited for (the reply's reader signals before it waits), so the
+                    // process, alive or a zombie, still owns its pid.
+                    let _ = child.lock().kill();
+                }
+                expired
+            })
+            .ok()
+    });
+    let answer = match pipes {
+        (Some(mut stdin), Some(stdout)) => {
+            let answer = write_frame(&mut stdin, &ToWorker { lane: 0, request })
+                .and_then(|()| read_frame::<FromWorker>(&mut BufReader::new(stdout)));
+            // Closing the child's input is what lets it end (it exits when its input does).
+            drop(stdin);
+            answer
+        }
+        _ => Err(io::Error::other("its pipes were not created")),
+    };
+    drop(answered);
+    let timed_out = timed_out.is_some_and(|thread| thread.join().unwrap_or(false));
+    let status = match child.lock().wait() {
+        Ok(status) => describe_exit(status),
+        Err(e) => format!("its exit status is unknown: {e}"),
+    };
+    let said = relay.and_then(|thread| thread.join().ok()).flatten();
+    match answer {
+        Ok(Some(FromWorker { reply, .. })) => Ok(reply),
+        _ if timed_out => Err(OneShotError::TimedOut {
+            deadline: deadline.unwrap_or_default(),
+            status,
+        }),
+        Ok(None) => Err(OneShotError::Died { status, said }),
+        // A broken pipe is the child's death seen from here; its exit status says more.
+        Err(e) => Err(OneShotError::Died {
+            status: format!("{status} ({e})"),
+            said,
+        }),
+    }
+}
+
+/// The longest line of the child's last words kept for the error.
+const SAID_CHARS: usize = 300;
+
+/// Passes the child's standard error on to ours, line by line, and returns the first line that
+/// explains an abort (ggml's `file:line: GGML_ASSERT(...) failed`, a fatal error, or Rust's
+/// `memory allocation of N bytes failed`), which the exit status alone does not.
+fn relay_stderr(stderr: impl Read) -> Option<String> {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    let mut said = None;
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return said,
+            Ok(_) => {}
+        }
+        let _ = io::stderr().write_all(&line);
+        let text = String::from_utf8_lossy(&line);
+        let explains = ["GGML_ASSERT", "fatal error", "memory allocation of"]
+            .iter()
+            .any(|mark| text.contains(mark));
+        if said.is_none() && explains {
+            said = Some(
+                without_folders(text.trim())
+                    .chars()
+                    .take(SAID_CHARS)
+                    .collect(),
+            );
+        }
+    }
+}
+
+/// `llama-model.cpp:1330: ...` from `/home/.../llama.cpp/src/llama-model.cpp:1330: ...`: the
+/// build machine's folders say nothing to the user.
+fn without_folders(line: &str) -> &str {
+    let head = line.find(": ").map_or(line, |end| &line[..end]);
+    match head.rfind('/') {
+        Some(slash) => &line[slash + 1..],
+        None => line,
+    }
+}
+
+/// A child that runs `script` in the shell in place of `catena worker`: the tests' stand-in.
+#[cfg(all(test, unix))]
+pub(crate) fn shell(script: &str) -> WorkerCommand {
+    WorkerCommand {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()],
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_past_its_deadline_is_killed_and_said_so() {
+        let err = one_shot(
+            &shell("exec sleep 600"),
+            &Request::Cancel,
+            Some(Duration::from_millis(200)),
+        )
+        .unwrap_err();
+        assert!(matches!(err, OneShotError::TimedOut { .. }), "{err}");
+        // Killed, not waited out (a sleep left to end would have exited with status 0).
+        assert!(err.to_string().contains("more than 0.2 s"), "{err}");
+        assert!(err.to_string().contains("SIGKILL"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_allocation_is_named() {
+        let err = one_shot(
+            &shell("echo 'memory allocation of 536870912 bytes failed' >&2; kill -ABRT $$"),
+            &Request::Cancel,
+            None,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("SIGABRT"), "{text}");
+        assert!(
+            text.contains("memory allocation of 536870912 bytes failed"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_build_machines_folders_are_cut_from_last_words() {
+        assert_eq!(
+            without_folders("/src/llama.cpp/src/llama-model.cpp:1330: GGML_ASSERT(a/b) failed"),
+            "llama-model.cpp:1330: GGML_ASSERT(a/b) failed"
+        );
+        assert_eq!(without_folders("a/b: fatal error"), "b: fatal error");
+        assert_eq!(without_folders("fatal error"), "fatal error");
+    }
+}
