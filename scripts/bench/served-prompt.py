@@ -12,7 +12,12 @@ prompt cache saves such a request (docs/BENCHMARKS.md, "The prompt cache"):
   farm-bench -n 5 --warmup 1 --vs "env CATENA_PROMPT_CACHE=off scripts/bench/served-prompt.py BODY" \\
     -- scripts/bench/served-prompt.py BODY
 
-Usage: scripts/bench/served-prompt.py BODY [--model PATH] [--ctx-size N] (CATENA_BIN: the catena binary; default
+With --repeat N it then sends the same request N more times and adds their median seconds
+(`repeat_median_seconds`): a client's requests once the server is warm, whose prompt the worker
+keeps, so what else a request costs shows (docs/BENCHMARKS.md, "A chat template in a process of
+its own").
+
+Usage: scripts/bench/served-prompt.py BODY [--model PATH] [--ctx-size N] [--repeat N] (CATENA_BIN: the catena binary; default
 the release build)."""
 import argparse, json, os, subprocess, sys, time, urllib.request
 from pathlib import Path
@@ -22,6 +27,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("body")
 parser.add_argument("--model")
 parser.add_argument("--ctx-size", type=int)
+parser.add_argument("--repeat", type=int, default=0)
 args = parser.parse_args()
 catena = os.environ.get("CATENA_BIN") or str(
     Path(os.environ.get("CARGO_TARGET_DIR", root / "target")) / "release" / "catena")
@@ -42,16 +48,22 @@ try:
     body.pop("stream_options", None)
     request = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
-    started = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=1800) as r:
-        reply = json.load(r)
-    seconds = time.perf_counter() - started
+    def send():
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=1800) as r:
+            reply = json.load(r)
+        return reply, time.perf_counter() - started
+    reply, seconds = send()
     usage = reply["usage"]
-    print(json.dumps({
+    result = {
         "prompt_tokens": usage["prompt_tokens"],
         "cached_tokens": usage.get("prompt_tokens_details", {}).get("cached_tokens", 0),
         "request_seconds": round(seconds, 3),
-    }))
+    }
+    if args.repeat:
+        repeats = sorted(send()[1] for _ in range(args.repeat))
+        result["repeat_median_seconds"] = round(repeats[len(repeats) // 2], 4)
+    print(json.dumps(result))
 finally:
     server.terminate()
     server.wait(timeout=60)

@@ -5,6 +5,12 @@
 //! that no load survives; each must now fail at once with the field, its value and the accepted
 //! range, exit with an ordinary error status, and leave nothing installed or half-written.
 //!
+//! And hostile chat templates, which a checkpoint's `tokenizer_config.json` carries into the
+//! model file and `catena serve` runs for every request with tools: one that asks for a terabyte
+//! while it renders, one that loops, one that asks for 100 GB while it compiles. Each used to
+//! abort the server or hold a thread; each must now cost its request a clear error, and the
+//! server must go on answering.
+//!
 //! The checkpoint is a toy Qwen2 written here (one layer, 64 wide, a byte-level vocabulary of
 //! 260 tokens), so the tests need no model download and take seconds; a valid copy of it is
 //! imported first, so every refusal below is the number's doing.
@@ -415,4 +421,155 @@ fn an_adapter_with_a_hostile_rank_fails_fast_and_leaves_no_folder() {
             adapters.join(&name).display()
         );
     }
+}
+
+/// Sets the chat template of the checkpoint in `dir`.
+fn with_chat_template(dir: &Path, template: &str) {
+    let path = dir.join("tokenizer_config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["chat_template"] = json!(template);
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+/// ChatML, unless the first tool offered is `grow` (a string doubled 40 times: a terabyte) or
+/// `spin` (ten billion steps of a loop).
+const TRAPPED_TEMPLATE: &str = "{%- if tools and tools[0].function.name == 'grow' -%}\
+    {%- set ns = namespace(s='x') -%}\
+    {%- for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor -%}\
+    {{ ns.s | length }}\
+    {%- elif tools and tools[0].function.name == 'spin' -%}\
+    {%- for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor -%}\
+    {%- endif -%}\
+    {%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor -%}\
+    <|im_start|>assistant\n";
+
+/// 100 GB asked for by a constant expression, which minijinja folds while compiling.
+const FOLDED_TEMPLATE: &str = "{{ 'x' * 100000000000 }}\
+    {%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor -%}\
+    <|im_start|>assistant\n";
+
+/// A `catena serve` of the model file `model`, with the model's id.
+struct ToyServer {
+    process: common::Reaped,
+    base: String,
+    model: String,
+}
+
+impl ToyServer {
+    fn start(data: &Data, model: &Path) -> ToyServer {
+        let mut child = data
+            .command()
+            .args(["serve", "--port", "0", "--model"])
+            .arg(model)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let base = common::served_address(&line);
+        let models: Value = http()
+            .get(format!("{base}/v1/models"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let model = models["data"][0]["id"].as_str().unwrap().to_string();
+        ToyServer {
+            process: common::Reaped(child),
+            base,
+            model,
+        }
+    }
+
+    /// A chat request offering the tool `tool` (none: a plain chat): its status and body.
+    fn chat(&self, tool: Option<&str>) -> (u16, Value) {
+        let mut body = json!({
+            "model": self.model,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2,
+        });
+        if let Some(name) = tool {
+            body["tools"] = json!([{"type": "function", "function": {
+                "name": name, "parameters": {"type": "object", "properties": {}}}}]);
+        }
+        let response = http()
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&body)
+            .send()
+            .unwrap();
+        (response.status().as_u16(), response.json().unwrap())
+    }
+
+    /// Fails unless the server process is still running.
+    fn assert_alive(&mut self) {
+        assert!(
+            self.process.0.try_wait().unwrap().is_none(),
+            "the server stopped"
+        );
+    }
+}
+
+fn http() -> reqwest::blocking::Client {
+    common::http_client(PATIENCE)
+}
+
+/// The error message of an API error body.
+fn message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn hostile_chat_templates_cost_their_request_not_the_server() {
+    let data = Data::new();
+    let work = tempfile::tempdir().unwrap();
+    for (name, template) in [("trapped", TRAPPED_TEMPLATE), ("folded", FOLDED_TEMPLATE)] {
+        let dir = work.path().join(name);
+        write_checkpoint(&dir, &valid_config());
+        with_chat_template(&dir, template);
+        let imported = data.import(&dir, name);
+        assert!(imported.status.success(), "{}", imported.stderr);
+    }
+    let models = data.path().join("models");
+
+    let mut server = ToyServer::start(&data, &models.join("trapped-Q8_0.gguf"));
+    let (status, body) = server.chat(Some("grow"));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        message(&body).contains("more than the 256 MiB of memory a render may take"),
+        "{body}"
+    );
+    server.assert_alive();
+    let (status, body) = server.chat(Some("spin"));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        message(&body).contains("ran past its budget of 10000000 steps"),
+        "{body}"
+    );
+    server.assert_alive();
+    // The same template with another tool, and a plain chat, are answered as before.
+    let (status, body) = server.chat(Some("get_time"));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = server.chat(None);
+    assert_eq!(status, 200, "{body}");
+    server.assert_alive();
+    drop(server);
+
+    // A template that cannot even be compiled: the server starts, says so for requests with
+    // tools, and answers the rest.
+    let mut server = ToyServer::start(&data, &models.join("folded-Q8_0.gguf"));
+    let (status, body) = server.chat(Some("get_time"));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        message(&body).contains("Tools need the model's chat template, which cannot be used")
+            && message(&body).contains("256 MiB"),
+        "{body}"
+    );
+    let (status, body) = server.chat(None);
+    assert_eq!(status, 200, "{body}");
+    server.assert_alive();
 }

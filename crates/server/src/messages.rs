@@ -122,7 +122,8 @@ pub async fn messages(
         return Err(ApiError::unknown_model(&request.model).into());
     }
     let checked = check(&request)?;
-    let (rx, mut answer, guard) = submit(&app, checked, Some(request.max_tokens), request.stream)?;
+    let (rx, mut answer, guard) =
+        submit(&app, checked, Some(request.max_tokens), request.stream).await?;
     answer.id = format!("msg_{}", uuid::Uuid::now_v7().simple());
     if !request.stream {
         let whole = collect(rx, &answer).await?;

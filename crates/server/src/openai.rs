@@ -11,10 +11,10 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use catena_chat_format::{CallDelta, CallFormat, CallStream, Role, ToolSpec, Turn};
+use catena_chat_format::{CallDelta, CallFormat, CallStream, Role, TemplateSource, ToolSpec, Turn};
 use catena_engine_api::ChatMessage;
 use catena_engine_api::SamplingParams;
-use catena_service::{ChatEvent, ChatJob, ChatUsage, FinishReason};
+use catena_service::{ChatEvent, ChatJob, ChatUsage, FinishReason, RenderedPrompt, TemplateError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -277,7 +277,7 @@ pub async fn chat_completions(
     }
     let checked = check(&request)?;
     let requested = request.max_completion_tokens.or(request.max_tokens);
-    let (rx, mut answer, guard) = submit(&app, checked, requested, request.stream)?;
+    let (rx, mut answer, guard) = submit(&app, checked, requested, request.stream).await?;
     answer.id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
@@ -293,7 +293,7 @@ pub async fn chat_completions(
 /// Queues a checked chat request (rendered by the model's template when it needs one): its
 /// events, how its answer is read, and the guard that cancels it when dropped. The Chat
 /// Completions, Responses and Messages APIs all answer through this.
-pub(super) fn submit(
+pub(super) async fn submit(
     app: &AppState,
     checked: Checked,
     requested_max_tokens: Option<u32>,
@@ -307,8 +307,10 @@ pub(super) fn submit(
             ))
             .param("tools")
         })?;
-        let (prompt, constraint) = checked.tooling.render(template, &checked.turns)?;
-        (Some(prompt), constraint, checked.tooling.reader(template))
+        let constraint = checked.tooling.constraint(template)?;
+        let reader = checked.tooling.reader(template);
+        let prompt = render(app, template.clone(), &checked).await?;
+        (Some(prompt), constraint, reader)
     } else {
         (None, None, None)
     };
@@ -334,6 +336,26 @@ pub(super) fn submit(
         reader,
     };
     Ok((rx, answer, CancelOnDrop(cancel)))
+}
+
+/// The request's conversation rendered by the model's chat template, in a process of its own
+/// (`catena_service::Service::render_template`) and on a blocking thread, as the process lives
+/// for tens of milliseconds.
+async fn render(
+    app: &AppState,
+    template: TemplateSource,
+    checked: &Checked,
+) -> Result<RenderedPrompt, ApiError> {
+    let catena = app.catena.clone();
+    let turns = checked.turns.clone();
+    let tools = checked.tooling.offered().to_vec();
+    tokio::task::spawn_blocking(move || catena.render_template(&template, turns, tools))
+        .await
+        .map_err(|e| ApiError::internal(format!("the chat template's render failed: {e}")))?
+        .map_err(|e| match e {
+            TemplateError::Format(e) => tool_request::format_error(e),
+            TemplateError::Child(reason) => ApiError::internal(reason),
+        })
 }
 
 /// A generation that has begun: its first event has come, and it was not a refusal.

@@ -99,7 +99,8 @@ pub async fn responses(
         max_tokens,
         stops: Vec::new(),
     };
-    let (rx, mut answer, guard) = submit(&app, checked, request.max_output_tokens, request.stream)?;
+    let (rx, mut answer, guard) =
+        submit(&app, checked, request.max_output_tokens, request.stream).await?;
     answer.id = format!("resp_{}", uuid::Uuid::now_v7().simple());
     let record = Record {
         app: app.clone(),

@@ -4,11 +4,10 @@
 
 use super::error::ApiError;
 use catena_chat_format::{
-    CallFormat, ChatTemplate, FormatError, Role, ToolCall, ToolChoice, ToolSpec, Turn, check_tools,
-    response_grammar,
+    CallFormat, FormatError, Role, TemplateSource, ToolCall, ToolChoice, ToolSpec, Turn,
+    check_tools, response_grammar,
 };
 use catena_engine_api::Constraint;
-use catena_service::TemplatePrompt;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -159,44 +158,31 @@ impl Tooling {
                 .any(|t| t.role == Role::Tool || !t.tool_calls.is_empty())
     }
 
-    /// The prompt and the constraint for `turns` with this model's template.
-    pub fn render(
-        &self,
-        template: &ChatTemplate,
-        turns: &[Turn],
-    ) -> Result<(TemplatePrompt, Option<Constraint>), ApiError> {
-        let offered: &[ToolSpec] = if self.calls_offered() {
+    /// The tools the prompt offers: none where calls are not read (`tool_choice: none`).
+    pub fn offered(&self) -> &[ToolSpec] {
+        if self.calls_offered() {
             &self.tools
         } else {
             &[]
-        };
-        let parts = template.render(turns, offered).map_err(format_error)?;
-        // Only what the prompt cache keeps: a template that cannot render the instructions
-        // alone (one that refuses an empty user message, say) costs the cache, not the request.
-        let instructions = template
-            .render_instructions(turns, offered)
-            .unwrap_or_else(|e| {
-                tracing::debug!(error = %e, "the instructions alone do not render");
-                Vec::new()
-            });
-        let prompt = TemplatePrompt {
-            parts,
-            instructions,
-        };
-        let constraint = match &self.response_schema {
+        }
+    }
+
+    /// The grammar the answer follows with this model's template: the response schema's, or
+    /// the model's call format's for the tools offered.
+    pub fn constraint(&self, template: &TemplateSource) -> Result<Option<Constraint>, ApiError> {
+        Ok(match &self.response_schema {
             Some(schema) if !matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_)) => {
                 let grammar = response_grammar(schema.as_ref()).map_err(format_error)?;
                 Some(Constraint::strict(grammar))
             }
             _ => template
                 .call_format()
-                .constraint(offered, &self.choice, self.parallel),
-        };
-        Ok((prompt, constraint))
+                .constraint(self.offered(), &self.choice, self.parallel),
+        })
     }
 
     /// How the answer's calls are read, when calls are offered.
-    pub fn reader(&self, template: &ChatTemplate) -> Option<(CallFormat, Vec<ToolSpec>)> {
+    pub fn reader(&self, template: &TemplateSource) -> Option<(CallFormat, Vec<ToolSpec>)> {
         self.calls_offered()
             .then(|| (template.call_format(), self.tools.clone()))
     }

@@ -11,20 +11,22 @@ use crate::live::LiveRuns;
 use crate::sandbox::SharedSandbox;
 use catena_agent::tools::{ToolBox, add_wiki_search, profile_tools};
 use catena_agent::{Budgets, CutShort, Decoding};
-use catena_chat_format::ChatTemplate;
-use catena_engine_api::ChatMessage;
+use catena_chat_format::{TemplateSource, ToolSpec, Turn};
 use catena_engine_api::{
     CancelFlag, EngineError, GenerateLimits, GenerationStop, ModelInfo, SamplingParams, Session,
     SessionOptions, StopMatcher,
 };
-use catena_engine_api::{Constraint, PromptPart};
+use catena_engine_api::{ChatMessage, Constraint};
 use catena_hub::assets;
 use catena_hub::config::Paths;
 use catena_protocol::Profile;
 use catena_runner::{Engine, RunPlan, TaskRun, Update, run_task};
 use catena_sandbox::Limits;
 use catena_store::{NewRun, Recorder, RunEnd, RunKind, RunStatus, Store, Usage};
-use catena_worker::{Prompt, WorkerClient, WorkerCommand, WorkerConfig, WorkerStatus};
+use catena_worker::{
+    Prompt, RenderedPrompt, TemplateError, TemplateJob, TemplateRender, WorkerClient,
+    WorkerCommand, WorkerConfig, WorkerStatus, render_in_child,
+};
 use parking_lot::{Mutex, RwLock};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,8 +67,8 @@ pub struct ChatJob {
     /// The conversation, as stored with the run.
     pub messages: Vec<ChatMessage>,
     /// The prompt rendered by the model's chat template with the request's tools
-    /// ([`Inference::chat_template`]); `None`: the worker frames `messages` itself.
-    pub prompt: Option<TemplatePrompt>,
+    /// ([`Inference::render_template`]); `None`: the worker frames `messages` itself.
+    pub prompt: Option<RenderedPrompt>,
     /// The grammar the answer follows (a tool call's schema, `response_format`).
     pub constraint: Option<Constraint>,
     pub sampling: SamplingParams,
@@ -79,17 +81,6 @@ pub struct ChatJob {
     pub stream: bool,
     pub reply: mpsc::UnboundedSender<ChatEvent>,
     pub cancel: CancelFlag,
-}
-
-/// A request's prompt, rendered by the model's chat template with its tools.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TemplatePrompt {
-    pub parts: Vec<PromptPart>,
-    /// The same template's prompt of the request's system messages and tools with an empty user
-    /// message (`ChatTemplate::render_instructions`): what it shares with `parts` every request
-    /// of a client with the same instructions begins with, and the worker keeps in the prompt
-    /// cache (docs/ARCHITECTURE.md, "The prompt cache"). Empty: nothing is kept.
-    pub instructions: Vec<PromptPart>,
 }
 
 /// What a chat completion streams back.
@@ -203,18 +194,28 @@ pub struct Inference {
     pub worker: Arc<WorkerStatus>,
     /// The agent runs' sandbox, which the MCP server's `run_python` shares.
     pub(crate) sandbox: Arc<SharedSandbox>,
+    /// How to start a child process: each chat template render runs in one.
+    child: WorkerCommand,
 }
 
-/// The served model's chat template, or why it cannot be rendered.
-pub type ServedTemplate = Arc<Result<ChatTemplate, String>>;
+/// The served model's chat template, or why it cannot be used.
+pub type ServedTemplate = Arc<Result<TemplateSource, String>>;
 
-/// Reads and compiles the chat template of the model at `path` (the GGUF's
-/// `tokenizer.chat_template`; a file without one gets ChatML with Hermes tools).
-pub fn load_chat_template(path: &std::path::Path) -> ServedTemplate {
+/// Reads the chat template of the model at `path` (the GGUF's `tokenizer.chat_template`; a file
+/// without one gets ChatML with Hermes tools) and compiles it once in a child started by
+/// `child`, to know at start whether requests with tools can use it. It is never compiled in this
+/// process: see [`Inference::render_template`].
+pub fn load_chat_template(path: &std::path::Path, child: &WorkerCommand) -> ServedTemplate {
     let loaded = catena_gguf::GgufHeader::read(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
         .and_then(|header| {
-            ChatTemplate::new(header.get_str("tokenizer.chat_template"), "", "")
+            let source = TemplateSource::new(header.get_str("tokenizer.chat_template"));
+            let job = TemplateJob {
+                template: source.text().to_string(),
+                render: None,
+            };
+            render_in_child(child, job)
+                .map(|_| source)
                 .map_err(|e| e.to_string())
         });
     if let Err(e) = &loaded {
@@ -256,7 +257,7 @@ impl Inference {
             model_id: model_id(&config.model_path),
             info: client.info().clone(),
             adapter: adapter.map(|(_, name)| name),
-            template: load_chat_template(&config.model_path),
+            template: load_chat_template(&config.model_path, &config.worker),
             context_size: client.context_size(),
         }));
         let (tx, rx) = mpsc::channel(config.queue_limit.max(1));
@@ -294,7 +295,25 @@ impl Inference {
             serving,
             worker: status,
             sandbox,
+            child: config.worker,
         })
+    }
+
+    /// Renders `turns` with `tools` offered through the served model's chat template, in a
+    /// process of its own whose memory and time are capped (`catena_worker::render_in_child`):
+    /// the template is code from the model file. It blocks for that process's life (tens of
+    /// milliseconds), so async callers run it on a blocking thread.
+    pub fn render_template(
+        &self,
+        template: &TemplateSource,
+        turns: Vec<Turn>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RenderedPrompt, TemplateError> {
+        let job = TemplateJob {
+            template: template.text().to_string(),
+            render: Some(TemplateRender { turns, tools }),
+        };
+        render_in_child(&self.child, job)
     }
 
     /// Queues a job, or refuses it when the queue is full. The job is counted before it is
@@ -417,7 +436,7 @@ impl Worker {
                     model_id: model_id(&job.model_path),
                     info: client.info().clone(),
                     adapter,
-                    template: load_chat_template(&job.model_path),
+                    template: load_chat_template(&job.model_path, &self.jobs.config.worker),
                     context_size: client.context_size(),
                 };
                 *self.jobs.serving.write() = serving.clone();

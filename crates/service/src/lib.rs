@@ -18,6 +18,7 @@ mod vote;
 mod web;
 
 pub use approvals::{APPROVAL_TIMEOUT, McpHost};
+pub use catena_worker::{RenderedPrompt, TemplateError};
 pub use contract::{
     Connection, DataFile, Health, LibraryModels, List, ProfileInfo, RunFeedback, RunView,
     ServedModel, Serving, SessionRuns, StartedRun, StartedStatus, TrainingData, WorkerHealth,
@@ -25,7 +26,7 @@ pub use contract::{
 pub use downloads::{DownloadState, DownloadStatus};
 pub use error::{ErrorKind, ServiceError};
 pub use inference::{
-    ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig, ServedTemplate, TemplatePrompt,
+    ChatEvent, ChatJob, ChatUsage, FinishReason, InferenceConfig, ServedTemplate,
     load_chat_template,
 };
 pub use sandbox::{WORKSPACE_GUEST_PATH, Workspace};
@@ -42,6 +43,7 @@ use crate::inference::{AgentJob, Inference, Job, SwitchJob};
 use crate::live::LiveRuns;
 use crate::training::Training;
 use catena_agent::{Budgets, Decoding};
+use catena_chat_format::{TemplateSource, ToolSpec, Turn};
 use catena_engine_api::{EngineError, SamplingParams};
 use catena_protocol::Profile;
 use catena_store::{
@@ -171,6 +173,17 @@ impl Service {
     /// The served model's chat template (for requests with tools), or why it cannot be used.
     pub fn chat_template(&self) -> ServedTemplate {
         self.inference.serving().template
+    }
+
+    /// Renders a conversation with its tools through the served model's chat template, in a
+    /// process of its own ([`Inference::render_template`]); blocking.
+    pub fn render_template(
+        &self,
+        template: &TemplateSource,
+        turns: Vec<Turn>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RenderedPrompt, TemplateError> {
+        self.inference.render_template(template, turns, tools)
     }
 
     /// Queues a chat completion (the OpenAI API); its events arrive on the job's channel.

@@ -106,6 +106,17 @@ impl Drop for Reaped {
     }
 }
 
+/// A blocking HTTP client whose every request ends within `timeout`. reqwest is built with no
+/// TLS provider of its own (catena-hub uses ring); a client needs one installed even for plain
+/// HTTP.
+pub fn http_client(timeout: std::time::Duration) -> reqwest::blocking::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::blocking::Client::builder()
+        .timeout(timeout)
+        .build()
+        .expect("an HTTP client")
+}
+
 /// The address in `catena serve`'s first line ("Catena is serving M on http://ADDR (...)").
 pub fn served_address(line: &str) -> String {
     line.split(" on ")
