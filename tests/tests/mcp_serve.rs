@@ -21,11 +21,7 @@ const READ_DEADLINE: Duration = Duration::from_secs(300);
 const MAX_STREAM_BYTES: u64 = 4 << 20;
 
 fn http() -> reqwest::blocking::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::blocking::Client::builder()
-        .timeout(READ_DEADLINE)
-        .build()
-        .unwrap()
+    common::http_client(READ_DEADLINE)
 }
 
 /// A `<tool_call>` block for the prefill.

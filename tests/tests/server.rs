@@ -73,13 +73,7 @@ impl Drop for Served {
 }
 
 fn http() -> reqwest::blocking::Client {
-    // reqwest is built with no TLS provider of its own (catena-hub uses ring); a client needs one
-    // installed even for plain HTTP.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()
-        .unwrap()
+    common::http_client(Duration::from_secs(600))
 }
 
 /// Runs one of the client scripts (`tests/python/<script>`) against `base_url`: every check it

@@ -13,11 +13,7 @@ const KEY: &str = "editor-key";
 const CONTEXT: u64 = 2048;
 
 fn http() -> reqwest::blocking::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()
-        .unwrap()
+    common::http_client(Duration::from_secs(300))
 }
 
 fn model_id() -> String {
