@@ -8,12 +8,12 @@
 //! renamed into place when complete, so a killed build is never listed or searched.
 
 mod documents;
-pub mod extract;
-mod html_depth;
 mod passage_line;
 mod passages;
-mod pdf;
 
+/// The readers of documents, pages and archive articles, a crate of their own so they can be
+/// fuzzed without the index engine.
+pub use catena_documents as extract;
 use catena_protocol::names::is_plain_name;
 /// The ZIM reader, a crate of its own so it can be fuzzed without the index engine.
 pub use catena_zim as zim;

@@ -1,7 +1,16 @@
 //! Files to searchable documents: Markdown, plain text, HTML and PDF (its text layer), each with a
-//! title, readable text and, where the file states one, a publication date. The crawler reads
-//! fetched web pages through the same [`html_to_text`], so a page reads the same whether it came
-//! from the index or from the network.
+//! title, readable text and, where the file states one, a publication date; and the articles of
+//! ZIM archives. The crawler reads fetched web pages through the same [`html_to_text`], so a page
+//! reads the same whether it came from the index or from the network.
+//!
+//! Every byte read here is untrusted (the user's files, pages from the web, archives from
+//! anywhere), so the readers bound what the bytes can make them do: an HTML page's nesting is
+//! flattened past a depth before it is parsed, a PDF's streams are measured before they are
+//! opened, and a parser's panic becomes the file's error. A crate of its own, apart from the
+//! index (`catena-search`), so that the fuzz targets (`fuzz/`) build it without tantivy.
+
+mod html_depth;
+mod pdf;
 
 use std::path::{Path, PathBuf};
 
@@ -116,7 +125,7 @@ fn first_line_title(text: &str) -> Option<String> {
 /// opened: a failed allocation would end the process). `pdf-extract` is known to panic on some
 /// malformed files; such a panic is caught here and becomes the file's error, so one broken PDF
 /// never ends a build.
-fn pdf_text(bytes: &[u8]) -> Result<String, String> {
+pub fn pdf_text(bytes: &[u8]) -> Result<String, String> {
     let text = std::panic::catch_unwind(|| crate::pdf::pdf_text(bytes, crate::pdf::PDF_CAPS))
         .map_err(|_| "the PDF could not be parsed".to_string())??;
     // Pages come separated by form feeds; runs of blank lines from the layout are squeezed.
@@ -241,9 +250,9 @@ pub fn archive_documents(
     links: bool,
     each: &mut dyn FnMut(Document, ArchiveProgress),
     failed: &mut dyn FnMut(&str, String),
-) -> Result<(), crate::zim::ZimError> {
-    let mut archive = crate::zim::ZimArchive::open(path)?;
-    let base = archive_base(path).map_err(|reason| crate::zim::ZimError::NotZim {
+) -> Result<(), catena_zim::ZimError> {
+    let mut archive = catena_zim::ZimArchive::open(path)?;
+    let base = archive_base(path).map_err(|reason| catena_zim::ZimError::NotZim {
         path: path.to_path_buf(),
         reason,
     })?;
@@ -251,7 +260,7 @@ pub fn archive_documents(
     let entries = archive.entries(is_html)?;
     let total = entries.len() as u64;
     let mut done = 0u64;
-    crate::zim::read_entries(&mut archive, &entries, |entry, bytes| {
+    catena_zim::read_entries(&mut archive, &entries, |entry, bytes| {
         done += 1;
         let progress = ArchiveProgress { done, total };
         let bytes = match bytes {
