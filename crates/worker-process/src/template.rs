@@ -37,8 +37,8 @@ fn render(job: &TemplateJob) -> Result<(Vec<PromptPart>, Vec<PromptPart>), Forma
 
 /// Caps the process's data (its heap and private mappings: what an allocation takes) at what it
 /// holds now plus [`RENDER_MEMORY`]: past it an allocation fails and the process aborts, which
-/// the parent reports. Linux only (the figure comes from `/proc`); elsewhere the parent's
-/// deadline is the only bound.
+/// the parent reports. Linux only (the figure comes from `/proc`); elsewhere the render's fuel
+/// and the parent's deadline are the only bounds.
 #[cfg(target_os = "linux")]
 fn cap_memory() -> Result<(), FormatError> {
     use rustix::process::{Resource, Rlimit, setrlimit};
