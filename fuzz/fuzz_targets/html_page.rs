@@ -8,7 +8,6 @@ use catena_documents::{html_page, html_to_prose};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let (metadata, text) = html_page(data);
-    let prose = html_to_prose(data);
-    assert!(metadata.title.as_ref().map_or(0, String::len) + text.len() + prose.len() < usize::MAX);
+    std::hint::black_box(html_page(data));
+    std::hint::black_box(html_to_prose(data));
 });

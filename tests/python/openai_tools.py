@@ -148,6 +148,47 @@ def tool_choice_required(client, model):
     return [check_call(call)[0] for call in choice.message.tool_calls]
 
 
+def streamed_call_matches_whole(client, model):
+    # A call whose every token is forced (one function, one allowed value), so any model writes
+    # the same text twice: streamed, its fragments must add up to the arguments the same request
+    # gets whole, byte for byte, in every family's call format (a template that knows no tools
+    # answers in a {"tool_calls": [...]} envelope).
+    zone = {
+        "type": "object",
+        "properties": {"zone": {"type": "string", "enum": ["UTC"]}},
+        "required": ["zone"],
+        "additionalProperties": False,
+    }
+    request = dict(
+        model=model,
+        messages=[{"role": "user", "content": "Set the clock to UTC."}],
+        tools=[{"type": "function", "function": {"name": "set_zone", "parameters": zone}}],
+        tool_choice={"type": "function", "function": {"name": "set_zone"}},
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+    )
+    whole = client.chat.completions.create(**request).choices[0]
+    assert whole.finish_reason == "tool_calls", f"finish_reason {whole.finish_reason!r}: {whole.message}"
+    [call] = whole.message.tool_calls
+    pieces, names, finish = [], [], None
+    for chunk in client.chat.completions.create(**request, stream=True):
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or []:
+                assert delta.index == 0, f"a second call: {delta}"
+                if delta.function is not None and delta.function.name is not None:
+                    names.append(delta.function.name)
+                if delta.function is not None and delta.function.arguments:
+                    pieces.append(delta.function.arguments)
+    assert finish == "tool_calls", f"streamed finish_reason {finish!r}"
+    assert names == ["set_zone"], names
+    streamed = "".join(pieces)
+    assert streamed == call.function.arguments, f"streamed {streamed!r}, whole {call.function.arguments!r}"
+    assert json.loads(streamed) == {"zone": "UTC"}, streamed
+    return {"arguments": streamed, "pieces": len(pieces)}
+
+
 def tool_choice_named(client, model):
     # The user asks about the weather; the named choice must still win.
     reply = client.chat.completions.create(
@@ -320,6 +361,7 @@ CHECKS = [
     streamed_tool_call,
     tool_choice_required,
     tool_choice_named,
+    streamed_call_matches_whole,
     response_format_json_schema,
     responses_function_call,
     responses_streamed,

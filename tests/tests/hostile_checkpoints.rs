@@ -11,6 +11,10 @@
 //! abort the server or hold a thread; each must now cost its request a clear error, and the
 //! server must go on answering.
 //!
+//! And what such a model writes is untrusted too: a toy whose template knows no tools answers a
+//! forced call in Catena's `{"tool_calls": [...]}` envelope, and the official OpenAI client must
+//! add up the same arguments streamed as it gets whole.
+//!
 //! The checkpoint is a toy Qwen2 written here (one layer, 64 wide, a byte-level vocabulary of
 //! 260 tokens), so the tests need no model download and take seconds; a valid copy of it is
 //! imported first, so every refusal below is the number's doing.
@@ -572,4 +576,45 @@ fn hostile_chat_templates_cost_their_request_not_the_server() {
     let (status, body) = server.chat(None);
     assert_eq!(status, 200, "{body}");
     server.assert_alive();
+}
+
+/// ChatML with no word of tools: such a template's calls are asked for, and read, as a JSON
+/// envelope (docs/ARCHITECTURE.md, "Function calling").
+const TOOLLESS_TEMPLATE: &str = "{%- for m in messages %}<|im_start|>{{ m.role }}\n\
+    {{ m.content }}<|im_end|>\n{% endfor -%}<|im_start|>assistant\n";
+
+#[test]
+fn a_template_without_tools_streams_calls_that_add_up_to_the_whole_answer() {
+    let data = Data::new();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("toolless");
+    write_checkpoint(&dir, &valid_config());
+    with_chat_template(&dir, TOOLLESS_TEMPLATE);
+    let imported = data.import(&dir, "toolless");
+    assert!(imported.status.success(), "{}", imported.stderr);
+    let server = ToyServer::start(&data, &data.path().join("models/toolless-Q8_0.gguf"));
+    // Before, the stream sent the envelope's arguments as written (`{"zone": "UTC"}`, a piece at
+    // a time while the envelope was open), and the whole answer respaced them.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_tools.py");
+    let output = Command::new(common::test_python())
+        .arg(&script)
+        .arg(format!("{}/v1", server.base))
+        .args([
+            server.model.as_str(),
+            "no-key",
+            "streamed_call_matches_whole",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        out["passed"]["streamed_call_matches_whole"]["pieces"].as_u64() >= Some(1),
+        "{out}"
+    );
 }

@@ -105,7 +105,7 @@ fn client_checks(server: &Served, script: &str, base_url: &str, checks: usize) {
 fn function_calling_and_the_responses_api_hold_for_the_official_client() {
     let store = tempfile::tempdir().unwrap();
     let server = Served::start(store.path(), &[], Some("test-key"));
-    client_checks(&server, "openai_tools.py", &server.url("/v1"), 11);
+    client_checks(&server, "openai_tools.py", &server.url("/v1"), 12);
 }
 
 /// Anthropic's Messages API through Anthropic's official SDK (which sends the key as

@@ -200,6 +200,9 @@ impl CallFormat {
                 let body = body.strip_prefix(MISTRAL_MARK).unwrap_or(body);
                 parse_array(body, finished).unwrap_or_else(|| prose(text, finished))
             }
+            // An envelope still being written waits whole, as Mistral's array does: its calls
+            // are read when it closes, never guessed from the objects inside it.
+            CallFormat::Json if !finished && open_envelope(text) => return Parsed::default(),
             CallFormat::Json => {
                 parse_json_envelope(text, finished).unwrap_or_else(|| prose(text, finished))
             }
@@ -252,7 +255,9 @@ fn settled(text: &str, finished: bool) -> &str {
     if finished {
         return text;
     }
-    if text.trim_start().starts_with(['{', '[']) {
+    // A whole answer that may be calls: a JSON object or array, maybe after Llama's tag.
+    let start = text.trim_start();
+    if start.starts_with(['{', '[']) || start.starts_with(PYTHON_TAG) {
         return "";
     }
     let mut end = text.trim_end().len();
@@ -413,6 +418,18 @@ fn parse_json_envelope(text: &str, finished: bool) -> Option<Parsed> {
     whole_value(body, finished, |value| {
         value.get("tool_calls")?.as_array().cloned()
     })
+}
+
+/// Whether `text` is a `{"tool_calls": ...}` envelope that is not closed yet (its first key
+/// written, or as much of it as there is).
+fn open_envelope(text: &str) -> bool {
+    const KEY: &str = "\"tool_calls\"";
+    let Some(inside) = text.trim_start().strip_prefix('{') else {
+        return false;
+    };
+    let inside = inside.trim_start();
+    let names_the_key = inside.starts_with(KEY) || KEY.starts_with(inside);
+    names_the_key && complete_value_len(text).is_none()
 }
 
 /// Calls from the JSON value `body` starts with, once it is closed (`items` finds the list of

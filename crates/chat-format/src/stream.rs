@@ -29,8 +29,14 @@ pub struct CallStream {
     tools: Vec<ToolSpec>,
     text: String,
     content_sent: String,
-    /// Each started call's id and the arguments text sent for it.
-    calls_sent: Vec<(String, String)>,
+    calls_sent: Vec<SentCall>,
+}
+
+/// A call as far as it has been sent.
+struct SentCall {
+    id: String,
+    name: String,
+    arguments: String,
 }
 
 /// The whole answer.
@@ -59,8 +65,21 @@ impl CallStream {
         self.diff(&parsed)
     }
 
+    /// The whole answer of a generation read at once, for a request that does not stream.
+    pub fn read_whole(
+        format: CallFormat,
+        tools: Vec<ToolSpec>,
+        text: &str,
+    ) -> Result<Finished, FormatError> {
+        let mut stream = CallStream::new(format, tools);
+        stream.text = text.to_string();
+        stream.finish().map(|(_, finished)| finished)
+    }
+
     /// The last pieces and the whole answer. A call that does not parse, or names no offered
-    /// tool, is an error (the text is in it).
+    /// tool, is an error (the text is in it); so is a finished answer that does not extend what
+    /// was sent while it was written (a model's malformed text can look like a call's start and
+    /// then not be one), since a client that adds up the pieces would hold another answer.
     pub fn finish(&mut self) -> Result<(Vec<CallDelta>, Finished), FormatError> {
         let (content, calls) = self.format.finish(&self.text, &self.tools)?;
         let parsed = Parsed {
@@ -75,11 +94,17 @@ impl CallStream {
                 .collect(),
         };
         let deltas = self.diff(&parsed);
+        if !self.sent_all_of(&parsed) {
+            return Err(FormatError::BadCall {
+                reason: "what was streamed of it does not match the finished text".into(),
+                text: self.text.clone(),
+            });
+        }
         let calls = calls
             .into_iter()
             .zip(&self.calls_sent)
-            .map(|((name, arguments), (id, _))| ToolCall {
-                id: id.clone(),
+            .map(|((name, arguments), sent)| ToolCall {
+                id: sent.id.clone(),
                 name,
                 arguments,
             })
@@ -93,6 +118,19 @@ impl CallStream {
         &self.text
     }
 
+    /// Whether the pieces sent add up to `parsed`, exactly.
+    fn sent_all_of(&self, parsed: &Parsed) -> bool {
+        self.content_sent == parsed.content
+            && self.calls_sent.len() == parsed.calls.len()
+            && self
+                .calls_sent
+                .iter()
+                .zip(&parsed.calls)
+                .all(|(sent, call)| {
+                    call.name.as_ref() == Some(&sent.name) && call.arguments == sent.arguments
+                })
+    }
+
     fn diff(&mut self, parsed: &Parsed) -> Vec<CallDelta> {
         let mut deltas = Vec::new();
         if let Some(more) = parsed.content.strip_prefix(self.content_sent.as_str())
@@ -103,26 +141,35 @@ impl CallStream {
         }
         for (index, call) in parsed.calls.iter().enumerate() {
             if index == self.calls_sent.len() {
-                let Some(name) = &call.name else { break };
+                // A call starts once its name is written and names an offered tool: text that
+                // only looks like a call's start may still turn out to be prose.
+                let offered = |name: &&String| self.tools.iter().any(|t| &t.name == *name);
+                let Some(name) = call.name.as_ref().filter(offered) else {
+                    break;
+                };
                 let id = self.format.call_id();
                 deltas.push(CallDelta::CallStart {
                     index,
                     id: id.clone(),
                     name: name.clone(),
                 });
-                self.calls_sent.push((id, String::new()));
+                self.calls_sent.push(SentCall {
+                    id,
+                    name: name.clone(),
+                    arguments: String::new(),
+                });
             }
-            let Some((_, sent)) = self.calls_sent.get_mut(index) else {
+            let Some(sent) = self.calls_sent.get_mut(index) else {
                 break;
             };
-            if let Some(more) = call.arguments.strip_prefix(sent.as_str())
+            if let Some(more) = call.arguments.strip_prefix(sent.arguments.as_str())
                 && !more.is_empty()
             {
                 deltas.push(CallDelta::Arguments {
                     index,
                     fragment: more.to_string(),
                 });
-                *sent = call.arguments.clone();
+                sent.arguments = call.arguments.clone();
             }
         }
         deltas

@@ -585,10 +585,8 @@ pub(super) fn read_answer(
     let Some((format, tools)) = &answer.reader else {
         return Ok((Some(text), Vec::new()));
     };
-    let mut stream = CallStream::new(*format, tools.clone());
-    stream.push(&text);
-    match stream.finish() {
-        Ok((_, finished)) => Ok((finished.content, finished.calls)),
+    match CallStream::read_whole(*format, tools.clone(), &text) {
+        Ok(finished) => Ok((finished.content, finished.calls)),
         // Cut by a limit inside a call: the text as it is, with `length`.
         Err(_) if finish == FinishReason::Length => Ok((Some(text), Vec::new())),
         Err(e) => Err(tool_request::format_error(e)),

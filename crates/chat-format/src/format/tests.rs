@@ -154,7 +154,15 @@ fn grammars_follow_the_choice() {
 
 /// What a stream sends adds up to what the whole text parses to, wherever the text is cut.
 fn stream_in_pieces(text: &str, size: usize) -> (String, Vec<(String, String)>) {
-    let mut stream = CallStream::new(CallFormat::Hermes, vec![weather()]);
+    stream_format_in_pieces(CallFormat::Hermes, text, size)
+}
+
+fn stream_format_in_pieces(
+    format: CallFormat,
+    text: &str,
+    size: usize,
+) -> (String, Vec<(String, String)>) {
+    let mut stream = CallStream::new(format, vec![weather()]);
     let mut deltas = Vec::new();
     let chars: Vec<char> = text.chars().collect();
     for piece in chars.chunks(size) {
@@ -210,6 +218,80 @@ fn streamed_pieces_add_up_to_the_whole_answer() {
     let prose = "No tool needed: 2 + 2 = 4. ```python\nprint(4)\n``` <b>done</b>";
     for size in [1, 5] {
         assert_eq!(stream_in_pieces(prose, size), (prose.to_string(), vec![]));
+    }
+}
+
+#[test]
+fn every_family_streams_its_calls_as_the_whole_answer_has_them() {
+    let answers = [
+        (
+            CallFormat::Llama3,
+            "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Lima\"}}",
+        ),
+        (
+            CallFormat::Llama3,
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Lima\"}}",
+        ),
+        (
+            CallFormat::Mistral,
+            "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Kyiv\"}}]",
+        ),
+        (
+            CallFormat::Json,
+            "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Accra\"}}]}",
+        ),
+    ];
+    for (format, text) in answers {
+        for size in [1, 2, 4, 7, 1000] {
+            // Llama's tag is not prose, and an envelope's arguments come whole: before, the
+            // tag was streamed as content, and an envelope's first arguments were streamed as
+            // the model wrote them and then read back respaced, so a client held `{"city":
+            // "Accra"` without its brace.
+            let (content, calls) = stream_format_in_pieces(format, text, size);
+            assert_eq!(
+                (content.as_str(), calls.len()),
+                ("", 1),
+                "{format:?} {size}"
+            );
+            let arguments: serde_json::Value = serde_json::from_str(&calls[0].1).unwrap();
+            assert!(
+                arguments["city"].is_string(),
+                "{format:?} {size}: {calls:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn text_that_only_looked_like_a_call_is_prose_streamed_or_not() {
+    // A Llama answer that opens like a call but whose object is broken: not a call.
+    let text = "{\"name\": \"get_we: \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
+    for size in [1, 3, 1000] {
+        let (content, calls) = stream_format_in_pieces(CallFormat::Llama3, text, size);
+        assert_eq!((content.as_str(), calls.len()), (text, 0));
+    }
+    let whole = CallStream::read_whole(CallFormat::Llama3, vec![weather()], text).unwrap();
+    assert_eq!(whole.content.as_deref(), Some(text));
+}
+
+#[test]
+fn a_finished_answer_that_contradicts_what_was_streamed_is_an_error() {
+    // While written, a call of `get_weather` (sent as it came); finished, its object is
+    // followed by prose, so the whole text is not a call after all.
+    let mut stream = CallStream::new(CallFormat::Llama3, vec![weather()]);
+    let started = stream.push("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"O\"");
+    assert!(
+        started
+            .iter()
+            .any(|d| matches!(d, CallDelta::CallStart { name, .. } if name == "get_weather"))
+    );
+    stream.push("}, \"name\": \"get_weather\"} trailing prose");
+    match stream.finish() {
+        Err(FormatError::BadCall { reason, text }) => {
+            assert!(reason.contains("does not match"), "{reason}");
+            assert!(text.ends_with("trailing prose"));
+        }
+        other => panic!("{other:?}"),
     }
 }
 
