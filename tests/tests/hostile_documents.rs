@@ -1,7 +1,8 @@
 //! Hostile files given to `catena index add`, against the real binary: a page of 200,000 nested
 //! `<div>`s (it took minutes and gigabytes to convert), a PDF whose page stream inflates to
 //! 512 MiB from a few kilobytes (gigabytes aborted the whole build: an allocation failure is no
-//! panic), and a passage file whose line never ends. Each build finishes, indexes what is readable and says what it left out.
+//! panic), a PDF whose page is its own parent (the build never ended), and a passage file whose
+//! line never ends. Each build finishes, indexes what is readable and says what it left out.
 
 mod common;
 
@@ -33,17 +34,19 @@ fn deflate(data: &[u8]) -> Vec<u8> {
     encoder.finish().unwrap()
 }
 
-/// A one-page PDF whose page stream is `stream`, filtered by `filters`.
-fn pdf(filters: &str, stream: &[u8]) -> Vec<u8> {
+/// The page of [`pdf`]'s documents: its box and fonts, its parent the page tree.
+const PAGE: &[u8] = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+    /Resources << /Font << /F1 5 0 R >> >> >>";
+
+/// A one-page PDF whose page (object 3) is `page`, its stream `stream` filtered by `filters`.
+fn pdf(page: &[u8], filters: &str, stream: &[u8]) -> Vec<u8> {
     let mut content = format!("<< /Length {} {filters} >>\nstream\n", stream.len()).into_bytes();
     content.extend_from_slice(stream);
     content.extend_from_slice(b"\nendstream");
     let objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
-          /Resources << /Font << /F1 5 0 R >> >> >>"
-            .to_vec(),
+        page.to_vec(),
         content,
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
     ];
@@ -67,7 +70,7 @@ fn pdf(filters: &str, stream: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn index_add_survives_a_nested_page_and_a_pdf_bomb() {
+fn index_add_survives_a_nested_page_and_hostile_pdfs() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
     let docs = data.join("docs");
@@ -92,19 +95,28 @@ fn index_add_survives_a_nested_page_and_a_pdf_bomb() {
         }
         encoder.finish().unwrap()
     };
-    let bomb = pdf("/Filter [/FlateDecode /FlateDecode]", &deflate(&inner));
+    let bomb = pdf(
+        PAGE,
+        "/Filter [/FlateDecode /FlateDecode]",
+        &deflate(&inner),
+    );
     assert!(bomb.len() < 64 << 10, "{}", bomb.len());
     std::fs::write(docs.join("bomb.pdf"), bomb).unwrap();
+    // Its own parent, and no resources there: pdf-extract looked for them up the tree forever.
+    let looping = b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>";
+    let text = b"BT /F1 12 Tf 72 720 Td (The ferry leaves at 07:15.) Tj ET";
+    std::fs::write(docs.join("looping.pdf"), pdf(looping, "", text)).unwrap();
 
     let add = index_add(data, &[docs.to_str().unwrap(), "--name", "docs"]);
     let said = String::from_utf8_lossy(&add.stderr);
     assert!(add.status.success(), "{said}");
     assert!(
-        said.contains("Indexed 2 documents") && said.contains("1 files that could not be read"),
+        said.contains("Indexed 2 documents") && said.contains("2 files that could not be read"),
         "{said}"
     );
     assert!(said.contains("bomb.pdf"), "{said}");
     assert!(said.contains("decompress to more than"), "{said}");
+    assert!(said.contains("looping.pdf"), "{said}");
 
     let search = |query: &str| {
         let out = Command::new(common::catena_bin())
