@@ -25,9 +25,9 @@ for fuzz_target in trajectory_parser gguf_header convert_config zim_reader html_
   fi
   # One input running past half the target's time is a hang (libFuzzer's own default waits 20
   # minutes for one, past the time given: a PDF page that was its own parent was found that way).
-  timeout=$(( seconds / 2 > 1 ? seconds / 2 : 1 ))
+  unit_limit=$(( seconds / 2 > 1 ? seconds / 2 : 1 ))
   if ! RUSTC_BOOTSTRAP=1 cargo fuzz run --release "$fuzz_target" "${corpus[@]}" -- \
-      -max_total_time="$seconds" -timeout="$timeout" >"$log" 2>&1; then
+      -max_total_time="$seconds" -timeout="$unit_limit" >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     die "fuzzing $fuzz_target found a failure (the input is under fuzz/artifacts/$fuzz_target/)"
   fi
