@@ -1,8 +1,8 @@
 //! Hostile files given to `catena index add`, against the real binary: a page of 200,000 nested
 //! `<div>`s (it took minutes and gigabytes to convert), a PDF whose page stream inflates to
 //! 512 MiB from a few kilobytes (gigabytes aborted the whole build: an allocation failure is no
-//! panic), a PDF whose page is its own parent (the build never ended), and a passage file whose
-//! line never ends. Each build finishes, indexes what is readable and says what it left out.
+//! panic), a PDF whose page is its own parent (the build never ended), one whose form draws
+//! itself (a stack overflow ended the build), and a passage file whose line never ends. Each build finishes, indexes what is readable and says what it left out.
 
 mod common;
 
@@ -38,18 +38,20 @@ fn deflate(data: &[u8]) -> Vec<u8> {
 const PAGE: &[u8] = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
     /Resources << /Font << /F1 5 0 R >> >> >>";
 
-/// A one-page PDF whose page (object 3) is `page`, its stream `stream` filtered by `filters`.
-fn pdf(page: &[u8], filters: &str, stream: &[u8]) -> Vec<u8> {
+/// A one-page PDF whose page (object 3) is `page`, its stream `stream` filtered by `filters`,
+/// and `more` objects (6 on).
+fn pdf(page: &[u8], filters: &str, stream: &[u8], more: &[&[u8]]) -> Vec<u8> {
     let mut content = format!("<< /Length {} {filters} >>\nstream\n", stream.len()).into_bytes();
     content.extend_from_slice(stream);
     content.extend_from_slice(b"\nendstream");
-    let objects = [
+    let mut objects = vec![
         b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
         page.to_vec(),
         content,
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
     ];
+    objects.extend(more.iter().map(|object| object.to_vec()));
     let mut out = b"%PDF-1.4\n".to_vec();
     let mut offsets = Vec::new();
     for (i, object) in objects.iter().enumerate() {
@@ -59,12 +61,13 @@ fn pdf(page: &[u8], filters: &str, stream: &[u8]) -> Vec<u8> {
         out.extend_from_slice(b"\nendobj\n");
     }
     let xref = out.len();
-    out.extend_from_slice(b"xref\n0 6\n0000000000 65535 f \n");
+    let size = objects.len() + 1;
+    out.extend_from_slice(format!("xref\n0 {size}\n0000000000 65535 f \n").as_bytes());
     for offset in offsets {
         out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
     }
     out.extend_from_slice(
-        format!("trailer\n<< /Size 6 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
+        format!("trailer\n<< /Size {size} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
     );
     out
 }
@@ -99,24 +102,34 @@ fn index_add_survives_a_nested_page_and_hostile_pdfs() {
         PAGE,
         "/Filter [/FlateDecode /FlateDecode]",
         &deflate(&inner),
+        &[],
     );
     assert!(bomb.len() < 64 << 10, "{}", bomb.len());
     std::fs::write(docs.join("bomb.pdf"), bomb).unwrap();
     // Its own parent, and no resources there: pdf-extract looked for them up the tree forever.
     let looping = b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>";
     let text = b"BT /F1 12 Tf 72 720 Td (The ferry leaves at 07:15.) Tj ET";
-    std::fs::write(docs.join("looping.pdf"), pdf(looping, "", text)).unwrap();
+    std::fs::write(docs.join("looping.pdf"), pdf(looping, "", text, &[])).unwrap();
+    // A form that draws itself: pdf-extract overflowed the stack, which ended the whole build.
+    let drawing = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+        /Resources << /Font << /F1 5 0 R >> /XObject << /Me 6 0 R >> >> >>";
+    let form: &[u8] = b"<< /Type /XObject /Subtype /Form /BBox [0 0 9 9] /Resources << \
+        /XObject << /Me 6 0 R >> >> /Length 6 >>\nstream\n/Me Do\nendstream";
+    let text = b"BT /F1 12 Tf 72 720 Td (The ferry leaves at 07:15.) Tj ET /Me Do";
+    std::fs::write(docs.join("drawing.pdf"), pdf(drawing, "", text, &[form])).unwrap();
 
     let add = index_add(data, &[docs.to_str().unwrap(), "--name", "docs"]);
     let said = String::from_utf8_lossy(&add.stderr);
     assert!(add.status.success(), "{said}");
     assert!(
-        said.contains("Indexed 2 documents") && said.contains("2 files that could not be read"),
+        said.contains("Indexed 2 documents") && said.contains("3 files that could not be read"),
         "{said}"
     );
     assert!(said.contains("bomb.pdf"), "{said}");
     assert!(said.contains("decompress to more than"), "{said}");
     assert!(said.contains("looping.pdf"), "{said}");
+    assert!(said.contains("drawing.pdf"), "{said}");
+    assert!(said.contains("nest more than 32 forms deep"), "{said}");
 
     let search = |query: &str| {
         let out = Command::new(common::catena_bin())

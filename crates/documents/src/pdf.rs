@@ -13,7 +13,7 @@
 
 use pdf_extract::{Document, LoadOptions, Object, ObjectId, Stream};
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 
 /// What the streams of a PDF may decompress to.
@@ -118,7 +118,8 @@ pub(crate) fn pdf_text(bytes: &[u8], caps: PdfCaps) -> Result<String, String> {
             .map_err(|e| format!("the PDF is encrypted: {e}"))?;
     }
     within_caps(&document, caps, loading)?;
-    cut_parent_loops(&mut document);
+    crate::pdf_pages::cut_parent_loops(&mut document);
+    crate::pdf_pages::drawing_within_bounds(&document)?;
     let mut text = String::new();
     pdf_extract::output_doc(&document, &mut pdf_extract::PlainTextOutput::new(&mut text))
         .map_err(|e| format!("the PDF could not be read: {e}"))?;
@@ -152,39 +153,6 @@ fn within_caps(document: &Document, caps: PdfCaps, loading: u64) -> Result<(), S
         }
     }
     Ok(())
-}
-
-/// The most `/Parent` links followed up from a page: page trees are shallow (a balanced tree of
-/// a million pages is ten levels deep).
-const MAX_TREE_DEPTH: usize = 64;
-
-/// Cuts each page's chain of `/Parent` links where it loops back or passes [`MAX_TREE_DEPTH`].
-/// pdf-extract finds a page's inherited `/Resources` and `/MediaBox` by following the chain
-/// until it ends, calling itself at each step: a page that is its own parent held a thread
-/// forever (found by the `pdf_text` fuzz target), and a chain long enough would overflow the
-/// stack, which aborts the process. What the cut link would have found it had already passed.
-fn cut_parent_loops(document: &mut Document) {
-    let parent_of = |document: &Document, node: ObjectId| {
-        let dict = document.get_dictionary(node).ok()?;
-        dict.get(b"Parent").ok()?.as_reference().ok()
-    };
-    let mut cuts = Vec::new();
-    for page in document.get_pages().into_values() {
-        let mut seen = HashSet::from([page]);
-        let mut node = page;
-        while let Some(parent) = parent_of(document, node) {
-            if seen.len() > MAX_TREE_DEPTH || !seen.insert(parent) {
-                cuts.push(node);
-                break;
-            }
-            node = parent;
-        }
-    }
-    for node in cuts {
-        if let Ok(dict) = document.get_dictionary_mut(node) {
-            dict.remove(b"Parent");
-        }
-    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -337,77 +305,6 @@ mod tests {
             .collect();
         dict.set("Filter", Object::Array(names));
         Stream::new(dict, content)
-    }
-
-    /// A one-page PDF: the catalog, `pages` (object 2), `page` (object 3), a font (4), the
-    /// page's content (5) and `more` (6 on).
-    fn one_page_pdf(pages: &str, page: &str, more: &[String]) -> Vec<u8> {
-        let content = "BT /F1 12 Tf 72 720 Td (Tides follow the moon.) Tj ET";
-        let mut objects = vec![
-            "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
-            pages.to_string(),
-            page.to_string(),
-            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
-            format!(
-                "<< /Length {} >>\nstream\n{content}\nendstream",
-                content.len()
-            ),
-        ];
-        objects.extend_from_slice(more);
-        crate::test_pdf::pdf_of(&objects)
-    }
-
-    const PAGES: &str = "<< /Type /Pages /Kids [3 0 R] /Count 1 >>";
-    const INHERITED: &str = "/MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >>";
-
-    #[test]
-    fn pages_inherit_through_their_parents() {
-        let pages = format!("<< /Type /Pages /Kids [3 0 R] /Count 1 {INHERITED} >>");
-        let page = "<< /Type /Page /Parent 2 0 R /Contents 5 0 R >>";
-        let text = pdf_text(&one_page_pdf(&pages, page, &[]), PDF_CAPS).unwrap();
-        assert!(text.contains("Tides follow the moon."), "{text:?}");
-    }
-
-    #[test]
-    fn a_page_that_is_its_own_parent_is_read() {
-        // No box to find on the page: pdf-extract followed the page to itself forever.
-        let page = "<< /Type /Page /Parent 3 0 R /Contents 5 0 R >>";
-        let pdf = one_page_pdf(PAGES, page, &[]);
-        let (mut document, _) = load(&pdf, PDF_CAPS).unwrap();
-        cut_parent_loops(&mut document);
-        assert!(
-            document
-                .get_dictionary((3, 0))
-                .unwrap()
-                .get(b"Parent")
-                .is_err()
-        );
-        // Without a page box pdf-extract panics, which the public reader turns into an error.
-        let error = crate::pdf_text(&pdf).unwrap_err();
-        assert_eq!(error, "the PDF could not be parsed");
-        // With one, the page is read.
-        let page = format!("<< /Type /Page /Parent 3 0 R /Contents 5 0 R {INHERITED} >>");
-        let text = pdf_text(&one_page_pdf(PAGES, &page, &[]), PDF_CAPS).unwrap();
-        assert!(text.contains("Tides follow the moon."), "{text:?}");
-    }
-
-    #[test]
-    fn a_chain_of_parents_past_the_depth_is_cut() {
-        // The page's parent is object 6, whose parent is 7, and so on: 200 levels, the box at
-        // the top.
-        let levels = 200;
-        let mut more: Vec<String> = (0..levels - 1)
-            .map(|i| format!("<< /Type /Pages /Parent {} 0 R >>", i + 7))
-            .collect();
-        more.push(format!("<< /Type /Pages {INHERITED} >>"));
-        let page = "<< /Type /Page /Parent 6 0 R /Contents 5 0 R >>";
-        let (mut document, _) = load(&one_page_pdf(PAGES, page, &more), PDF_CAPS).unwrap();
-        cut_parent_loops(&mut document);
-        let cut = (6 + MAX_TREE_DEPTH - 1) as u32;
-        let below = document.get_dictionary((cut, 0)).unwrap();
-        assert!(below.get(b"Parent").is_err(), "{below:?}");
-        let above = document.get_dictionary((cut - 1, 0)).unwrap();
-        assert!(above.get(b"Parent").is_ok(), "{above:?}");
     }
 
     #[test]
