@@ -2,7 +2,8 @@
 //! `<div>`s (it took minutes and gigabytes to convert), a PDF whose page stream inflates to
 //! 512 MiB from a few kilobytes (gigabytes aborted the whole build: an allocation failure is no
 //! panic), a PDF whose page is its own parent (the build never ended), one whose form draws
-//! itself (a stack overflow ended the build), and a passage file whose line never ends. Each build finishes, indexes what is readable and says what it left out.
+//! itself (a stack overflow ended the build), one whose font maps four billion codes (so did a
+//! failed allocation), and a passage file whose line never ends. Each build finishes, indexes what is readable and says what it left out.
 
 mod common;
 
@@ -117,12 +118,24 @@ fn index_add_survives_a_nested_page_and_hostile_pdfs() {
         /XObject << /Me 6 0 R >> >> /Length 6 >>\nstream\n/Me Do\nendstream";
     let text = b"BT /F1 12 Tf 72 720 Td (The ferry leaves at 07:15.) Tj ET /Me Do";
     std::fs::write(docs.join("drawing.pdf"), pdf(drawing, "", text, &[form])).unwrap();
+    // A font whose character map spans four billion codes: the failed allocation ended the build.
+    let mapped = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+        /Resources << /Font << /F1 6 0 R >> >> >>";
+    let font: &[u8] = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 7 0 R >>";
+    let cmap: &[u8] = b"<< /Length 76 >>\nstream\nbegincmap 1 beginbfrange <00000000> \
+        <FFFFFFFF> <00000041> endbfrange endcmap\nendstream";
+    let text = b"BT /F1 12 Tf 72 720 Td (The ferry leaves at 07:15.) Tj ET";
+    std::fs::write(
+        docs.join("mapped.pdf"),
+        pdf(mapped, "", text, &[font, cmap]),
+    )
+    .unwrap();
 
     let add = index_add(data, &[docs.to_str().unwrap(), "--name", "docs"]);
     let said = String::from_utf8_lossy(&add.stderr);
     assert!(add.status.success(), "{said}");
     assert!(
-        said.contains("Indexed 2 documents") && said.contains("3 files that could not be read"),
+        said.contains("Indexed 2 documents") && said.contains("4 files that could not be read"),
         "{said}"
     );
     assert!(said.contains("bomb.pdf"), "{said}");
@@ -130,6 +143,8 @@ fn index_add_survives_a_nested_page_and_hostile_pdfs() {
     assert!(said.contains("looping.pdf"), "{said}");
     assert!(said.contains("drawing.pdf"), "{said}");
     assert!(said.contains("nest more than 32 forms deep"), "{said}");
+    assert!(said.contains("mapped.pdf"), "{said}");
+    assert!(said.contains("spans more than 262144 codes"), "{said}");
 
     let search = |query: &str| {
         let out = Command::new(common::catena_bin())

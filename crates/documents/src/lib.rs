@@ -11,6 +11,7 @@
 
 mod html_depth;
 mod pdf;
+mod pdf_fonts;
 mod pdf_pages;
 #[cfg(test)]
 mod test_pdf;

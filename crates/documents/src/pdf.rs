@@ -120,6 +120,7 @@ pub(crate) fn pdf_text(bytes: &[u8], caps: PdfCaps) -> Result<String, String> {
     within_caps(&document, caps, loading)?;
     crate::pdf_pages::cut_parent_loops(&mut document);
     crate::pdf_pages::drawing_within_bounds(&document)?;
+    crate::pdf_fonts::cmaps_within_bounds(&document)?;
     let mut text = String::new();
     pdf_extract::output_doc(&document, &mut pdf_extract::PlainTextOutput::new(&mut text))
         .map_err(|e| format!("the PDF could not be read: {e}"))?;
