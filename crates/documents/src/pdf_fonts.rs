@@ -5,7 +5,8 @@
 //! for each `bfrange`, so one range of four billion codes asked for gigabytes (the allocation
 //! failed: another abort).
 
-use pdf_extract::{Dictionary, Document, Object, Stream};
+use pdf_extract::{Dictionary, Document, Object, ObjectId, Stream};
+use std::collections::HashMap;
 
 /// How deep a character map may nest arrays, dictionaries and parentheses: maps hold flat
 /// lists of codes.
@@ -15,63 +16,67 @@ const MAX_CMAP_NESTING: usize = 32;
 /// a map written as whole planes (`<0000> <FFFF>`) spans 65,536 a plane.
 const MAX_CMAP_CODES: u64 = 1 << 18;
 
-/// Checks every character map a font of `document` names; the first that pdf-extract could not
-/// read safely is the document's error.
+/// Checks every character map a font of `document` names, each once; the first that
+/// pdf-extract could not read safely is the document's error.
 pub(crate) fn cmaps_within_bounds(document: &Document) -> Result<(), String> {
+    // The maps, by the object they are, and whether their ranges are read (a `/ToUnicode`).
+    let mut maps: HashMap<ObjectId, bool> = HashMap::new();
     // Fonts may sit inside other dictionaries and arrays: walked with a stack of our own, since
     // objects may nest deeper than a thread's stack allows a recursion.
     let mut pending: Vec<&Object> = document.objects.values().collect();
     while let Some(object) = pending.pop() {
-        match object {
-            Object::Array(items) => pending.extend(items),
-            Object::Dictionary(dict) => {
-                check_font(document, dict)?;
-                pending.extend(dict.iter().map(|(_, value)| value));
+        let dict = match object {
+            Object::Array(items) => {
+                pending.extend(items);
+                continue;
             }
-            Object::Stream(stream) => {
-                check_font(document, &stream.dict)?;
-                pending.extend(stream.dict.iter().map(|(_, value)| value));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// The maps `dict` names, if it is a font: its `/ToUnicode` (read for its ranges too) and a
-/// composite font's `/Encoding` stream.
-fn check_font(document: &Document, dict: &Dictionary) -> Result<(), String> {
-    for (key, ranges) in [(&b"ToUnicode"[..], true), (&b"Encoding"[..], false)] {
-        let Some(stream) = referenced_stream(document, dict, key) else {
-            continue;
+            Object::Dictionary(dict) => dict,
+            Object::Stream(stream) => &stream.dict,
+            _ => continue,
         };
-        // As pdf-extract reads it: decompressed where it can be, else as it is.
-        let content = stream
-            .decompressed_content()
-            .unwrap_or_else(|_| stream.content.clone());
-        if nesting(&content) > MAX_CMAP_NESTING {
-            return Err(format!(
-                "a character map of the PDF nests more than {MAX_CMAP_NESTING} deep; it was not \
-                 opened"
-            ));
+        for (key, ranges) in [(&b"ToUnicode"[..], true), (&b"Encoding"[..], false)] {
+            if let Some(id) = referenced_stream(document, dict, key) {
+                *maps.entry(id).or_default() |= ranges;
+            }
         }
-        if ranges && codes_in_ranges(&content) > MAX_CMAP_CODES {
-            return Err(format!(
-                "a character map of the PDF spans more than {MAX_CMAP_CODES} codes; it was not \
-                 opened"
-            ));
+        pending.extend(dict.iter().map(|(_, value)| value));
+    }
+    for (id, ranges) in maps {
+        if let Ok(Object::Stream(stream)) = document.get_object(id) {
+            check_map(stream, ranges)?;
         }
     }
     Ok(())
 }
 
-fn referenced_stream<'d>(
-    document: &'d Document,
-    dict: &Dictionary,
-    key: &[u8],
-) -> Option<&'d Stream> {
-    let id = dict.get(key).ok()?.as_reference().ok()?;
-    document.get_object(id).ok()?.as_stream().ok()
+/// One map: its nesting, and with `ranges` the codes its `bfrange`s span.
+fn check_map(stream: &Stream, ranges: bool) -> Result<(), String> {
+    // As pdf-extract reads it: decompressed where it can be, else as it is.
+    let content = stream
+        .decompressed_content()
+        .unwrap_or_else(|_| stream.content.clone());
+    if nesting(&content) > MAX_CMAP_NESTING {
+        return Err(format!(
+            "a character map of the PDF nests more than {MAX_CMAP_NESTING} deep; it was not \
+             opened"
+        ));
+    }
+    if ranges && codes_in_ranges(&content) > MAX_CMAP_CODES {
+        return Err(format!(
+            "a character map of the PDF spans more than {MAX_CMAP_CODES} codes; it was not \
+             opened"
+        ));
+    }
+    Ok(())
+}
+
+/// The stream `dict`'s `key` refers to, as the object it finally is (references to references
+/// followed as lopdf follows them).
+fn referenced_stream(document: &Document, dict: &Dictionary, key: &[u8]) -> Option<ObjectId> {
+    let reference = dict.get(key).ok()?;
+    let (id, object) = document.dereference(reference).ok()?;
+    object.as_stream().ok()?;
+    id
 }
 
 /// The deepest nesting of `[`, `<<` and `(` in `content` (a backslash escapes the next byte;

@@ -18,12 +18,14 @@ const MAX_TREE_DEPTH: usize = 64;
 /// How deep forms may be drawn inside forms (a page's own drawing is level 0).
 const MAX_DRAW_DEPTH: usize = 32;
 
-/// The most XObjects drawn for the whole document, counted each time one is drawn.
-const MAX_DRAWS: u64 = 100_000;
+/// The most XObjects drawn for the whole document, counted each time one is drawn (a map that
+/// marks 2,000 places with a form, on each of 100 pages, draws 200,000).
+const MAX_DRAWS: u64 = 1_000_000;
 
 /// The most XObject content the drawing of the whole document reads, counted each time it is
-/// drawn (a logo of 50 KB on each of a thousand pages is 50 MB).
-const MAX_DRAWN_BYTES: u64 = 256 << 20;
+/// drawn. Images count: pdf-extract decompresses and reads each drawn image as content, every
+/// time it is drawn (a 1920 by 1080 background, 6 MB, on each of 300 slides is 1.8 GB).
+const MAX_DRAWN_BYTES: u64 = 2 << 30;
 
 /// Cuts each page's chain of `/Parent` links where it loops back or passes [`MAX_TREE_DEPTH`].
 /// pdf-extract finds a page's inherited `/Resources` and `/MediaBox` by following the chain
@@ -117,8 +119,8 @@ impl<'d> Walk<'d> {
             self.bytes = self.bytes.saturating_add(inner.len);
             if self.draws > MAX_DRAWS || self.bytes > MAX_DRAWN_BYTES {
                 return Err(format!(
-                    "drawing the PDF's pages reads more than {MAX_DRAWS} forms or {} MiB of \
-                     their content (forms drawn many times over?); it was not opened",
+                    "drawing the PDF's pages reads more than {MAX_DRAWS} forms and images or {} \
+                     MiB of their content (forms drawn many times over?); it was not opened",
                     MAX_DRAWN_BYTES >> 20
                 ));
             }
@@ -296,8 +298,9 @@ mod tests {
 
     #[test]
     fn forms_drawn_within_bounds_are_read() {
-        // Eight forms deep, each drawing the next once, and three wide: 1 + 3 + 9 + ... draws.
-        for (levels, fanout) in [(8, 1), (6, 3)] {
+        // Eight forms deep, each drawing the next once; three wide, 1 + 3 + 9 + ... draws; and
+        // one form drawn 2,000 times over (a map's markers).
+        for (levels, fanout) in [(8, 1), (6, 3), (2, 2000)] {
             let pdf = nested_forms(levels, fanout);
             assert_eq!(drawing_within_bounds(&loaded(&pdf)), Ok(()));
             let text = pdf_text(&pdf, PDF_CAPS).unwrap();
@@ -329,6 +332,6 @@ mod tests {
         // Thirty forms, each drawing the next twice: 2^30 draws of a few bytes each. Before,
         // pdf-extract would have run for hours.
         let error = pdf_text(&nested_forms(30, 2), PDF_CAPS).unwrap_err();
-        assert!(error.contains("more than 100000 forms"), "{error}");
+        assert!(error.contains("more than 1000000 forms"), "{error}");
     }
 }
