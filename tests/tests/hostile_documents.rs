@@ -3,7 +3,8 @@
 //! 512 MiB from a few kilobytes (gigabytes aborted the whole build: an allocation failure is no
 //! panic), a PDF whose page is its own parent (the build never ended), one whose form draws
 //! itself (a stack overflow ended the build), one whose font maps four billion codes (so did a
-//! failed allocation), and a passage file whose line never ends. Each build finishes, indexes what is readable and says what it left out.
+//! failed allocation), and a passage file whose line never ends. Each build finishes, indexes
+//! what is readable and says what it left out.
 
 mod common;
 
