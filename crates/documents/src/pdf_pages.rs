@@ -172,13 +172,13 @@ fn drawn_names(content: &[u8]) -> Vec<Vec<u8>> {
 
 /// A page's `/Resources`, its own or inherited.
 fn page_resources(document: &Document, page: ObjectId) -> Option<&Dictionary> {
-    let mut node = document.get_dictionary(page).ok()?;
+    let mut node = page;
     for _ in 0..=MAX_TREE_DEPTH {
-        if let Some(resources) = dict_entry(document, node, b"Resources") {
+        let dict = document.get_dictionary(node).ok()?;
+        if let Some(resources) = dict_entry(document, dict, b"Resources") {
             return Some(resources);
         }
-        let parent = node.get(b"Parent").ok()?.as_reference().ok()?;
-        node = document.get_dictionary(parent).ok()?;
+        node = parent_of(document, node)?;
     }
     None
 }
