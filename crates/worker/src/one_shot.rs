@@ -9,10 +9,10 @@ use crate::protocol::{FromWorker, Reply, Request, ToWorker, read_frame, write_fr
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a one-shot child gave no reply.
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +65,8 @@ pub(crate) fn one_shot(
             .spawn(move || {
                 let expired = watch.recv_timeout(deadline) == Err(mpsc::RecvTimeoutError::Timeout);
                 if expired {
-                    // Not yet waited for (the reply's reader signals before it waits), so the
-                    // process, alive or a zombie, still owns its pid.
+                    // Under the lock that `reap` waits with: a child already reaped is not
+                    // signalled again (std keeps its status), so no other process's pid is hit.
                     let _ = child.lock().kill();
                 }
                 expired
@@ -83,12 +83,11 @@ pub(crate) fn one_shot(
         }
         _ => Err(io::Error::other("its pipes were not created")),
     };
+    // The deadline stays armed until the child is reaped: one that answered and then does not
+    // end is stopped after a short grace rather than waited for without bound.
+    let status = reap(&child, EXIT_GRACE);
     drop(answered);
     let timed_out = timed_out.is_some_and(|thread| thread.join().unwrap_or(false));
-    let status = match child.lock().wait() {
-        Ok(status) => describe_exit(status),
-        Err(e) => format!("its exit status is unknown: {e}"),
-    };
     let said = relay.and_then(|thread| thread.join().ok()).flatten();
     match answer {
         Ok(Some(FromWorker { reply, .. })) => Ok(reply),
@@ -102,6 +101,38 @@ pub(crate) fn one_shot(
             status: format!("{status} ({e})"),
             said,
         }),
+    }
+}
+
+/// How long a child may take to end once its input is closed (it ends at once when well).
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Waits for the child to end, at most `grace`, then kills it; returns how it ended. It polls
+/// rather than blocking in `wait`, so the deadline's thread can still take the lock and kill.
+fn reap(child: &Mutex<Child>, grace: Duration) -> String {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let mut child = child.lock();
+        match child.try_wait() {
+            Ok(Some(status)) => return describe_exit(status),
+            Ok(None) if started.elapsed() < grace => {}
+            Ok(None) => {
+                let _ = child.kill();
+                return match child.wait() {
+                    Ok(status) => format!(
+                        "{}, stopped as it had not ended {} s after its input closed",
+                        describe_exit(status),
+                        grace.as_secs()
+                    ),
+                    Err(e) => format!("its exit status is unknown: {e}"),
+                };
+            }
+            Err(e) => return format!("its exit status is unknown: {e}"),
+        }
+        drop(child);
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -172,6 +203,28 @@ mod tests {
         // Killed, not waited out (a sleep left to end would have exited with status 0).
         assert!(err.to_string().contains("more than 0.2 s"), "{err}");
         assert!(err.to_string().contains("SIGKILL"), "{err}");
+    }
+
+    #[test]
+    fn a_child_that_answers_and_does_not_end_is_stopped_after_a_grace() {
+        let mut frame = Vec::new();
+        write_frame(
+            &mut frame,
+            &FromWorker {
+                lane: 0,
+                reply: Reply::Closed,
+            },
+        )
+        .unwrap();
+        let octal: String = frame.iter().map(|b| format!("\\{b:03o}")).collect();
+        // It answers, then outlives its closed input by ten minutes: before, the caller waited
+        // for all of them.
+        let child = shell(&format!("printf '{octal}'; exec sleep 600"));
+        // With no deadline (a quantisation's case) and with one longer than the grace.
+        for deadline in [None, Some(Duration::from_secs(600))] {
+            let reply = one_shot(&child, &Request::Cancel, deadline).unwrap();
+            assert!(matches!(reply, Reply::Closed), "{reply:?}");
+        }
     }
 
     #[test]
