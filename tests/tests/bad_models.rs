@@ -32,6 +32,20 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
     path.display().to_string()
 }
 
+/// The real model with its token 1 (`"`) spelled like token 0 (`!`): the same length, so the
+/// file stays whole. llama.cpp aborted the process on loading it.
+fn with_a_token_twice(real: &[u8]) -> Vec<u8> {
+    let key = b"tokenizer.ggml.tokens";
+    let at = real.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    // The array's type, its elements' type and its count; token 0 (a length and one byte);
+    // token 1's length.
+    let token_1 = at + 4 + 4 + 8 + (8 + 1) + 8;
+    let mut copy = real.to_vec();
+    assert_eq!((copy[token_1 - 9], copy[token_1]), (b'!', b'"'));
+    copy[token_1] = b'!';
+    copy
+}
+
 /// (file name, contents, what the error must say)
 fn broken_files(dir: &Path) -> Vec<(String, &'static str)> {
     let real = std::fs::read(common::default_model()).unwrap();
@@ -77,6 +91,10 @@ fn broken_files(dir: &Path) -> Vec<(String, &'static str)> {
                 ]),
             ),
             "LoRA adapter",
+        ),
+        (
+            write(dir, "token-twice.gguf", &with_a_token_twice(&real)),
+            "holds a token twice",
         ),
     ]
 }

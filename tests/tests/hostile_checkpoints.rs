@@ -3,7 +3,10 @@
 //! of 2^40 or 2^62 ids, no hidden width, no key/value heads, a context of 2^32 - 1, four billion
 //! layers), and a PEFT adapter whose rank is 10^12. Each used to abort, panic or install a model
 //! that no load survives; each must now fail at once with the field, its value and the accepted
-//! range, exit with an ordinary error status, and leave nothing installed or half-written.
+//! range, exit with an ordinary error status, and leave nothing installed or half-written. So
+//! must two checkpoints whose names collide where llama.cpp reads them: a layer numbered `00`
+//! beside layer `0`, and an added token spelled like another id's (llama.cpp aborts every load
+//! of a vocabulary with a token twice).
 //!
 //! And hostile chat templates, which a checkpoint's `tokenizer_config.json` carries into the
 //! model file and `catena serve` runs for every request with tools: one that asks for a terabyte
@@ -89,6 +92,11 @@ fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>)]) {
 
 /// The toy Qwen2 checkpoint in `dir`, its config.json as given.
 fn write_checkpoint(dir: &Path, config: &Value) {
+    write_checkpoint_with(dir, config, Vec::new());
+}
+
+/// [`write_checkpoint`] with `extra` tensors after the toy's own.
+fn write_checkpoint_with(dir: &Path, config: &Value, extra: Vec<(String, Vec<usize>)>) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let mut vocab = Map::new();
@@ -142,6 +150,7 @@ fn write_checkpoint(dir: &Path, config: &Value) {
     ] {
         tensors.push((format!("model.layers.0.{name}"), shape));
     }
+    tensors.extend(extra);
     write_safetensors(&dir.join("model.safetensors"), &tensors);
 }
 
@@ -224,12 +233,13 @@ impl Data {
         common::installed_files(self.command())
     }
 
-    /// Every name in the models folder, hidden stage files included.
-    fn models_folder(&self) -> Vec<String> {
+    /// The names in the models folder, hidden stage files included, that contain `part`.
+    fn models_named(&self, part: &str) -> Vec<String> {
         std::fs::read_dir(self.path().join("models"))
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|f| f.contains(part))
                     .collect()
             })
             .unwrap_or_default()
@@ -271,7 +281,7 @@ fn assert_refused(finished: &Finished, what: &str, needles: &[&str]) {
 }
 
 #[test]
-fn checkpoints_with_hostile_numbers_fail_fast_and_install_nothing() {
+fn checkpoints_with_hostile_numbers_or_names_fail_fast_and_install_nothing() {
     let data = Data::new();
     let work = tempfile::tempdir().unwrap();
 
@@ -335,13 +345,49 @@ fn checkpoints_with_hostile_numbers_fail_fast_and_install_nothing() {
             refused.stderr
         );
         assert_eq!(data.installed(), ["toy-Q8_0.gguf"], "{what}");
-        let left: Vec<String> = data
-            .models_folder()
-            .into_iter()
-            .filter(|f| f.contains(&name))
-            .collect();
+        let left = data.models_named(&name);
         assert!(left.is_empty(), "{what} left {left:?}");
     }
+
+    // Layer "00" was layer 0 again: two tensors written as one of llama.cpp's. A layer number
+    // has one spelling, and the rest are refused before anything is written.
+    let dir = work.path().join("twice");
+    let again = (
+        "model.layers.00.input_layernorm.weight".to_string(),
+        vec![HIDDEN],
+    );
+    write_checkpoint_with(&dir, &valid_config(), vec![again]);
+    let refused = data.import(&dir, "twice");
+    assert_refused(
+        &refused,
+        "a layer named twice",
+        &["`model.layers.00.input_layernorm.weight` is not part of"],
+    );
+    assert_eq!(data.installed(), ["toy-Q8_0.gguf"]);
+    let left = data.models_named("twice");
+    assert!(left.is_empty(), "a layer named twice left {left:?}");
+
+    // An added token spelled like another id's: llama.cpp aborts on loading such a vocabulary,
+    // so the model installed before took down every process that loaded it.
+    let dir = work.path().join("token-twice");
+    write_checkpoint(&dir, &valid_config());
+    let path = dir.join("tokenizer.json");
+    let mut tokenizer: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let again = json!({"id": 256, "content": "<|im_end|>", "special": true});
+    tokenizer["added_tokens"]
+        .as_array_mut()
+        .unwrap()
+        .push(again);
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let refused = data.import(&dir, "token-twice");
+    assert_refused(
+        &refused,
+        "a token twice",
+        &["the ids 256 and 259 are both the token \"<|im_end|>\""],
+    );
+    assert_eq!(data.installed(), ["toy-Q8_0.gguf"]);
+    let left = data.models_named("token-twice");
+    assert!(left.is_empty(), "a token twice left {left:?}");
 }
 
 /// A PEFT adapter folder for the toy: `q_proj` factors of rank 4 on its one layer, and

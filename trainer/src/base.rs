@@ -25,6 +25,14 @@ pub struct Qwen2Config {
     pub context: usize,
 }
 
+/// Reads the GGUF file at `path` with Catena's own reader first, which checks every count, size
+/// and offset against the file's bytes and the alignment as llama.cpp reads it. candle's reader
+/// trusts some of them: it divides by the alignment (zero panicked) and allocates each tensor's
+/// stated size when it is read.
+pub(crate) fn check_gguf(path: &Path) -> std::result::Result<(), catena_gguf::GgufError> {
+    catena_gguf::GgufHeader::read(path)?.check_data_present()
+}
+
 /// A base model: its configuration and tensors. Weights of linear layers stay in their GGUF
 /// quantisation; norms and biases (F32 in every GGUF llama.cpp writes) are dense.
 pub struct BaseModel {
@@ -43,6 +51,7 @@ impl BaseModel {
             path: path.to_path_buf(),
             reason,
         };
+        check_gguf(path).map_err(|e| bad(e.to_string()))?;
         let file = File::open(path).map_err(TrainError::io(path))?;
         let mut reader = BufReader::new(file);
         let content = gguf_file::Content::read(&mut reader)
@@ -183,5 +192,39 @@ impl Metadata<'_> {
 
     fn float(&self, key: &str) -> Result<f32, String> {
         self.get(key)?.to_f32().map_err(|e| format!("{key}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF file of no tensors and one key, `general.alignment` as a u32.
+    fn with_alignment(alignment: u32) -> Vec<u8> {
+        let key = b"general.alignment";
+        let mut bytes = b"GGUF".to_vec();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        // No tensors, one key.
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(key);
+        // Type 4: a u32.
+        bytes.extend_from_slice(&4u32.to_le_bytes());
+        bytes.extend_from_slice(&alignment.to_le_bytes());
+        bytes
+    }
+
+    /// candle's reader divides by the alignment: a file saying 0 panicked `catena train`.
+    #[test]
+    fn a_file_with_an_alignment_of_zero_is_refused_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zero.gguf");
+        std::fs::write(&path, with_alignment(0)).unwrap();
+        let err = BaseModel::load(&path, &Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("general.alignment is U32(0)"), "{err}");
     }
 }

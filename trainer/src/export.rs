@@ -390,7 +390,8 @@ fn trainer_name(key: &str) -> Option<String> {
         "lora_B" => "lora_b",
         _ => return None,
     };
-    Some(tensor_name(block.parse().ok()?, target, factor))
+    let block = catena_protocol::names::layer_number(block)?;
+    Some(tensor_name(block, target, factor))
 }
 
 #[cfg(test)]
@@ -463,18 +464,23 @@ mod tests {
         Ok(())
     }
 
-    /// A PEFT folder of a small adapter with `edit` applied to its adapter_config.json; the
-    /// error `read_peft` gives for it.
-    fn read_edited(edit: impl FnOnce(&mut serde_json::Value)) -> String {
-        let dev = Device::Cpu;
+    /// A PEFT folder of a small adapter: rank 4 on the query projection of one layer.
+    fn small_peft() -> tempfile::TempDir {
         let config = LoraConfig {
             rank: 4,
             targets: vec![Target::Q],
             ..LoraConfig::default()
         };
-        let params = LoraParams::init(&config, 1, tiny_shape, 1, &dev).unwrap();
+        let params = LoraParams::init(&config, 1, tiny_shape, 1, &Device::Cpu).unwrap();
         let dir = tempfile::tempdir().unwrap();
         write_peft(&params, None, dir.path()).unwrap();
+        dir
+    }
+
+    /// A PEFT folder of a small adapter with `edit` applied to its adapter_config.json; the
+    /// error `read_peft` gives for it.
+    fn read_edited(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let (dev, dir) = (Device::Cpu, small_peft());
         let path = dir.path().join("adapter_config.json");
         let mut json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -484,6 +490,26 @@ mod tests {
             Ok(_) => "accepted".into(),
             Err(e) => e.to_string(),
         }
+    }
+
+    /// Layer "00" was layer 0 again: whichever of the two the map read last was used.
+    #[test]
+    fn a_layer_number_spelled_otherwise_is_refused() {
+        let (dev, dir) = (Device::Cpu, small_peft());
+        let path = dir.path().join("adapter_model.safetensors");
+        let mut factors = candle_core::safetensors::load(&path, &dev).unwrap();
+        let key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+        let again = factors[key].zeros_like().unwrap();
+        factors.insert(key.replace("layers.0.", "layers.00."), again);
+        candle_core::safetensors::save(&factors, &path).unwrap();
+        let err = read_peft(dir.path(), &dev).err().unwrap().to_string();
+        assert!(
+            err.contains(
+                "unexpected tensor \
+                 `base_model.model.model.layers.00.self_attn.q_proj.lora_A.weight`"
+            ),
+            "{err}"
+        );
     }
 
     /// `r: 1e12` used to be allocated (rank × width numbers per layer) and abort the import.

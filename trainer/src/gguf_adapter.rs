@@ -29,6 +29,7 @@ pub(crate) fn read_gguf_adapter_for(
         path: path.to_path_buf(),
         reason,
     };
+    crate::base::check_gguf(path).map_err(|e| bad(e.to_string()))?;
     let file = File::open(path).map_err(TrainError::io(path))?;
     let file_len = file.metadata().map_err(TrainError::io(path))?.len();
     let mut reader = BufReader::new(file);
@@ -161,7 +162,7 @@ fn factor_shapes(
 fn parse_factor_name(name: &str, layers: usize) -> Option<(usize, Target, &'static str)> {
     let rest = name.strip_prefix("blk.")?;
     let (block, rest) = rest.split_once('.')?;
-    let block: usize = block.parse().ok().filter(|&b| b < layers)?;
+    let block = catena_protocol::names::layer_number(block).filter(|&b| b < layers)?;
     let (layer, factor) = rest.split_once(".weight.")?;
     let factor = match factor {
         "lora_a" => "lora_a",
@@ -190,6 +191,8 @@ mod tests {
         for refused in [
             "blk.24.attn_q.weight.lora_a",
             "blk.x.attn_q.weight.lora_a",
+            "blk.03.attn_q.weight.lora_a",
+            "blk.+3.attn_q.weight.lora_a",
             "blk.1.attn_z.weight.lora_a",
             "blk.1.attn_q.weight.lora_c",
             "blk.1.attn_q.lora_a",

@@ -397,6 +397,15 @@ mod tests {
 
     /// A toy Qwen2 of `layers` layers in the Hugging Face layout (config.json says one).
     fn toy_checkpoint(dir: &Path, layers: usize) {
+        toy_checkpoint_with(dir, layers, Vec::new());
+    }
+
+    /// [`toy_checkpoint`] with `extra` tensors after its own.
+    fn toy_checkpoint_with(
+        dir: &Path,
+        layers: usize,
+        extra: Vec<(&'static str, &'static str, Vec<u64>, Vec<u8>)>,
+    ) {
         let config = serde_json::json!({
             "architectures": ["Qwen2ForCausalLM"], "hidden_size": 4, "intermediate_size": 8,
             "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1,
@@ -442,6 +451,7 @@ mod tests {
                 Box::leak(format!("model.layers.{layer}.{n}").into_boxed_str());
             tensors.push((name, "BF16", shape, bf16(elements)));
         }
+        tensors.extend(extra);
         write_safetensors(&dir.join("model.safetensors"), &tensors);
     }
 
@@ -535,6 +545,27 @@ mod tests {
                 "{field} = {value}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_layer_number_spelled_otherwise_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // Layer "00" was layer 0 again: both were written, and the file held llama.cpp's
+        // `blk.0.attn_norm.weight` twice.
+        let again = (
+            "model.layers.00.input_layernorm.weight",
+            "F32",
+            vec![4],
+            vec![0; 16],
+        );
+        toy_checkpoint_with(dir.path(), 1, vec![again]);
+        let err = open(dir.path()).err().unwrap();
+        assert!(matches!(err, ConvertError::Unsupported(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("`model.layers.00.input_layernorm.weight` is not part of"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub fn gguf_name(architecture: Architecture, hf: &str) -> Option<Mapped> {
     }
     let rest = hf.strip_prefix("model.layers.")?;
     let (block, part) = rest.split_once('.')?;
-    let block: u32 = block.parse().ok()?;
+    let block = catena_protocol::names::layer_number(block)?;
     let (module, suffix) = part.rsplit_once('.')?;
     if suffix != "weight" && suffix != "bias" {
         return None;

@@ -9,6 +9,7 @@ use crate::config::{MAX_VOCAB, ModelConfig, Problem};
 use crate::error::ConvertError;
 use crate::gguf_writer::Value;
 use serde_json::{Map, Value as Json};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -132,6 +133,7 @@ fn vocab(
     let added = added_tokens(tokenizer, &mut by_id)?;
     let vocab_size = vocab_size(&by_id, config)?;
     let (tokens, types) = tokens_and_types(vocab_size, &by_id, &added);
+    check_unique(&tokens)?;
     let merges = merges(model)?;
     let pre = pre_tokenizer(tokenizer)?;
 
@@ -143,6 +145,15 @@ fn vocab(
         ("tokenizer.ggml.merges".into(), Value::StrArray(merges)),
     ];
     let (special, add) = special_tokens(tokenizer, tokenizer_config, &added, config, vocab_size)?;
+    // llama.cpp adds a BOS, EOS or separator it was told to add but given no id for as its own
+    // default (id 11 for this vocabulary type; it aborts when the vocabulary is smaller).
+    if let Some((typ, _)) = add.iter().find(|(typ, added)| {
+        *added && matches!(*typ, "bos" | "eos" | "sep") && !special.iter().any(|(t, _)| t == typ)
+    }) {
+        return Err(Problem::Bad(format!(
+            "the tokenizer adds a {typ} token to every prompt but names none in its vocabulary"
+        )));
+    }
     for (typ, id) in special {
         out.push((format!("tokenizer.ggml.{}", id_key(typ)), Value::U32(id)));
     }
@@ -284,6 +295,29 @@ fn tokens_and_types(
         }
     }
     (tokens, types)
+}
+
+/// llama.cpp aborts the whole process (`GGML_ASSERT`, llama-vocab.cpp) on loading a vocabulary
+/// that holds one text under two ids: an added token spelled like a vocabulary entry, two added
+/// tokens alike, a token named like another id's `[PADn]`. An empty token counts as
+/// `[EMPTY_<id>]`, the text llama.cpp puts in its place. Refused here, where the reason can be
+/// said, rather than installed as a model that takes down every process that loads it.
+fn check_unique(tokens: &[String]) -> Result<(), Problem> {
+    let mut first: HashMap<Cow<'_, str>, usize> = HashMap::with_capacity(tokens.len());
+    for (id, token) in tokens.iter().enumerate() {
+        let text = if token.is_empty() {
+            Cow::Owned(format!("[EMPTY_{id}]"))
+        } else {
+            Cow::Borrowed(token.as_str())
+        };
+        if let Some(earlier) = first.insert(text, id) {
+            return Err(Problem::Bad(format!(
+                "the ids {earlier} and {id} are both the token {token:?}: llama.cpp cannot \
+                 load a vocabulary that holds a token twice"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `tokenizer_config.json`'s chat template (the one named `default` of a list), else the
@@ -633,5 +667,69 @@ mod tests {
         assert!(vocab(&t, &Map::new(), None, &config(9)).is_err());
         // A token id beyond the model's vocabulary.
         assert!(vocab(&qwen_like(), &Map::new(), None, &config(5)).is_err());
+    }
+
+    #[test]
+    fn a_token_added_to_every_prompt_must_exist() {
+        let no_bos = config(9);
+        let tc = |add: bool| serde_json::json!({"add_bos_token": add, "eos_token": "<|im_end|>"});
+        let mut t = qwen_like();
+        t.remove("post_processor");
+        let without = ModelConfig {
+            special_ids: Vec::new(),
+            ..no_bos
+        };
+        let read = |tc: Json| vocab(&t, tc.as_object().unwrap(), None, &without);
+        assert!(read(tc(false)).is_ok());
+        let Err(Problem::Bad(reason)) = read(tc(true)) else {
+            panic!("a BOS added but never named was accepted");
+        };
+        assert!(
+            reason.contains("adds a bos token to every prompt but names none"),
+            "{reason}"
+        );
+        // Named by its content, it is found.
+        let named = serde_json::json!({"add_bos_token": true, "bos_token": "<|endoftext|>"});
+        assert!(read(named).is_ok());
+    }
+
+    #[test]
+    fn a_vocabulary_with_a_token_twice_is_refused() {
+        let refused = |edit: &dyn Fn(&mut Map<String, Json>)| {
+            let mut t = qwen_like();
+            edit(&mut t);
+            match vocab(&t, &Map::new(), None, &config(9)) {
+                Ok(_) => "accepted".to_string(),
+                Err(Problem::Bad(reason)) => reason,
+                Err(other) => format!("{other:?}"),
+            }
+        };
+        assert_eq!(refused(&|_| {}), "accepted");
+        let add = |id: u64, content: &str| {
+            let token = serde_json::json!({"id": id, "content": content, "special": true});
+            move |t: &mut Map<String, Json>| {
+                t["added_tokens"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(token.clone())
+            }
+        };
+        // An added token spelled like a vocabulary entry, and like another added token.
+        let err = refused(&add(7, "ab"));
+        assert!(
+            err.contains("the ids 2 and 7 are both the token \"ab\""),
+            "{err}"
+        );
+        let err = refused(&add(8, "<|im_end|>"));
+        assert!(err.contains("the ids 4 and 8"), "{err}");
+        // Named like the pad that stands for id 8, which the tokenizer leaves out.
+        let err = refused(&add(7, "[PAD8]"));
+        assert!(err.contains("the ids 7 and 8"), "{err}");
+        // An empty token is llama.cpp's `[EMPTY_<id>]`.
+        let err = refused(&|t| {
+            add(7, "")(t);
+            add(8, "[EMPTY_7]")(t);
+        });
+        assert!(err.contains("the ids 7 and 8"), "{err}");
     }
 }

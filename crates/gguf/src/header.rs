@@ -6,8 +6,9 @@
 //! It never trusts a length field: every count and size is checked against the bytes that are
 //! actually there, so a hostile file cannot make it allocate or loop without bound.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
+use std::hash::{Hash, Hasher};
 use std::io::{BufReader, Read};
 use std::path::Path;
 
@@ -18,6 +19,11 @@ const KEPT_ARRAY_LEN: u64 = 64;
 /// No key or string value in a sane model is longer (chat templates are tens of kilobytes).
 const MAX_STRING: u64 = 16 << 20;
 const MAX_DIMS: u32 = 8;
+/// The vocabulary's key: its tokens are checked as they are read (see [`Reader::tokens`]).
+const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
+/// The most tokens a vocabulary may hold: four times the largest published one (262,144), the
+/// converter's bound too. What checking them holds in memory is proportional.
+const MAX_TOKENS: u64 = 1 << 20;
 
 /// One metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +163,10 @@ impl GgufHeader {
             let key = r.string(&format!("metadata key {i}"))?;
             let value_type = r.u32(&format!("the type of {key}"))?;
             let value = r.value(value_type, &key, 0)?;
+            // llama.cpp refuses a file with a key twice; a map would keep one of them quietly.
+            if metadata.contains_key(&key) {
+                return Err(GgufError::Malformed(format!("the key {key} appears twice")));
+            }
             metadata.insert(key, value);
         }
         let mut tensors = Vec::new();
@@ -180,11 +190,18 @@ impl GgufHeader {
                 offset,
             });
         }
-        let alignment = metadata
-            .get("general.alignment")
-            .and_then(MetaValue::as_u64)
-            .filter(|a| *a > 0 && a.is_power_of_two())
-            .unwrap_or(DEFAULT_ALIGNMENT);
+        // As llama.cpp reads it: a file with any other alignment is one it refuses, and one
+        // that candle (the trainer's reader) divides by.
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(MetaValue::U32(a)) if a.is_power_of_two() => u64::from(*a),
+            Some(other) => {
+                return Err(GgufError::Malformed(format!(
+                    "general.alignment is {other:?}; it must be a power of two stored as a \
+                     32-bit unsigned integer"
+                )));
+            }
+        };
         let data_offset = r.pos.div_ceil(alignment) * alignment;
         Ok(GgufHeader {
             version,
@@ -377,6 +394,10 @@ impl<R: Read> Reader<R> {
                 }
                 let element_type = self.u32(key)?;
                 let len = self.u64(key)?;
+                if key == TOKENS_KEY && element_type == 8 {
+                    self.tokens(len)?;
+                    return Ok(MetaValue::LongArray { element_type, len });
+                }
                 if len <= KEPT_ARRAY_LEN {
                     let items = (0..len)
                         .map(|_| self.value(element_type, key, depth + 1))
@@ -396,6 +417,44 @@ impl<R: Read> Reader<R> {
                 )));
             }
         })
+    }
+
+    /// Reads the vocabulary's `len` tokens and checks that no text is there twice: llama.cpp
+    /// aborts the whole process (`GGML_ASSERT`, llama-vocab.cpp) on loading such a vocabulary.
+    /// An empty token counts as `[EMPTY_<id>]`, the text llama.cpp puts in its place. Each token
+    /// is kept as a 128-bit hash of its bytes (equal texts always collide; a false collision
+    /// would need a file made for it, and only refuses that file).
+    fn tokens(&mut self, len: u64) -> Result<(), GgufError> {
+        if len > MAX_TOKENS {
+            return Err(GgufError::Malformed(format!(
+                "{TOKENS_KEY} holds {len} tokens; a vocabulary has at most {MAX_TOKENS}"
+            )));
+        }
+        // Every token takes at least its 8-byte length: a count the file cannot hold is refused
+        // before the map is sized for it.
+        self.need(len * 8, TOKENS_KEY)?;
+        let mut first: HashMap<u128, u64> = HashMap::with_capacity(len as usize);
+        // Named once, not per token: a message for each of 150,000 tokens cost more than the
+        // reading.
+        let what = "a token of tokenizer.ggml.tokens";
+        for id in 0..len {
+            let n = self.u64(what)?;
+            if n > MAX_STRING {
+                return Err(GgufError::Malformed(format!("token {id} claims {n} bytes")));
+            }
+            let mut text = self.bytes(n, what)?;
+            if text.is_empty() {
+                text = format!("[EMPTY_{id}]").into_bytes();
+            }
+            if let Some(earlier) = first.insert(hash128(&text), id) {
+                return Err(GgufError::Malformed(format!(
+                    "the tokens {earlier} and {id} of the vocabulary are the same text ({:?}); \
+                     llama.cpp cannot load a vocabulary that holds a token twice",
+                    String::from_utf8_lossy(&text)
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn skip_array(&mut self, element_type: u32, len: u64, key: &str) -> Result<(), GgufError> {
@@ -427,6 +486,17 @@ impl<R: Read> Reader<R> {
     }
 }
 
+/// Two 64-bit SipHash digests of `bytes` (std's hasher, fixed keys) as one 128-bit value.
+fn hash128(bytes: &[u8]) -> u128 {
+    let half = |salt: u8| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        salt.hash(&mut hasher);
+        bytes.hash(&mut hasher);
+        hasher.finish()
+    };
+    (u128::from(half(0)) << 64) | u128::from(half(1))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -456,6 +526,14 @@ pub(crate) mod tests {
                 MetaValue::U32(n) => {
                     out.extend_from_slice(&4u32.to_le_bytes());
                     out.extend_from_slice(&n.to_le_bytes());
+                }
+                MetaValue::Array(items) => {
+                    out.extend_from_slice(&9u32.to_le_bytes());
+                    out.extend_from_slice(&8u32.to_le_bytes());
+                    out.extend_from_slice(&(items.len() as u64).to_le_bytes());
+                    for item in items {
+                        put_str(&mut out, item.as_str().expect("an array of strings"));
+                    }
                 }
                 other => panic!("test writer does not write {other:?}"),
             }
@@ -505,6 +583,64 @@ pub(crate) mod tests {
         assert_eq!(h.tensors[1].offset, 128);
         assert_eq!(h.data_offset % 32, 0);
         h.check_data_present().unwrap();
+    }
+
+    #[test]
+    fn an_alignment_is_a_power_of_two_as_llama_cpp_reads_it() {
+        let with = |alignment: MetaValue| {
+            let kv = [("general.alignment", alignment)];
+            parse(&write_gguf(&kv, &[("a", vec![4])], true))
+        };
+        assert_eq!(with(MetaValue::U32(64)).unwrap().data_offset % 64, 0);
+        // Zero was read as 32 here while candle, reading the same file for the trainer,
+        // divided by it.
+        for refused in [
+            MetaValue::U32(0),
+            MetaValue::U32(48),
+            MetaValue::String("32".into()),
+        ] {
+            let err = with(refused.clone()).unwrap_err().to_string();
+            assert!(
+                err.contains("general.alignment") && err.contains("power of two"),
+                "{refused:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_vocabulary_with_a_token_twice_is_malformed() {
+        let with = |tokens: &[&str]| {
+            let items = tokens.iter().map(|t| MetaValue::String(t.to_string()));
+            let kv = [(TOKENS_KEY, MetaValue::Array(items.collect()))];
+            parse(&write_gguf(&kv, &[("a", vec![4])], true))
+        };
+        let h = with(&["a", "b", "", "ab"]).unwrap();
+        assert_eq!(
+            h.metadata.get(TOKENS_KEY),
+            Some(&MetaValue::LongArray {
+                element_type: 8,
+                len: 4
+            })
+        );
+        // llama.cpp aborted on loading either.
+        let err = with(&["a", "b", "a"]).unwrap_err().to_string();
+        assert!(err.contains("the tokens 0 and 2"), "{err}");
+        let err = with(&["a", "", "[EMPTY_1]"]).unwrap_err().to_string();
+        assert!(err.contains("the tokens 1 and 2"), "{err}");
+    }
+
+    #[test]
+    fn a_key_twice_is_malformed() {
+        let kv = [
+            ("general.name", MetaValue::String("a".into())),
+            ("general.name", MetaValue::String("b".into())),
+        ];
+        let err = parse(&write_gguf(&kv, &[("a", vec![4])], true)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the key general.name appears twice"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -169,10 +169,8 @@ struct Layout {
 /// Checks that every tensor has a known type, aligned data inside the file, and no overlap with
 /// another tensor's data.
 fn check_tensors(header: &GgufHeader, problems: &mut Vec<String>) -> Layout {
-    let alignment = header
-        .get_u64("general.alignment")
-        .filter(|a| *a > 0 && a.is_power_of_two())
-        .unwrap_or(32);
+    // The header's reader has refused any alignment but a power of two.
+    let alignment = header.get_u64("general.alignment").unwrap_or(32);
     let mut layout = Layout {
         end: header.data_offset,
         ..Layout::default()
@@ -216,6 +214,12 @@ fn check_tensors(header: &GgufHeader, problems: &mut Vec<String>) -> Layout {
             layout.other_bytes = layout.other_bytes.saturating_add(len);
         }
         spans.push((start, end, t.name.as_str()));
+    }
+    // llama.cpp refuses a file with a tensor name twice.
+    let mut names: Vec<&str> = header.tensors.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+        problems.push(format!("the tensor {} appears twice", pair[0]));
     }
     spans.sort_unstable();
     for pair in spans.windows(2) {
@@ -484,6 +488,21 @@ mod tests {
         let report = inspect(Path::new("m.gguf"), &bert);
         assert!(report.architecture_supported && !report.generative);
         assert!(!report.usable());
+
+        let twice = header(
+            &qwen_kv(),
+            &[
+                ("blk.0.attn_q.weight", vec![4]),
+                ("blk.0.attn_q.weight", vec![4]),
+            ],
+            true,
+        );
+        let report = inspect(Path::new("m.gguf"), &twice);
+        assert!(
+            report.problems == ["the tensor blk.0.attn_q.weight appears twice"],
+            "{:?}",
+            report.problems
+        );
     }
 
     #[test]

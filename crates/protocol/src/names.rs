@@ -62,9 +62,40 @@ pub fn is_file_name(name: &str) -> bool {
         && !name.contains(['/', '\\', '\0'])
 }
 
+/// The layer number in a tensor's name (`model.layers.N.` in a checkpoint, `blk.N.` in a GGUF
+/// file), spelled as PyTorch and llama.cpp write it: decimal digits, no sign, no leading zero.
+/// Any other spelling (`00`, `+0`) is refused, so a layer has one name and two tensors of a file
+/// cannot both be read as the same one.
+pub fn layer_number(text: &str) -> Option<usize> {
+    let canonical = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    canonical.then(|| text.parse().ok()).flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layer_number_has_one_spelling() {
+        assert_eq!(layer_number("0"), Some(0));
+        assert_eq!(layer_number("27"), Some(27));
+        for other in [
+            "",
+            "00",
+            "07",
+            "+1",
+            "-0",
+            " 1",
+            "1 ",
+            "1_0",
+            "٣",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(layer_number(other), None, "{other:?}");
+        }
+    }
 
     /// Names no rule may accept: each could leave its folder, hide itself or not be a name.
     const HOSTILE: [&str; 10] = [
