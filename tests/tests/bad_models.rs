@@ -46,6 +46,36 @@ fn with_a_token_twice(real: &[u8]) -> Vec<u8> {
     copy
 }
 
+/// The real model with the metadata entry `key` holding `value` (a GGUF value type and its
+/// bytes): changed in place where the file has the key with a value as long, else added at the
+/// front of the metadata beside a filler string that keeps the tensor data 32-byte aligned.
+fn with_entry(real: &[u8], key: &str, value_type: u32, value: &[u8]) -> Vec<u8> {
+    let mut entry = (key.len() as u64).to_le_bytes().to_vec();
+    entry.extend_from_slice(key.as_bytes());
+    let mut copy = real.to_vec();
+    if let Some(at) = real.windows(entry.len()).position(|w| w == entry) {
+        let value_at = at + entry.len() + 4;
+        assert_eq!(&real[at + entry.len()..value_at], &value_type.to_le_bytes());
+        copy[value_at..value_at + value.len()].copy_from_slice(value);
+        return copy;
+    }
+    entry.extend_from_slice(&value_type.to_le_bytes());
+    entry.extend_from_slice(value);
+    let filler_key = b"catena.test.filler";
+    let bare = entry.len() + 8 + filler_key.len() + 4 + 8;
+    let filler_len = (32 - bare % 32) % 32;
+    entry.extend_from_slice(&(filler_key.len() as u64).to_le_bytes());
+    entry.extend_from_slice(filler_key);
+    entry.extend_from_slice(&8u32.to_le_bytes());
+    entry.extend_from_slice(&(filler_len as u64).to_le_bytes());
+    entry.resize(entry.len() + filler_len, b'x');
+    // After the magic, the version and the two counts; two entries more.
+    let count = u64::from_le_bytes(real[16..24].try_into().unwrap());
+    copy[16..24].copy_from_slice(&(count + 2).to_le_bytes());
+    copy.splice(24..24, entry);
+    copy
+}
+
 /// (file name, contents, what the error must say)
 fn broken_files(dir: &Path) -> Vec<(String, &'static str)> {
     let real = std::fs::read(common::default_model()).unwrap();
@@ -95,6 +125,37 @@ fn broken_files(dir: &Path) -> Vec<(String, &'static str)> {
         (
             write(dir, "token-twice.gguf", &with_a_token_twice(&real)),
             "holds a token twice",
+        ),
+        // Each of these aborted the process in llama.cpp (GGML_ASSERT while reading the shape or
+        // building the first graph), as the token twice did.
+        (
+            write(
+                dir,
+                "no-layers.gguf",
+                &with_entry(&real, "qwen2.block_count", 4, &0u32.to_le_bytes()),
+            ),
+            "qwen2.block_count is 0; llama.cpp runs 1 to 512 layers",
+        ),
+        (
+            write(
+                dir,
+                "unknown-rope-scaling.gguf",
+                &with_entry(
+                    &real,
+                    "qwen2.rope.scaling.type",
+                    8,
+                    b"\x05\0\0\0\0\0\0\0bogus",
+                ),
+            ),
+            "qwen2.rope.scaling.type is \"bogus\"",
+        ),
+        (
+            write(
+                dir,
+                "no-rotary-dimensions.gguf",
+                &with_entry(&real, "qwen2.rope.dimension_count", 4, &0u32.to_le_bytes()),
+            ),
+            "qwen2.rope.dimension_count is 0",
         ),
     ]
 }

@@ -532,7 +532,8 @@ impl<R: Read> Reader<R> {
 pub(crate) mod tests {
     use super::*;
 
-    /// A minimal GGUF writer for tests: metadata strings and u32s, and F32 tensors.
+    /// A minimal GGUF writer for tests: metadata strings, u32s and arrays of either, and F32
+    /// tensors.
     pub(crate) fn write_gguf(
         kv: &[(&str, MetaValue)],
         tensors: &[(&str, Vec<u64>)],
@@ -559,11 +560,15 @@ pub(crate) mod tests {
                     out.extend_from_slice(&n.to_le_bytes());
                 }
                 MetaValue::Array(items) => {
+                    let numbers = matches!(items.first(), Some(MetaValue::U32(_)));
                     out.extend_from_slice(&9u32.to_le_bytes());
-                    out.extend_from_slice(&8u32.to_le_bytes());
+                    out.extend_from_slice(&(if numbers { 4u32 } else { 8 }).to_le_bytes());
                     out.extend_from_slice(&(items.len() as u64).to_le_bytes());
                     for item in items {
-                        put_str(&mut out, item.as_str().expect("an array of strings"));
+                        match item {
+                            MetaValue::U32(n) if numbers => out.extend_from_slice(&n.to_le_bytes()),
+                            _ => put_str(&mut out, item.as_str().expect("strings or u32s")),
+                        }
                     }
                 }
                 other => panic!("test writer does not write {other:?}"),

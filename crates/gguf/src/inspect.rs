@@ -5,6 +5,7 @@
 //! planner reads the sizes from it.
 
 use crate::header::{GgufError, GgufHeader, MetaValue, ggml_type_layout, ggml_type_name};
+use crate::hyperparameters;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -123,6 +124,9 @@ pub fn inspect(path: &Path, header: &GgufHeader) -> Inspection {
             "architecture {:?} is an encoder or projector, not a model that writes text",
             architecture.as_deref().unwrap_or_default()
         ));
+    }
+    if let Some(arch) = architecture.as_deref().filter(|_| generative) {
+        problems.extend(hyperparameters::problems(header, arch));
     }
     let layout = check_tensors(header, &mut problems);
     let shape = shape(header, architecture.as_deref());

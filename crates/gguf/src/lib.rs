@@ -5,6 +5,7 @@
 //! alone): no llama.cpp, no I/O beyond reading the file.
 
 pub mod header;
+pub mod hyperparameters;
 pub mod inspect;
 
 pub use header::{GgufError, GgufHeader, MetaValue, TensorInfo};

@@ -140,7 +140,7 @@ fn reap(child: &Mutex<Child>, grace: Duration) -> String {
 const SAID_CHARS: usize = 300;
 
 /// Passes the child's standard error on to ours, line by line, and returns the first line that
-/// explains an abort (ggml's `file:line: GGML_ASSERT(...) failed`, a fatal error, or Rust's
+/// explains an abort (ggml's failed check, `... GGML_ASSERT(...) failed`, a fatal error, or Rust's
 /// `memory allocation of N bytes failed`), which the exit status alone does not.
 fn relay_stderr(stderr: impl Read) -> Option<String> {
     let mut reader = BufReader::new(stderr);
@@ -158,23 +158,8 @@ fn relay_stderr(stderr: impl Read) -> Option<String> {
             .iter()
             .any(|mark| text.contains(mark));
         if said.is_none() && explains {
-            said = Some(
-                without_folders(text.trim())
-                    .chars()
-                    .take(SAID_CHARS)
-                    .collect(),
-            );
+            said = Some(text.trim().chars().take(SAID_CHARS).collect());
         }
-    }
-}
-
-/// `llama-model.cpp:1330: ...` from `/home/.../llama.cpp/src/llama-model.cpp:1330: ...`: the
-/// build machine's folders say nothing to the user.
-fn without_folders(line: &str) -> &str {
-    let head = line.find(": ").map_or(line, |end| &line[..end]);
-    match head.rfind('/') {
-        Some(slash) => &line[slash + 1..],
-        None => line,
     }
 }
 
@@ -241,15 +226,5 @@ mod tests {
             text.contains("memory allocation of 536870912 bytes failed"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn the_build_machines_folders_are_cut_from_last_words() {
-        assert_eq!(
-            without_folders("/src/llama.cpp/src/llama-model.cpp:1330: GGML_ASSERT(a/b) failed"),
-            "llama-model.cpp:1330: GGML_ASSERT(a/b) failed"
-        );
-        assert_eq!(without_folders("a/b: fatal error"), "b: fatal error");
-        assert_eq!(without_folders("fatal error"), "fatal error");
     }
 }

@@ -3,12 +3,14 @@
 //! llama.cpp reports why a model failed to load only in its log; the API returns a null pointer.
 //! This module installs one process-wide log callback (llama.cpp's logger is process-wide) that
 //! forwards every line to `tracing` (target `llama.cpp`) and remembers the most recent lines, so
-//! an error can quote what llama.cpp said between two marks.
+//! an error can quote what llama.cpp said between two marks. It also installs ggml's abort
+//! callback ([`on_abort`]), which names a failed check in llama.cpp in one line.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const KEPT_LINES: usize = 256;
 
@@ -52,8 +54,53 @@ pub fn install() -> &'static LogCapture {
         // SAFETY: `callback` matches ggml's log callback signature, and `user_data` points to a
         // `LogCapture` inside a static `OnceLock`, so it is valid for the rest of the process.
         unsafe { llama_cpp_sys_2::llama_log_set(Some(callback), user_data) };
+        // SAFETY: `on_abort` matches ggml's abort callback signature and uses nothing that
+        // could be gone when it is called.
+        unsafe { llama_cpp_sys_2::ggml_set_abort_callback(Some(on_abort)) };
     }
     capture
+}
+
+/// Called by ggml just before it aborts the process on a failed check (`GGML_ASSERT`), with the
+/// check's source line. ggml's own handler prints that line and then a backtrace by attaching
+/// a debugger to the process (seconds of a debugger's output where one is installed); this says
+/// in one line what stopped Catena. The process still aborts when it returns: llama.cpp's state
+/// cannot be trusted after a failed check. Model files Catena can check are checked before
+/// llama.cpp reads them (docs/ARCHITECTURE.md, hostile inputs), so this is the net for the rest.
+unsafe extern "C" fn on_abort(message: *const c_char) {
+    // Each of ggml's compute threads can fail the same check at once: one line is enough. A
+    // later thread waits for the first to write it and abort, rather than abort before it has.
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        return;
+    }
+    let message = if message.is_null() {
+        "(no message)".into()
+    } else {
+        // SAFETY: ggml passes a NUL-terminated string valid for the duration of the call.
+        unsafe { CStr::from_ptr(message) }.to_string_lossy()
+    };
+    // Never unwind into C; a failed write changes nothing, the process ends either way.
+    let _ = std::panic::catch_unwind(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "llama.cpp stopped the process on a failed check: {}",
+            without_folders(&message)
+        );
+    });
+}
+
+/// `llama-model.cpp:1330: ...` from `/home/.../llama.cpp/src/llama-model.cpp:1330: ...`: the
+/// build machine's folders say nothing to the user. (A child's relay of its last words,
+/// `catena_worker`'s `one_shot`, finds this line by its `GGML_ASSERT`.)
+fn without_folders(message: &str) -> &str {
+    let head = message.find(": ").map_or(message, |end| &message[..end]);
+    match head.rfind('/') {
+        Some(slash) => &message[slash + 1..],
+        None => message,
+    }
 }
 
 impl LogCapture {
@@ -62,15 +109,25 @@ impl LogCapture {
         self.lock().next_seq
     }
 
-    /// Warning and error lines logged since `mark`, oldest first.
+    /// The error lines logged since `mark`, oldest first, or the warnings when there is no
+    /// error: what explains a failure, without the warnings that came before its reason (a
+    /// vocabulary's "control-looking token" ahead of a tensor of the wrong shape).
     pub fn problems_since(&self, mark: u64) -> Vec<String> {
         let state = self.lock();
-        state
-            .recent
-            .iter()
-            .filter(|(seq, level, _)| *seq >= mark && *level >= Level::Warn)
-            .map(|(_, _, line)| line.clone())
-            .collect()
+        let at = |wanted: Level| -> Vec<String> {
+            state
+                .recent
+                .iter()
+                .filter(|(seq, level, _)| *seq >= mark && *level == wanted)
+                .map(|(_, _, line)| line.clone())
+                .collect()
+        };
+        let errors = at(Level::Error);
+        if errors.is_empty() {
+            at(Level::Warn)
+        } else {
+            errors
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -134,4 +191,19 @@ unsafe extern "C" fn callback(
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         capture.record(level_of(level), &text)
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_folders;
+
+    #[test]
+    fn the_build_machines_folders_are_cut_from_a_failed_check() {
+        assert_eq!(
+            without_folders("/src/llama.cpp/src/llama-model.cpp:1330: GGML_ASSERT(a/b) failed"),
+            "llama-model.cpp:1330: GGML_ASSERT(a/b) failed"
+        );
+        assert_eq!(without_folders("a/b: fatal error"), "b: fatal error");
+        assert_eq!(without_folders("fatal error"), "fatal error");
+    }
 }

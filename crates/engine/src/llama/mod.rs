@@ -631,6 +631,11 @@ fn preflight(path: &Path) -> Result<GgufHeader, EngineError> {
             "its architecture `{arch}` does not generate text (an encoder or a projector)"
         )));
     }
+    // Values llama.cpp would stop the whole process on, refused here with their names.
+    let problems = catena_gguf::hyperparameters::problems(&header, arch);
+    if !problems.is_empty() {
+        return Err(bad(problems.join("; ")));
+    }
     header
         .check_data_present()
         .map_err(|e| bad(e.to_string()))?;
