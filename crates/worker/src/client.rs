@@ -11,6 +11,7 @@ use super::protocol::{
     FromWorker, Prompt, Reply, Request, ToWorker, TokensDelta, WorkerConfig, read_frame,
     write_frame,
 };
+use crate::last_words::{LAST_WORDS_WAIT, LastWords};
 use catena_engine_api::plan::{PROTOCOL_CONTEXT, Plan};
 use catena_engine_api::{
     Constraint, EngineError, GenerateLimits, Generation, ModelInfo, PromptPart, PromptStart,
@@ -46,6 +47,15 @@ impl WorkerCommand {
             program: std::env::current_exe()?,
             args,
         })
+    }
+}
+
+/// A child that runs `script` in the shell in place of `catena worker`: the tests' stand-in.
+#[cfg(all(test, unix))]
+pub(crate) fn shell(script: &str) -> WorkerCommand {
+    WorkerCommand {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()],
     }
 }
 
@@ -106,11 +116,25 @@ struct Process {
     /// Why the process can no longer be used (it died, or broke the protocol); the first lane
     /// to notice says, the others repeat it.
     dead: Mutex<Option<String>>,
+    /// Its standard error, passed on to ours, and what in it explains an abort.
+    last_words: Option<LastWords>,
 }
 
 impl Process {
     fn pid(&self) -> u32 {
         self.child.lock().id()
+    }
+
+    /// How the process ended, with the line of its standard error that explains an abort.
+    fn ended(&self, status: ExitStatus) -> String {
+        let said = self
+            .last_words
+            .as_ref()
+            .and_then(|w| w.said(LAST_WORDS_WAIT));
+        match said {
+            Some(said) => format!("{}; it said: {said}", describe_exit(status)),
+            None => describe_exit(status),
+        }
     }
 }
 
@@ -338,7 +362,7 @@ impl WorkerClient {
         let mut child = process.child.lock();
         let status = wait_briefly(&mut child);
         let reason = match (status, cause) {
-            (Some(status), _) => describe_exit(status),
+            (Some(status), _) => process.ended(status),
             (None, Some(e)) => format!("its pipe broke ({e}) and it was stopped"),
             (None, None) => "it closed its output and was stopped".to_string(),
         };
@@ -381,7 +405,7 @@ fn spawn(
         .args(&command.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
             EngineError::WorkerDied(format!("cannot start {}: {e}", command.program.display()))
@@ -405,11 +429,13 @@ fn spawn(
             "cannot start the thread that reads it: {e}"
         )));
     }
+    let last_words = child.stderr.take().and_then(LastWords::relay);
     let process = Process {
         child: Mutex::new(child),
         stdin: Mutex::new(BufWriter::new(stdin)),
         lanes,
         dead: Mutex::new(None),
+        last_words,
     };
     status.pid.store(process.pid(), Ordering::SeqCst);
     let started = write_frame(
@@ -455,10 +481,10 @@ fn spawn(
         }
         Incoming::End(_) => {
             let status = wait_briefly(&mut process.child.lock());
+            let ended = status.map_or_else(|| "no exit status".to_string(), |s| process.ended(s));
             stop(process);
             Err(EngineError::WorkerDied(format!(
-                "it ended while loading the model: {}",
-                status.map_or_else(|| "no exit status".to_string(), describe_exit)
+                "it ended while loading the model: {ended}"
             )))
         }
     }
@@ -738,5 +764,49 @@ impl Session for WorkerSession<'_> {
 
     fn state_mut(&mut self) -> &mut SessionState {
         &mut self.state
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use catena_engine_api::SessionOptions;
+
+    fn config() -> WorkerConfig {
+        WorkerConfig {
+            model_path: "model.gguf".into(),
+            adapter: None,
+            gpu_layers: None,
+            session: SessionOptions::default(),
+            sessions: 1,
+            parallel: 1,
+            kv_cache: None,
+            prompt_cache: None,
+        }
+    }
+
+    /// A worker that fails one of llama.cpp's checks while it loads the model (what the engine's
+    /// abort callback writes, then SIGABRT): the error names the check, not only the signal.
+    #[test]
+    fn a_worker_that_aborts_while_loading_is_named_with_its_last_words() {
+        let aborts = shell(
+            "echo 'llama.cpp stopped the process on a failed check: ops.cpp:6354: \
+             GGML_ASSERT(n_dims <= ne0) failed' >&2; kill -ABRT $$",
+        );
+        let Err(err) = WorkerClient::start(aborts, config(), Arc::default()) else {
+            panic!("the stand-in started");
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("SIGABRT")
+                && text.contains("it said: llama.cpp stopped the process on a failed check")
+                && text.contains("GGML_ASSERT(n_dims <= ne0)"),
+            "{text}"
+        );
+        // One that ends without a word says only how it ended.
+        let Err(err) = WorkerClient::start(shell("exit 3"), config(), Arc::default()) else {
+            panic!("the stand-in started");
+        };
+        assert!(!err.to_string().contains("it said"), "{err}");
     }
 }

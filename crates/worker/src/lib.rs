@@ -18,6 +18,7 @@
 
 mod client;
 mod exit;
+mod last_words;
 mod one_shot;
 pub mod protocol;
 mod quantize;

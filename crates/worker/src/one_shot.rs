@@ -5,9 +5,10 @@
 //! frame says what to do instead of `Start`.
 
 use crate::client::{WorkerCommand, describe_exit};
+use crate::last_words::{LAST_WORDS_WAIT, LastWords};
 use crate::protocol::{FromWorker, Reply, Request, ToWorker, read_frame, write_frame};
 use parking_lot::Mutex;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -49,12 +50,7 @@ pub(crate) fn one_shot(
             program: command.program.clone(),
             source,
         })?;
-    let relay = child.stderr.take().and_then(|stderr| {
-        std::thread::Builder::new()
-            .name("catena-child-stderr".into())
-            .spawn(move || relay_stderr(stderr))
-            .ok()
-    });
+    let last_words = child.stderr.take().and_then(LastWords::relay);
     let pipes = (child.stdin.take(), child.stdout.take());
     let child = Arc::new(Mutex::new(child));
     let (answered, watch) = mpsc::channel::<()>();
@@ -88,7 +84,7 @@ pub(crate) fn one_shot(
     let status = reap(&child, EXIT_GRACE);
     drop(answered);
     let timed_out = timed_out.is_some_and(|thread| thread.join().unwrap_or(false));
-    let said = relay.and_then(|thread| thread.join().ok()).flatten();
+    let said = last_words.and_then(|words| words.said(LAST_WORDS_WAIT));
     match answer {
         Ok(Some(FromWorker { reply, .. })) => Ok(reply),
         _ if timed_out => Err(OneShotError::TimedOut {
@@ -136,45 +132,10 @@ fn reap(child: &Mutex<Child>, grace: Duration) -> String {
     }
 }
 
-/// The longest line of the child's last words kept for the error.
-const SAID_CHARS: usize = 300;
-
-/// Passes the child's standard error on to ours, line by line, and returns the first line that
-/// explains an abort (ggml's failed check, `... GGML_ASSERT(...) failed`, a fatal error, or Rust's
-/// `memory allocation of N bytes failed`), which the exit status alone does not.
-fn relay_stderr(stderr: impl Read) -> Option<String> {
-    let mut reader = BufReader::new(stderr);
-    let mut line = Vec::new();
-    let mut said = None;
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return said,
-            Ok(_) => {}
-        }
-        let _ = io::stderr().write_all(&line);
-        let text = String::from_utf8_lossy(&line);
-        let explains = ["GGML_ASSERT", "fatal error", "memory allocation of"]
-            .iter()
-            .any(|mark| text.contains(mark));
-        if said.is_none() && explains {
-            said = Some(text.trim().chars().take(SAID_CHARS).collect());
-        }
-    }
-}
-
-/// A child that runs `script` in the shell in place of `catena worker`: the tests' stand-in.
-#[cfg(all(test, unix))]
-pub(crate) fn shell(script: &str) -> WorkerCommand {
-    WorkerCommand {
-        program: "/bin/sh".into(),
-        args: vec!["-c".into(), script.into()],
-    }
-}
-
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
+    use crate::client::shell;
 
     #[test]
     fn a_child_past_its_deadline_is_killed_and_said_so() {

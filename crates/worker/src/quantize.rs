@@ -45,7 +45,7 @@ pub fn quantize_in_child(command: &WorkerCommand, job: &QuantizeJob) -> Result<(
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-    use crate::one_shot::shell;
+    use crate::client::shell;
     use crate::protocol::{ToWorker, read_frame, write_frame};
     use catena_engine_api::QuantType;
 

@@ -85,7 +85,7 @@ pub fn render_in_child(
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-    use crate::one_shot::shell;
+    use crate::client::shell;
 
     fn job() -> TemplateJob {
         TemplateJob {
