@@ -33,6 +33,11 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// How the engine's process begins the line it writes to standard error when llama.cpp stops it
+/// on a failed check (`GGML_ASSERT`, `GGML_ABORT`), the check following; a supervisor that relays
+/// a child's standard error finds the line by it.
+pub const LLAMA_ABORT_LINE: &str = "llama.cpp stopped the process on a failed check";
+
 /// One piece of prompt text. Chat-template markers (`<|im_start|>`) are special; everything a
 /// user, a file, a tool or a model wrote is plain, so text such as `<|im_end|>` printed by a program
 /// can never become a control token.

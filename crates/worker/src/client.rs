@@ -770,7 +770,7 @@ impl Session for WorkerSession<'_> {
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-    use catena_engine_api::SessionOptions;
+    use catena_engine_api::{LLAMA_ABORT_LINE, SessionOptions};
 
     fn config() -> WorkerConfig {
         WorkerConfig {
@@ -789,18 +789,19 @@ mod tests {
     /// abort callback writes, then SIGABRT): the error names the check, not only the signal.
     #[test]
     fn a_worker_that_aborts_while_loading_is_named_with_its_last_words() {
-        let aborts = shell(
-            "echo 'llama.cpp stopped the process on a failed check: ops.cpp:6354: \
-             GGML_ASSERT(n_dims <= ne0) failed' >&2; kill -ABRT $$",
-        );
+        // A GGML_ABORT names no assertion: the engine's line is found by its beginning.
+        let aborts = shell(&format!(
+            "echo '{LLAMA_ABORT_LINE}: llama-vocab.cpp:3279: unsupported vocab type' >&2; \
+             kill -ABRT $$"
+        ));
         let Err(err) = WorkerClient::start(aborts, config(), Arc::default()) else {
             panic!("the stand-in started");
         };
         let text = err.to_string();
         assert!(
             text.contains("SIGABRT")
-                && text.contains("it said: llama.cpp stopped the process on a failed check")
-                && text.contains("GGML_ASSERT(n_dims <= ne0)"),
+                && text.contains(&format!("it said: {LLAMA_ABORT_LINE}"))
+                && text.contains("unsupported vocab type"),
             "{text}"
         );
         // One that ends without a word says only how it ended.

@@ -1,8 +1,9 @@
 //! A child's standard error, passed on to ours line by line, and the line in it that explains
-//! an abort (llama.cpp's failed check, `llama.cpp stopped the process on a failed check: ...
-//! GGML_ASSERT(...) failed`; a fatal error; Rust's `memory allocation of N bytes failed`), which
-//! the exit status alone does not: the one-shot children's and the model worker's.
+//! an abort (the engine's [`LLAMA_ABORT_LINE`] and llama.cpp's failed check after it, or a bare
+//! `GGML_ASSERT`; a fatal error; Rust's `memory allocation of N bytes failed`), which the exit
+//! status alone does not: the one-shot children's and the model worker's.
 
+use catena_engine_api::LLAMA_ABORT_LINE;
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::mpsc::{self, Receiver};
@@ -56,9 +57,14 @@ fn relay_lines(stderr: impl Read) -> Option<String> {
         }
         let _ = io::stderr().write_all(&line);
         let text = String::from_utf8_lossy(&line);
-        let explains = ["GGML_ASSERT", "fatal error", "memory allocation of"]
-            .iter()
-            .any(|mark| text.contains(mark));
+        let explains = [
+            LLAMA_ABORT_LINE,
+            "GGML_ASSERT",
+            "fatal error",
+            "memory allocation of",
+        ]
+        .iter()
+        .any(|mark| text.contains(mark));
         if said.is_none() && explains {
             said = Some(text.trim().chars().take(SAID_CHARS).collect());
         }

@@ -86,15 +86,15 @@ unsafe extern "C" fn on_abort(message: *const c_char) {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
-            "llama.cpp stopped the process on a failed check: {}",
+            "{}: {}",
+            catena_engine_api::LLAMA_ABORT_LINE,
             without_folders(&message)
         );
     });
 }
 
 /// `llama-model.cpp:1330: ...` from `/home/.../llama.cpp/src/llama-model.cpp:1330: ...`: the
-/// build machine's folders say nothing to the user. (A child's relay of its last words,
-/// `catena_worker`'s `one_shot`, finds this line by its `GGML_ASSERT`.)
+/// build machine's folders say nothing to the user.
 fn without_folders(message: &str) -> &str {
     let head = message.find(": ").map_or(message, |end| &message[..end]);
     match head.rfind('/') {
