@@ -157,6 +157,15 @@ fn broken_files(dir: &Path) -> Vec<(String, &'static str)> {
             ),
             "qwen2.rope.dimension_count is 0",
         ),
+        // This one loaded, and every run failed for want of room in a 256-token context.
+        (
+            write(
+                dir,
+                "no-context.gguf",
+                &with_entry(&real, "qwen2.context_length", 4, &0u32.to_le_bytes()),
+            ),
+            "qwen2.context_length is 0: the model names no context it was trained for",
+        ),
     ]
 }
 

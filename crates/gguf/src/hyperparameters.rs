@@ -7,7 +7,10 @@
 //! edit) would kill `catena run`, or the model worker of `catena serve`, with nothing but the
 //! assertion's source line. These are the same conditions, named in words, so that the file is
 //! refused as a bad model before llama.cpp sees it. The bounds are those of the vendored
-//! llama.cpp (`LLAMA_MAX_LAYERS`, `LLAMA_MAX_EXPERTS`, `LLAMA_ROPE_SCALING_TYPES`).
+//! llama.cpp (`LLAMA_MAX_LAYERS`, `LLAMA_MAX_EXPERTS`, `LLAMA_ROPE_SCALING_TYPES`). Two values
+//! llama.cpp takes without asserting are refused with them: 0 rotary dimensions (a decode step
+//! that never ended) and a trained context of 0 tokens (llama.cpp then made a context of 256,
+//! which no prompt of Catena's fits, and the plan said "context 0 tokens").
 
 use crate::header::{GgufHeader, MetaValue};
 
@@ -23,8 +26,8 @@ const EQUAL_HEAD_SIZES: [&str; 3] = ["qwen2", "qwen3", "llama"];
 /// Architectures for which llama.cpp reads an expert count of one as none.
 const ONE_EXPERT_IS_NONE: [&str; 2] = ["hunyuan-dense", "hunyuan_vl"];
 
-/// What in `header` (a model of architecture `arch`) llama.cpp would abort on, in words; empty
-/// when nothing.
+/// What in `header` (a model of architecture `arch`) llama.cpp would abort on or could not run,
+/// in words; empty when nothing.
 pub fn problems(header: &GgufHeader, arch: &str) -> Vec<String> {
     let key = |name: &str| format!("{arch}.{name}");
     let get = |name: &str| header.get_u64(&key(name));
@@ -34,6 +37,12 @@ pub fn problems(header: &GgufHeader, arch: &str) -> Vec<String> {
         problems.push(format!(
             "{} is {layers}; llama.cpp runs 1 to {MAX_LAYERS} layers",
             key("block_count")
+        ));
+    }
+    if get("context_length") == Some(0) {
+        problems.push(format!(
+            "{} is 0: the model names no context it was trained for",
+            key("context_length")
         ));
     }
     if let (Some(nextn), Some(layers)) = (get("nextn_predict_layers"), layers)
@@ -204,7 +213,7 @@ mod tests {
     #[test]
     fn values_llama_cpp_aborts_on_are_named() {
         assert_eq!(problems_of(&qwen(&[]), "qwen2"), Vec::<String>::new());
-        let cases: [(&[(&str, MetaValue)], &str); 10] = [
+        let cases: [(&[(&str, MetaValue)], &str); 11] = [
             (
                 &[("qwen2.block_count", MetaValue::U32(0))],
                 "1 to 512 layers",
@@ -212,6 +221,10 @@ mod tests {
             (
                 &[("qwen2.block_count", MetaValue::U32(600))],
                 "1 to 512 layers",
+            ),
+            (
+                &[("qwen2.context_length", MetaValue::U32(0))],
+                "names no context it was trained for",
             ),
             (
                 &[("qwen2.nextn_predict_layers", MetaValue::U32(30))],
