@@ -164,10 +164,7 @@ fn head_sizes(header: &GgufHeader, arch: &str, problems: &mut Vec<String>) {
             fits = false;
         }
     }
-    if !fits {
-        return;
-    }
-    if !EQUAL_HEAD_SIZES.contains(&arch) {
+    if !fits || !EQUAL_HEAD_SIZES.contains(&arch) {
         return;
     }
     let (Some(key_size), Some(derived)) = (key_size, derived) else {
