@@ -16,6 +16,8 @@ use crate::header::{GgufHeader, MetaValue};
 
 /// llama.cpp's `LLAMA_MAX_LAYERS`.
 const MAX_LAYERS: u64 = 512;
+/// The largest count llama.cpp's API passes on (a C `int32_t`).
+const MAX_INT32: u64 = i32::MAX as u64;
 /// llama.cpp's `LLAMA_MAX_EXPERTS`.
 const MAX_EXPERTS: u64 = 1024;
 /// The `rope.scaling.type` names llama.cpp knows.
@@ -33,17 +35,41 @@ pub fn problems(header: &GgufHeader, arch: &str) -> Vec<String> {
     let get = |name: &str| header.get_u64(&key(name));
     let mut problems = Vec::new();
     let layers = get("block_count");
-    if let Some(layers) = layers.filter(|n| !(1..=MAX_LAYERS).contains(n)) {
-        problems.push(format!(
-            "{} is {layers}; llama.cpp runs 1 to {MAX_LAYERS} layers",
+    match layers {
+        None => problems.push(format!("no {}", key("block_count"))),
+        Some(n) if !(1..=MAX_LAYERS).contains(&n) => problems.push(format!(
+            "{} is {n}; llama.cpp runs 1 to {MAX_LAYERS} layers",
             key("block_count")
-        ));
+        )),
+        Some(_) => {}
     }
-    if get("context_length") == Some(0) {
-        problems.push(format!(
+    match get("context_length") {
+        None => problems.push(format!("no {}", key("context_length"))),
+        Some(0) => problems.push(format!(
             "{} is 0: the model names no context it was trained for",
             key("context_length")
-        ));
+        )),
+        _ => {}
+    }
+    match get("embedding_length") {
+        None => problems.push(format!("no {}", key("embedding_length"))),
+        Some(0) => problems.push(format!("{} is 0", key("embedding_length"))),
+        _ => {}
+    }
+    // llama.cpp hands these out as signed 32-bit integers: a training context of 2^32 - 1 made
+    // every load panic in the Rust binding (exit 101).
+    for name in [
+        "context_length",
+        "embedding_length",
+        "attention.head_count",
+        "attention.head_count_kv",
+    ] {
+        if let Some(n) = first_u64(header, &key(name)).filter(|&n| n > MAX_INT32) {
+            problems.push(format!(
+                "{} is {n}, more than the {MAX_INT32} llama.cpp accepts",
+                key(name)
+            ));
+        }
     }
     if let (Some(nextn), Some(layers)) = (get("nextn_predict_layers"), layers)
         && nextn > layers
@@ -136,11 +162,7 @@ fn head_sizes(header: &GgufHeader, arch: &str, problems: &mut Vec<String>) {
     let get = |name: &str| header.get_u64(&key(name));
     // llama.cpp reads the first layer's head count when it is given per layer, and derives no
     // head size without heads.
-    let heads = match header.metadata.get(&key("attention.head_count")) {
-        Some(MetaValue::Array(items)) => items.first().and_then(MetaValue::as_u64),
-        Some(value) => value.as_u64(),
-        None => None,
-    };
+    let heads = first_u64(header, &key("attention.head_count"));
     let derived = get("embedding_length").zip(heads.filter(|&h| h > 0));
     let derived = derived.map(|(embedding, heads)| embedding / heads);
     let key_size = get("attention.key_length").or(derived);
@@ -181,6 +203,14 @@ fn head_sizes(header: &GgufHeader, arch: &str, problems: &mut Vec<String>) {
     }
 }
 
+/// A number, or the first of a per-layer array of numbers (as llama.cpp reads the first layer's).
+pub(crate) fn first_u64(header: &GgufHeader, key: &str) -> Option<u64> {
+    match header.metadata.get(key)? {
+        MetaValue::Array(items) => items.first().and_then(MetaValue::as_u64),
+        value => value.as_u64(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +225,7 @@ mod tests {
     fn qwen(extra: &[(&'static str, MetaValue)]) -> Vec<(&'static str, MetaValue)> {
         let mut kv = vec![
             ("qwen2.block_count", MetaValue::U32(24)),
+            ("qwen2.context_length", MetaValue::U32(32768)),
             ("qwen2.embedding_length", MetaValue::U32(896)),
             ("qwen2.attention.head_count", MetaValue::U32(14)),
         ];
@@ -273,6 +304,7 @@ mod tests {
         let gemma = |rotary: Option<(&'static str, u32)>| {
             let mut kv = vec![
                 ("gemma3.block_count", MetaValue::U32(18)),
+                ("gemma3.context_length", MetaValue::U32(32768)),
                 ("gemma3.embedding_length", MetaValue::U32(640)),
                 ("gemma3.attention.head_count", MetaValue::U32(4)),
                 ("gemma3.attention.key_length", MetaValue::U32(256)),

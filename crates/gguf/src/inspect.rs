@@ -5,7 +5,7 @@
 //! planner reads the sizes from it.
 
 use crate::header::{GgufError, GgufHeader, MetaValue, ggml_type_layout, ggml_type_name};
-use crate::hyperparameters;
+use crate::hyperparameters::{self, first_u64};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -273,14 +273,6 @@ fn shape(header: &GgufHeader, architecture: Option<&str>) -> Shape {
         heads_kv,
         vocab_size,
         kv_bytes_per_token_f16,
-    }
-}
-
-/// A number, or the first of a per-layer array of numbers.
-fn first_u64(header: &GgufHeader, key: &str) -> Option<u64> {
-    match header.metadata.get(key)? {
-        MetaValue::Array(items) => items.iter().find_map(MetaValue::as_u64),
-        value => value.as_u64(),
     }
 }
 

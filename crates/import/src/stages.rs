@@ -161,10 +161,9 @@ pub(crate) fn quantize_and_install(
 }
 
 /// Why llama.cpp would refuse the model file at `path`, or abort or panic while loading it; `None`
-/// when it would load. catena-gguf's inspection (architecture, tensor types, data inside the file)
-/// and the shape numbers the loader reads: it requires a block count, an embedding length and a
-/// context length, asserts 1 to 512 layers, and hands the others out as signed 32-bit integers
-/// (a training context of 2^32 - 1 makes every load panic in the Rust binding).
+/// when it would load: catena-gguf's inspection (architecture, tensor types, data inside the
+/// file, and the shape numbers the loader requires, asserts on or passes on as signed 32-bit
+/// integers: `catena_gguf::hyperparameters`), and attention heads, which a converted model has.
 pub(crate) fn why_it_would_not_load(path: &Path) -> Option<String> {
     let Inspection {
         mut problems,
@@ -178,33 +177,12 @@ pub(crate) fn why_it_would_not_load(path: &Path) -> Option<String> {
     if kind != "model" {
         problems.push(format!("it is a `{kind}` file, not a model"));
     }
-    // (what, the value, whether the loader requires it, the most it accepts)
-    let int32 = i32::MAX as u64;
-    let numbers = [
-        (
-            "block count",
-            shape.layers,
-            true,
-            catena_convert::MAX_LAYERS,
-        ),
-        ("embedding length", shape.embedding_length, true, int32),
-        (
-            "context length",
-            shape.context_length,
-            true,
-            catena_convert::MAX_CONTEXT,
-        ),
-        ("attention head count", shape.heads, false, int32),
-        ("key-value head count", shape.heads_kv, false, int32),
-    ];
-    for (name, value, required, max) in numbers {
-        match value {
-            None if required => problems.push(format!("no {name}")),
-            Some(0) => problems.push(format!("a {name} of 0")),
-            Some(n) if n > max => problems.push(format!(
-                "a {name} of {n}, more than the {max} llama.cpp accepts"
-            )),
-            _ => {}
+    for (name, value) in [
+        ("attention head count", shape.heads),
+        ("key-value head count", shape.heads_kv),
+    ] {
+        if value == Some(0) {
+            problems.push(format!("a {name} of 0"));
         }
     }
     (!problems.is_empty()).then(|| problems.join("; "))
