@@ -19,10 +19,13 @@ pub fn init_logging(verbose: u8) {
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // Colours only for a terminal: a log read from a pipe or a file gets plain text.
+    // Colours only for a terminal, as the error report decides them: a log read from a pipe or a
+    // file gets plain text, `NO_COLOR` turns them off, and `CLICOLOR_FORCE` on (a model worker's
+    // log, relayed by its parent to a terminal).
+    let colours = anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(colours)
         .with_writer(std::io::stderr)
         .with_target(true)
         .try_init();

@@ -48,6 +48,23 @@ impl WorkerCommand {
             args,
         })
     }
+
+    /// The child's process, its three standard streams piped: requests in, replies out, and its
+    /// log passed on to ours by [`LastWords`]. Since its log then goes to a pipe, a child whose
+    /// log reaches a terminal through us is told to keep its colours (`CLICOLOR_FORCE`, which the
+    /// log setup honours, as it does `NO_COLOR`).
+    pub(crate) fn process(&self) -> Command {
+        let mut process = Command::new(&self.program);
+        process
+            .args(&self.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if anstream::AutoStream::choice(&io::stderr()) != anstream::ColorChoice::Never {
+            process.env("CLICOLOR_FORCE", "1");
+        }
+        process
+    }
 }
 
 /// A child that runs `script` in the shell in place of `catena worker`: the tests' stand-in.
@@ -401,15 +418,9 @@ fn spawn(
     config: &WorkerConfig,
     status: &WorkerStatus,
 ) -> Result<Started, EngineError> {
-    let mut child = Command::new(&command.program)
-        .args(&command.args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            EngineError::WorkerDied(format!("cannot start {}: {e}", command.program.display()))
-        })?;
+    let mut child = command.process().spawn().map_err(|e| {
+        EngineError::WorkerDied(format!("cannot start {}: {e}", command.program.display()))
+    })?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         kill(&mut child);
         return Err(EngineError::WorkerDied("its pipes were not created".into()));
@@ -783,6 +794,27 @@ mod tests {
             kv_cache: None,
             prompt_cache: None,
         }
+    }
+
+    /// A child's log goes to a pipe we pass on, so it keeps its colours only when ours has them.
+    #[test]
+    fn a_child_keeps_its_colours_when_our_log_has_them() {
+        let told = |choice: anstream::ColorChoice| {
+            choice.write_global();
+            let output = shell("printf %s \"$CLICOLOR_FORCE\"")
+                .process()
+                .output()
+                .unwrap();
+            String::from_utf8(output.stdout).unwrap()
+        };
+        let (always, never) = (
+            told(anstream::ColorChoice::Always),
+            told(anstream::ColorChoice::Never),
+        );
+        anstream::ColorChoice::Auto.write_global();
+        // Without colours the child has only what it inherits.
+        let inherited = std::env::var("CLICOLOR_FORCE").unwrap_or_default();
+        assert_eq!((always.as_str(), never.as_str()), ("1", inherited.as_str()));
     }
 
     /// A worker that fails one of llama.cpp's checks while it loads the model (what the engine's

@@ -10,7 +10,7 @@ use crate::protocol::{FromWorker, Reply, Request, ToWorker, read_frame, write_fr
 use parking_lot::Mutex;
 use std::io::{self, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -40,11 +40,8 @@ pub(crate) fn one_shot(
     request: &Request,
     deadline: Option<Duration>,
 ) -> Result<Reply, OneShotError> {
-    let mut child = Command::new(&command.program)
-        .args(&command.args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut child = command
+        .process()
         .spawn()
         .map_err(|source| OneShotError::Start {
             program: command.program.clone(),
