@@ -68,6 +68,21 @@ stopped = client.chat.completions.create(
 )
 out["stop"] = {"content": stopped.choices[0].message.content, "finish_reason": stopped.choices[0].finish_reason}
 
+# A frequency penalty lowers each token by how often it came before (greedy, so the two replies
+# differ only by it).
+def cats(**penalty):
+    reply = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Write the word cat ten times, separated by spaces."}],
+        max_tokens=40,
+        temperature=0,
+        **penalty,
+    )
+    return reply.choices[0].message.content
+
+
+out["penalties"] = {"none": cats(), "frequency": cats(frequency_penalty=2.0)}
+
 # Two turns of one conversation: the second re-evaluates only the new tokens.
 history = [{"role": "user", "content": "My name is Ada. Reply with OK."}]
 first = client.chat.completions.create(model=model, messages=history, max_tokens=8, temperature=0)
@@ -91,6 +106,22 @@ out["bad_key"] = error_of(
     lambda: openai.OpenAI(base_url=base_url, api_key="wrong-key", max_retries=0).models.list()
 )
 out["empty_messages"] = error_of(lambda: client.chat.completions.create(model=model, messages=[]))
+# What the server does not do is refused, not ignored; a value out of OpenAI's range too.
+hi = [{"role": "user", "content": "hi"}]
+out["logprobs"] = error_of(
+    lambda: client.chat.completions.create(model=model, messages=hi, max_tokens=4, logprobs=True, top_logprobs=2)
+)
+out["logit_bias"] = error_of(
+    lambda: client.chat.completions.create(model=model, messages=hi, max_tokens=4, logit_bias={"15": 5})
+)
+out["penalty_range"] = error_of(
+    lambda: client.chat.completions.create(model=model, messages=hi, max_tokens=4, presence_penalty=2.5)
+)
+out["response_logprobs"] = error_of(
+    lambda: client.responses.create(
+        model=model, input="hi", max_output_tokens=4, include=["message.output_text.logprobs"]
+    )
+)
 
 
 def raw(path, body, content_type="application/json"):

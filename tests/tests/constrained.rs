@@ -62,6 +62,7 @@ fn a_schema_holds_from_the_first_token_whatever_is_sampled() {
             top_p: 1.0,
             top_k: 0,
             seed,
+            ..SamplingParams::default()
         };
         let (text, stop) = generate("Tell me a joke about cats.", Some(&constraint), sampling);
         assert_eq!(stop, GenerationStop::EndOfTurn, "seed {seed}: {text}");
@@ -159,6 +160,7 @@ fn sequences_decoded_together_each_follow_their_grammar() {
             top_p: 1.0,
             top_k: 0,
             seed: 5,
+            ..SamplingParams::default()
         },
         ..SessionOptions::default()
     };

@@ -117,6 +117,7 @@ fn a_seed_makes_sampling_repeatable() {
             top_p: 0.95,
             top_k: 40,
             seed,
+            ..SamplingParams::default()
         };
         let mut session = engine().session(&options(sampling)).unwrap();
         session.append(&prompt("Name three colours.")).unwrap();

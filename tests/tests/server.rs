@@ -190,6 +190,28 @@ fn the_official_openai_client_works_unchanged() {
     assert_eq!(bad_key["class"], "AuthenticationError");
     assert_eq!(error_field(bad_key, "code"), "invalid_api_key");
     assert_eq!(out["empty_messages"]["status"], 400);
+    for (refused, param) in [
+        ("logprobs", "logprobs"),
+        ("logit_bias", "logit_bias"),
+        ("penalty_range", "presence_penalty"),
+        ("response_logprobs", "include"),
+    ] {
+        let error = &out[refused];
+        assert_eq!(error["status"], 400, "{refused}: {error}");
+        assert_eq!(error["class"], "BadRequestError", "{refused}: {error}");
+        assert_eq!(error_field(error, "param"), param, "{refused}: {error}");
+    }
+    // Greedy both times, so only the penalty tells the replies apart.
+    let cats = |reply: &str| reply.matches("cat").count();
+    let penalties = &out["penalties"];
+    let (none, frequency) = (
+        penalties["none"].as_str().unwrap(),
+        penalties["frequency"].as_str().unwrap(),
+    );
+    assert!(
+        cats(frequency) < cats(none) && cats(none) >= 10,
+        "{penalties}"
+    );
     let malformed = &out["malformed_json"];
     assert_eq!(malformed["status"], 400, "{malformed}");
     assert_eq!(malformed["body"]["error"]["type"], "invalid_request_error");

@@ -19,6 +19,7 @@ use crate::sampling::{
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 /// The tokens a grammar allows next: bit `i % 32` of word `i / 32` is set when token `i` may come
 /// next (llguidance's mask layout). Tokens past the last word are not allowed.
@@ -72,6 +73,10 @@ pub struct TokenSampler {
     block_sums: Vec<f64>,
     /// Scratch: the tokens left after a mask, top-k and top-p.
     candidates: Vec<Candidate>,
+    /// How often each token was picked, when the parameters penalise repeats.
+    picked: HashMap<u32, u32>,
+    /// Scratch: the logits with those penalties applied.
+    penalised: Vec<f32>,
 }
 
 /// A token and its logit, ordered by logit (then the lower token first, as llama.cpp's sort
@@ -106,6 +111,8 @@ impl TokenSampler {
             weights: Vec::new(),
             block_sums: Vec::new(),
             candidates: Vec::new(),
+            picked: HashMap::new(),
+            penalised: Vec::new(),
         }
     }
 
@@ -116,7 +123,37 @@ impl TokenSampler {
     /// The next token from `logits`, among `allowed` when a grammar is in force, with its
     /// log-probability when `logprob` is set. `None` when the row has no usable number (NaN or
     /// infinite logits) or the mask allows no token of the row.
+    ///
+    /// With frequency or presence penalties, the tokens this sampler picked before are lowered
+    /// first (OpenAI's formula: `logit - count × frequency - presence` for a token picked `count`
+    /// times), and the log-probability is the penalised distribution's, the one drawn from.
     pub fn pick(
+        &mut self,
+        logits: &[f32],
+        allowed: Option<AllowedTokens<'_>>,
+        logprob: bool,
+    ) -> Option<TokenRecord> {
+        if !self.params.penalises() {
+            return self.pick_from(logits, allowed, logprob);
+        }
+        let mut penalised = std::mem::take(&mut self.penalised);
+        penalised.clear();
+        penalised.extend_from_slice(logits);
+        let (frequency, presence) = (self.params.frequency_penalty, self.params.presence_penalty);
+        for (&token, &count) in &self.picked {
+            if let Some(logit) = penalised.get_mut(token as usize) {
+                *logit -= count as f32 * frequency + presence;
+            }
+        }
+        let record = self.pick_from(&penalised, allowed, logprob);
+        self.penalised = penalised;
+        if let Some(record) = &record {
+            *self.picked.entry(record.id as u32).or_default() += 1;
+        }
+        record
+    }
+
+    fn pick_from(
         &mut self,
         logits: &[f32],
         allowed: Option<AllowedTokens<'_>>,
@@ -411,6 +448,7 @@ mod tests {
             top_p,
             top_k,
             seed: 7,
+            ..SamplingParams::default()
         }
     }
 
@@ -630,6 +668,42 @@ mod tests {
         };
         assert_eq!(run(3), run(3));
         assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn penalties_lower_the_tokens_picked_before() {
+        let greedy = |frequency_penalty: f32, presence_penalty: f32, logits: &[f32]| {
+            let mut sampler = TokenSampler::new(SamplingParams {
+                frequency_penalty,
+                presence_penalty,
+                ..SamplingParams::greedy()
+            });
+            (0..5)
+                .map(|_| sampler.pick(logits, None, false).unwrap().id)
+                .collect::<Vec<_>>()
+        };
+        let logits = [2.0, 1.5, 1.2];
+        assert_eq!(greedy(0.0, 0.0, &logits), [0, 0, 0, 0, 0]);
+        // Each pick lowers the token again: 2.0, then 1.4 against 1.5, then 0.9 against 1.4, ...
+        assert_eq!(greedy(0.6, 0.0, &logits), [0, 1, 0, 2, 1]);
+        // Presence lowers a token once, however often it came.
+        assert_eq!(greedy(0.0, 0.6, &logits), [0, 1, 0, 0, 0]);
+        // A negative penalty keeps the first token whatever comes close.
+        assert_eq!(greedy(-0.6, 0.0, &[1.5, 2.0]), [1, 1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_penalised_tokens_log_probability_is_the_penalised_rows() {
+        let logits = [2.0f32, 1.5, 1.2];
+        let mut sampler = TokenSampler::new(SamplingParams {
+            frequency_penalty: 0.6,
+            ..SamplingParams::greedy()
+        });
+        sampler.pick(&logits, None, true).unwrap();
+        let second = sampler.pick(&logits, None, true).unwrap();
+        let penalised = [1.4f32, 1.5, 1.2];
+        assert_eq!(second.id, 1);
+        assert_eq!(second.logprob, token_logprob(&penalised, 1, 1.0));
     }
 
     #[test]

@@ -12,6 +12,14 @@ pub struct SamplingParams {
     /// Keep only the `top_k` most likely tokens; 0 keeps all.
     pub top_k: i32,
     pub seed: u32,
+    /// OpenAI's `frequency_penalty` (-2 to 2, 0 is off): every time a token was sampled before in
+    /// this generation lowers its logit by this much.
+    #[serde(default)]
+    pub frequency_penalty: f32,
+    /// OpenAI's `presence_penalty` (-2 to 2, 0 is off): a token sampled before in this generation
+    /// has its logit lowered by this much, once.
+    #[serde(default)]
+    pub presence_penalty: f32,
 }
 
 impl Default for SamplingParams {
@@ -21,6 +29,8 @@ impl Default for SamplingParams {
             top_p: 0.95,
             top_k: 40,
             seed: 0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
         }
     }
 }
@@ -31,6 +41,11 @@ impl SamplingParams {
             temperature: 0.0,
             ..Default::default()
         }
+    }
+
+    /// Whether tokens sampled before are penalised (the logits are then copied and lowered).
+    pub fn penalises(&self) -> bool {
+        self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
 
     pub fn is_greedy(&self) -> bool {

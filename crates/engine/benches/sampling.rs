@@ -105,6 +105,7 @@ fn bench(c: &mut Criterion) {
         top_p: 1.0,
         top_k: 0,
         seed: 3,
+        ..SamplingParams::default()
     };
     let run = SamplingParams::default();
     let cases: [(&str, SamplingParams, Option<&[u32]>, bool); 4] = [
@@ -149,6 +150,7 @@ fn bench_sequences(c: &mut Criterion) {
         top_p: 1.0,
         top_k: 0,
         seed: 3,
+        ..SamplingParams::default()
     };
     let rows: Vec<Vec<f32>> = (1..=SEQUENCES).map(|i| logits_seeded(i * 7919)).collect();
     let mut samplers: Vec<TokenSampler> = (0..SEQUENCES)

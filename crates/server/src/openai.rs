@@ -42,6 +42,15 @@ pub struct ChatRequest {
     pub stop: Option<Stop>,
     pub seed: Option<i64>,
     pub n: Option<u32>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    /// Refused when asked for: see [`refuse_unsupported`].
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    #[serde(default)]
+    pub top_logprobs: Option<u32>,
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub tools: Option<Vec<ToolParam>>,
     #[serde(default)]
@@ -105,9 +114,7 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
     if request.messages.is_empty() {
         return Err(ApiError::invalid("`messages` must not be empty.").param("messages"));
     }
-    if request.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::invalid("Only `n` = 1 is supported.").param("n"));
-    }
+    refuse_unsupported(request)?;
     let mut messages = Vec::with_capacity(request.messages.len());
     let mut turns = Vec::with_capacity(request.messages.len());
     for (i, m) in request.messages.iter().enumerate() {
@@ -150,12 +157,16 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
             ApiError::invalid("`tool` messages need the model's chat template.").param("messages"),
         );
     }
-    let sampling = sampling_of(
-        request.temperature,
-        request.top_p,
-        request.top_k,
-        request.seed,
-    )?;
+    let sampling = SamplingParams {
+        frequency_penalty: penalty(request.frequency_penalty, "frequency_penalty")?,
+        presence_penalty: penalty(request.presence_penalty, "presence_penalty")?,
+        ..sampling_of(
+            request.temperature,
+            request.top_p,
+            request.top_k,
+            request.seed,
+        )?
+    };
     let stops = match &request.stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s.clone()],
@@ -182,6 +193,47 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
         max_tokens,
         stops,
     })
+}
+
+/// What a request may ask for that Catena does not do, refused rather than ignored: a client
+/// that asks for log-probabilities or a logit bias would otherwise take an answer without them
+/// for one with them. Their neutral values (`logprobs: false`, an empty bias, `n` = 1) pass.
+fn refuse_unsupported(request: &ChatRequest) -> Result<(), ApiError> {
+    if request.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid("Only `n` = 1 is supported.").param("n"));
+    }
+    if request.logprobs == Some(true) || request.top_logprobs.is_some_and(|n| n > 0) {
+        let param = if request.logprobs == Some(true) {
+            "logprobs"
+        } else {
+            "top_logprobs"
+        };
+        return Err(ApiError::invalid(
+            "Catena's server does not return log-probabilities: send the request without \
+             `logprobs` and `top_logprobs`.",
+        )
+        .param(param));
+    }
+    if request
+        .logit_bias
+        .as_ref()
+        .is_some_and(|bias| !bias.is_empty())
+    {
+        return Err(ApiError::invalid(
+            "Catena's server does not apply `logit_bias`: send the request without it.",
+        )
+        .param("logit_bias"));
+    }
+    Ok(())
+}
+
+/// A frequency or presence penalty, checked as OpenAI checks it (-2 to 2; none is 0).
+fn penalty(value: Option<f32>, name: &'static str) -> Result<f32, ApiError> {
+    let value = value.unwrap_or(0.0);
+    if !(-2.0..=2.0).contains(&value) {
+        return Err(ApiError::invalid(format!("`{name}` must be between -2 and 2.")).param(name));
+    }
+    Ok(value)
 }
 
 /// The text of a message given as parts (only text parts are supported).
@@ -227,6 +279,7 @@ pub(super) fn sampling_of(
         top_p,
         top_k: top_k.unwrap_or(0),
         seed,
+        ..SamplingParams::default()
     })
 }
 

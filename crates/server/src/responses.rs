@@ -48,6 +48,12 @@ pub struct ResponsesRequest {
     pub top_p: Option<f32>,
     #[serde(default)]
     pub text: Option<TextParam>,
+    /// Refused when it asks for log-probabilities, which Catena does not return.
+    #[serde(default)]
+    pub top_logprobs: Option<u32>,
+    /// Extra output to include; refused when it asks for log-probabilities.
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,6 +75,22 @@ pub async fn responses(
 ) -> Result<Response, ApiError> {
     if request.model != app.catena.model_id() {
         return Err(ApiError::unknown_model(&request.model));
+    }
+    let wants_logprobs = request
+        .include
+        .iter()
+        .flatten()
+        .any(|item| item.ends_with("logprobs"));
+    if wants_logprobs || request.top_logprobs.is_some_and(|n| n > 0) {
+        return Err(ApiError::invalid(
+            "Catena's server does not return log-probabilities: send the request without \
+             `top_logprobs` and the `include` item that asks for them.",
+        )
+        .param(if wants_logprobs {
+            "include"
+        } else {
+            "top_logprobs"
+        }));
     }
     let mut turns = match &request.previous_response_id {
         None => Vec::new(),

@@ -763,6 +763,7 @@ impl CheckedRun {
             seed: start
                 .seed
                 .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
+            ..SamplingParams::default()
         };
         let budgets = Budgets {
             max_tool_calls: start.max_tool_calls.unwrap_or(profile.max_tool_calls),

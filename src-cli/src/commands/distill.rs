@@ -209,6 +209,7 @@ fn teach(
         top_p: 0.95,
         top_k: 40,
         seed: args.seed,
+        ..SamplingParams::default()
     };
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();

@@ -154,6 +154,7 @@ pub fn run(args: EvalArgs, paths: &Paths) -> Result<ExitCode> {
         top_p: 0.95,
         top_k: 40,
         seed: args.seed,
+        ..SamplingParams::default()
     };
     if args.parallel > 1 && args.engine.is_some() {
         bail!(

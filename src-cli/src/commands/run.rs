@@ -463,6 +463,7 @@ impl Checked {
             top_p: args.top_p,
             top_k: args.top_k,
             seed: args.seed.unwrap_or_else(random_seed),
+            ..SamplingParams::default()
         };
         Ok(Checked {
             profile,

@@ -138,6 +138,8 @@ pub(crate) fn rollout(
             top_p: 1.0,
             top_k: 0,
             seed: seed.wrapping_add(g as u32),
+            // Nor penalties, for the same reason.
+            ..SamplingParams::default()
         },
         prefill: None,
     };
