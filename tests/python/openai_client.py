@@ -117,6 +117,21 @@ out["logit_bias"] = error_of(
 out["penalty_range"] = error_of(
     lambda: client.chat.completions.create(model=model, messages=hi, max_tokens=4, presence_penalty=2.5)
 )
+out["response_image"] = error_of(
+    lambda: client.responses.create(
+        model=model,
+        max_output_tokens=4,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "What is in this picture?"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+                ],
+            }
+        ],
+    )
+)
 out["response_logprobs"] = error_of(
     lambda: client.responses.create(
         model=model, input="hi", max_output_tokens=4, include=["message.output_text.logprobs"]

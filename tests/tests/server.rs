@@ -195,6 +195,7 @@ fn the_official_openai_client_works_unchanged() {
         ("logit_bias", "logit_bias"),
         ("penalty_range", "presence_penalty"),
         ("response_logprobs", "include"),
+        ("response_image", "input"),
     ] {
         let error = &out[refused];
         assert_eq!(error["status"], 400, "{refused}: {error}");

@@ -51,6 +51,16 @@ pub struct ChatRequest {
     pub top_logprobs: Option<u32>,
     #[serde(default)]
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The deprecated form of `tools` and `tool_choice`: refused with a pointer to them.
+    #[serde(default)]
+    pub functions: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    pub function_call: Option<serde_json::Value>,
+    /// Audio output is refused: the reply would be text whatever was asked.
+    #[serde(default)]
+    pub modalities: Option<Vec<String>>,
+    #[serde(default)]
+    pub audio: Option<serde_json::Value>,
     #[serde(default)]
     pub tools: Option<Vec<ToolParam>>,
     #[serde(default)]
@@ -196,35 +206,41 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
 }
 
 /// What a request may ask for that Catena does not do, refused rather than ignored: a client
-/// that asks for log-probabilities or a logit bias would otherwise take an answer without them
-/// for one with them. Their neutral values (`logprobs: false`, an empty bias, `n` = 1) pass.
+/// that asks for log-probabilities, a logit bias or audio would otherwise take an answer without
+/// them for one with them, and one that sends the deprecated `functions` would get no call.
+/// Neutral values (`n` = 1, `logprobs: false`, an empty bias, text alone) pass.
 fn refuse_unsupported(request: &ChatRequest) -> Result<(), ApiError> {
-    if request.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::invalid("Only `n` = 1 is supported.").param("n"));
+    const LOGPROBS: &str = "Catena's server does not return log-probabilities.";
+    const AUDIO: &str = "Catena's server answers in text only.";
+    const FUNCTIONS: &str = "`functions` and `function_call` are the deprecated forms of `tools` \
+                             and `tool_choice`, which Catena's server supports: send those.";
+    let refused: Option<(&'static str, &str)> = if request.n.is_some_and(|n| n != 1) {
+        Some(("n", "Only `n` = 1 is supported."))
+    } else if request.logprobs == Some(true) {
+        Some(("logprobs", LOGPROBS))
+    } else if request.top_logprobs.is_some_and(|n| n > 0) {
+        Some(("top_logprobs", LOGPROBS))
+    } else if request.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+        Some(("logit_bias", "Catena's server does not apply `logit_bias`."))
+    } else if request.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+        Some(("functions", FUNCTIONS))
+    } else if request.function_call.as_ref().is_some_and(Value::is_object) {
+        Some(("function_call", FUNCTIONS))
+    } else if request.modalities.iter().flatten().any(|m| m == "audio") {
+        Some(("modalities", AUDIO))
+    } else if request.audio.is_some() {
+        Some(("audio", AUDIO))
+    } else {
+        None
+    };
+    match refused {
+        None => Ok(()),
+        Some(("n", why)) => Err(ApiError::invalid(why).param("n")),
+        Some((param, why)) => Err(ApiError::invalid(format!(
+            "{why} Send the request without `{param}`."
+        ))
+        .param(param)),
     }
-    if request.logprobs == Some(true) || request.top_logprobs.is_some_and(|n| n > 0) {
-        let param = if request.logprobs == Some(true) {
-            "logprobs"
-        } else {
-            "top_logprobs"
-        };
-        return Err(ApiError::invalid(
-            "Catena's server does not return log-probabilities: send the request without \
-             `logprobs` and `top_logprobs`.",
-        )
-        .param(param));
-    }
-    if request
-        .logit_bias
-        .as_ref()
-        .is_some_and(|bias| !bias.is_empty())
-    {
-        return Err(ApiError::invalid(
-            "Catena's server does not apply `logit_bias`: send the request without it.",
-        )
-        .param("logit_bias"));
-    }
-    Ok(())
 }
 
 /// A frequency or presence penalty, checked as OpenAI checks it (-2 to 2; none is 0).
@@ -652,5 +668,60 @@ pub(super) fn split(calls: &mut Option<CallStream>, text: &str) -> Vec<CallDelta
         Some(stream) => stream.push(text),
         None if text.is_empty() => Vec::new(),
         None => vec![CallDelta::Content(text.to_string())],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn checked(extra: Value) -> Result<Checked, ApiError> {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        check(&serde_json::from_value(body).unwrap())
+    }
+
+    fn refused_param(extra: Value) -> Option<&'static str> {
+        checked(extra).err().map(|e| e.param.unwrap())
+    }
+
+    #[test]
+    fn what_is_not_done_is_refused_by_name_and_neutral_values_pass() {
+        for (extra, param) in [
+            (json!({"n": 2}), "n"),
+            (json!({"logprobs": true}), "logprobs"),
+            (json!({"top_logprobs": 3}), "top_logprobs"),
+            (json!({"logit_bias": {"15": 5}}), "logit_bias"),
+            (json!({"functions": [{"name": "f"}]}), "functions"),
+            (json!({"function_call": {"name": "f"}}), "function_call"),
+            (json!({"modalities": ["text", "audio"]}), "modalities"),
+            (json!({"audio": {"voice": "alloy"}}), "audio"),
+            (json!({"frequency_penalty": 2.5}), "frequency_penalty"),
+            (json!({"presence_penalty": -3}), "presence_penalty"),
+        ] {
+            assert_eq!(refused_param(extra.clone()), Some(param), "{extra}");
+        }
+        for neutral in [
+            json!({"n": 1, "logprobs": false, "top_logprobs": 0, "logit_bias": {}}),
+            json!({"functions": [], "function_call": "none", "modalities": ["text"]}),
+            json!({"audio": null, "prediction": {"type": "content", "content": "x"}}),
+        ] {
+            assert!(checked(neutral.clone()).is_ok(), "{neutral}");
+        }
+    }
+
+    #[test]
+    fn penalties_reach_the_sampler() {
+        let sampling = checked(json!({"frequency_penalty": 0.5, "presence_penalty": -1}))
+            .ok()
+            .unwrap()
+            .sampling;
+        assert_eq!(
+            (sampling.frequency_penalty, sampling.presence_penalty),
+            (0.5, -1.0)
+        );
     }
 }

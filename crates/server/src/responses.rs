@@ -48,6 +48,15 @@ pub struct ResponsesRequest {
     pub top_p: Option<f32>,
     #[serde(default)]
     pub text: Option<TextParam>,
+    /// Server-side state Catena does not keep (a stored conversation or prompt, a response
+    /// left to run in the background and polled for): refused when given, since leaving them
+    /// out would answer a different request.
+    #[serde(default)]
+    pub conversation: Option<Value>,
+    #[serde(default)]
+    pub prompt: Option<Value>,
+    #[serde(default)]
+    pub background: Option<bool>,
     /// Refused when it asks for log-probabilities, which Catena does not return.
     #[serde(default)]
     pub top_logprobs: Option<u32>,
@@ -76,22 +85,7 @@ pub async fn responses(
     if request.model != app.catena.model_id() {
         return Err(ApiError::unknown_model(&request.model));
     }
-    let wants_logprobs = request
-        .include
-        .iter()
-        .flatten()
-        .any(|item| item.ends_with("logprobs"));
-    if wants_logprobs || request.top_logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::invalid(
-            "Catena's server does not return log-probabilities: send the request without \
-             `top_logprobs` and the `include` item that asks for them.",
-        )
-        .param(if wants_logprobs {
-            "include"
-        } else {
-            "top_logprobs"
-        }));
-    }
+    refuse_unsupported(&request)?;
     let mut turns = match &request.previous_response_id {
         None => Vec::new(),
         Some(id) => earlier(&app, id)?,
@@ -157,6 +151,48 @@ fn earlier(app: &AppState, id: &str) -> Result<Vec<Turn>, ApiError> {
     serde_json::from_str(&kept).map_err(|e| ApiError::internal(format!("a kept response: {e}")))
 }
 
+/// What a request may ask for that Catena does not do, refused rather than ignored (see the
+/// fields' comments); hosted tools are the exception, left out in [`tooling`].
+fn refuse_unsupported(request: &ResponsesRequest) -> Result<(), ApiError> {
+    let refuse = |param: &'static str, why: &str| {
+        Err(ApiError::invalid(format!("{why} Send the request without `{param}`.")).param(param))
+    };
+    if request.conversation.is_some() {
+        return refuse(
+            "conversation",
+            "Catena's server keeps no conversations by id: send the earlier turns as `input`, \
+             or continue with `previous_response_id`.",
+        );
+    }
+    if request.prompt.is_some() {
+        return refuse("prompt", "Catena's server keeps no stored prompts.");
+    }
+    if request.background == Some(true) {
+        return refuse(
+            "background",
+            "Catena's server answers in the request (or streams); it keeps no responses to poll.",
+        );
+    }
+    if request.top_logprobs.is_some_and(|n| n > 0) {
+        return refuse(
+            "top_logprobs",
+            "Catena's server does not return log-probabilities.",
+        );
+    }
+    if request
+        .include
+        .iter()
+        .flatten()
+        .any(|item| item.ends_with("logprobs"))
+    {
+        return refuse(
+            "include",
+            "Catena's server does not return log-probabilities.",
+        );
+    }
+    Ok(())
+}
+
 /// The request's input as turns: a text is one user message; items are messages, calls and
 /// their outputs (other item types, such as reasoning summaries, carry nothing the model reads).
 fn items(input: &Input) -> Result<Vec<Turn>, ApiError> {
@@ -182,6 +218,7 @@ fn items(input: &Input) -> Result<Vec<Turn>, ApiError> {
                 turns.push(Turn::new(
                     role,
                     content_text(item.get("content"))
+                        .map_err(|e| bad(&e))?
                         .ok_or_else(|| bad("a message's `content` must be text or text parts."))?,
                 ));
             }
@@ -213,7 +250,9 @@ fn items(input: &Input) -> Result<Vec<Turn>, ApiError> {
             "function_call_output" => {
                 let output = match item.get("output") {
                     Some(Value::String(text)) => text.clone(),
-                    Some(other) => content_text(Some(other)).unwrap_or_else(|| other.to_string()),
+                    Some(other) => content_text(Some(other))
+                        .map_err(|e| bad(&e))?
+                        .unwrap_or_else(|| other.to_string()),
                     None => return Err(bad("a `function_call_output` needs an `output`.")),
                 };
                 turns.push(Turn {
@@ -234,19 +273,29 @@ fn items(input: &Input) -> Result<Vec<Turn>, ApiError> {
     Ok(turns)
 }
 
-/// A message's text: a string, or the text of its `input_text` / `output_text` parts.
-fn content_text(content: Option<&Value>) -> Option<String> {
-    match content? {
-        Value::String(text) => Some(text.clone()),
-        Value::Array(parts) => Some(
-            parts
-                .iter()
-                .filter_map(|part| part.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(""),
-        ),
-        _ => None,
+/// A message's text: a string, or the text of its `input_text` / `output_text` parts. An
+/// image, file or audio part is an error, not left out: the model would answer as if it had
+/// seen nothing (Chat Completions and the Messages API refuse them the same way).
+fn content_text(content: Option<&Value>) -> Result<Option<String>, String> {
+    let parts = match content {
+        None => return Ok(None),
+        Some(Value::String(text)) => return Ok(Some(text.clone())),
+        Some(Value::Array(parts)) => parts,
+        Some(_) => return Ok(None),
+    };
+    let mut text = String::new();
+    for part in parts {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+        if matches!(kind, "input_image" | "input_file" | "input_audio") {
+            return Err(format!(
+                "content of type `{kind}` is not supported; this server reads text only."
+            ));
+        }
+        if let Some(piece) = part.get("text").and_then(Value::as_str) {
+            text.push_str(piece);
+        }
     }
+    Ok(Some(text))
 }
 
 /// The Responses API's flat function tools and choices, checked as Chat Completions' are.
@@ -634,5 +683,65 @@ impl Output {
             self.done.push(item);
         }
         events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(extra: Value) -> ResponsesRequest {
+        let mut body = json!({"model": "m", "input": "hi"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn server_state_and_logprobs_are_refused_by_name() {
+        for (extra, param) in [
+            (json!({"conversation": "conv_1"}), "conversation"),
+            (json!({"prompt": {"id": "pmpt_1"}}), "prompt"),
+            (json!({"background": true}), "background"),
+            (json!({"top_logprobs": 2}), "top_logprobs"),
+            (
+                json!({"include": ["message.output_text.logprobs"]}),
+                "include",
+            ),
+        ] {
+            let error = refuse_unsupported(&request(extra.clone())).unwrap_err();
+            assert_eq!(error.param, Some(param), "{extra}");
+        }
+        // What Codex sends passes.
+        let codex = json!({"include": ["reasoning.encrypted_content"], "background": false,
+                           "store": false, "prompt_cache_key": "k"});
+        assert!(refuse_unsupported(&request(codex)).is_ok());
+    }
+
+    #[test]
+    fn an_image_or_file_part_is_refused_not_left_out() {
+        let with = |part: Value| {
+            items(&Input::Items(vec![json!({
+                "role": "user",
+                "content": [{"type": "input_text", "text": "What is this?"}, part],
+            })]))
+        };
+        for kind in ["input_image", "input_file", "input_audio"] {
+            let error = with(json!({"type": kind})).unwrap_err();
+            assert!(error.message.contains(kind), "{}", error.message);
+        }
+        let turns = with(json!({"type": "input_text", "text": " Say."}))
+            .ok()
+            .unwrap();
+        assert_eq!(turns[0].content.as_deref(), Some("What is this? Say."));
+        // A tool's output given as parts is held to the same rule.
+        let output = items(&Input::Items(vec![
+            json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}),
+            json!({"type": "function_call_output", "call_id": "c",
+                   "output": [{"type": "input_image", "image_url": "data:,"}]}),
+        ]));
+        assert!(output.is_err());
     }
 }
