@@ -127,6 +127,7 @@ pub async fn answer_approval(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FeedbackBody {
     /// `good`, `bad`, or null to clear.
     pub rating: Option<Feedback>,

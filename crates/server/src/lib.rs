@@ -271,6 +271,7 @@ async fn on_blocking_pool<T: Send + 'static>(
 }
 
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ModelReference {
     id: String,
 }

@@ -73,8 +73,10 @@ pub struct Service {
     mcp_host: Option<McpHost>,
 }
 
-/// A run to start.
+/// A run to start. Catena's own API: a field it does not know is an error (a misspelt budget
+/// would otherwise be dropped without a word).
 #[derive(Debug, Default, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
 #[ts(rename = "RunOptions", optional_fields)]
 pub struct StartRun {
     pub task: String,
@@ -756,10 +758,25 @@ impl CheckedRun {
             }
             None => None,
         };
+        let top_p = start.top_p.unwrap_or(0.95);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ServiceError::invalid("`top_p` must be in (0, 1].").param("top_p"));
+        }
+        let top_k = start.top_k.unwrap_or(40);
+        if top_k < 0 {
+            return Err(
+                ServiceError::invalid("`top_k` must be 0 (no limit) or more.").param("top_k"),
+            );
+        }
+        if start.max_tokens == Some(0) {
+            return Err(
+                ServiceError::invalid("`max_tokens` must be at least 1.").param("max_tokens")
+            );
+        }
         let sampling = SamplingParams {
             temperature,
-            top_p: start.top_p.unwrap_or(0.95),
-            top_k: start.top_k.unwrap_or(40),
+            top_p,
+            top_k,
             seed: start
                 .seed
                 .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
@@ -790,5 +807,50 @@ impl CheckedRun {
             budgets,
             samples,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refused(body: serde_json::Value) -> Option<&'static str> {
+        let start: StartRun = serde_json::from_value(body).unwrap();
+        CheckedRun::from_request(&start)
+            .err()
+            .map(|e| e.param.unwrap())
+    }
+
+    #[test]
+    fn an_agent_runs_settings_are_checked_before_it_is_queued() {
+        for (body, param) in [
+            (json!({"task": " "}), "task"),
+            (json!({"task": "x", "profile": "nope"}), "profile"),
+            (json!({"task": "x", "temperature": 2.5}), "temperature"),
+            (json!({"task": "x", "top_p": 0}), "top_p"),
+            (json!({"task": "x", "top_p": 1.5}), "top_p"),
+            (json!({"task": "x", "top_k": -1}), "top_k"),
+            (json!({"task": "x", "max_tokens": 0}), "max_tokens"),
+            (json!({"task": "x", "max_time": -1}), "max_time"),
+            (
+                json!({"task": "x", "samples": 17, "temperature": 1}),
+                "samples",
+            ),
+            (
+                json!({"task": "x", "samples": 2, "temperature": 0}),
+                "samples",
+            ),
+        ] {
+            assert_eq!(refused(body.clone()), Some(param), "{body}");
+        }
+        assert_eq!(refused(json!({"task": "x", "top_p": 1, "top_k": 0})), None);
+    }
+
+    #[test]
+    fn a_field_catenas_api_does_not_know_is_an_error() {
+        let error = serde_json::from_value::<StartRun>(json!({"task": "x", "max_tool_call": 3}))
+            .unwrap_err();
+        assert!(error.to_string().contains("max_tool_call"), "{error}");
     }
 }

@@ -23,6 +23,7 @@ const STDERR_TAIL: usize = 20;
 /// A request names files, never paths: whoever can reach the server (a UI, a script, a page
 /// that got past the boundary) must not be able to make it read or write anywhere else.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, TS)]
+#[serde(deny_unknown_fields)]
 #[ts(rename = "TrainingRequest", optional_fields)]
 pub struct StartTraining {
     /// The trajectories (our JSONL or the AFM alpaca JSON): a file name in the exports folder,

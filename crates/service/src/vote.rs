@@ -12,6 +12,7 @@ use ts_rs::TS;
 
 /// Runs to put to a vote: ended agent runs of one task with one profile.
 #[derive(Debug, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
 pub struct VoteRequest {
     pub runs: Vec<String>,
 }

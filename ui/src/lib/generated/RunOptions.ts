@@ -1,7 +1,8 @@
 // Generated from the Rust types by ts-rs (`scripts/setup/ui.sh types`). Do not edit by hand.
 
 /**
- * A run to start.
+ * A run to start. Catena's own API: a field it does not know is an error (a misspelt budget
+ * would otherwise be dropped without a word).
  */
 export type RunOptions = { task: string, profile?: string, prefill?: string, 
 /**
