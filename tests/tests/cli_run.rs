@@ -7,6 +7,16 @@ use serde_json::Value;
 const PREFILL: &str =
     "<plan>compute it</plan>\n<think>use code</think>\n<code>\n```py\nprint(2**100)\n```\n</code>";
 
+/// The events `catena sessions show --events --json` gave for a run, as they were printed.
+fn stored_events(run: &Value) -> Vec<&Value> {
+    run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["data"])
+        .collect()
+}
+
 fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }
@@ -223,12 +233,7 @@ fn runs_are_stored_and_can_be_listed_rated_and_exported() {
     let run: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(run["status"], "finished");
     // Every event that was printed was stored, in the same order.
-    let stored: Vec<&Value> = run["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| &e["data"])
-        .collect();
+    let stored = stored_events(&run);
     assert_eq!(stored.len(), shown.len());
     for (printed, saved) in shown.iter().zip(stored) {
         assert_eq!(printed, saved);
@@ -259,6 +264,76 @@ fn runs_are_stored_and_can_be_listed_rated_and_exported() {
     let assistant = line["messages"][2]["content"].as_str().unwrap();
     assert!(assistant.starts_with(PREFILL));
     assert!(assistant.contains("<observation>\n[EXECUTED]"));
+}
+
+/// A store that fills up during a run (here a file-size limit on the process, as a full disk
+/// would): the run still answers, warns that it was not saved completely, and what was saved is
+/// the printed run's beginning, readable afterwards.
+#[cfg(unix)]
+#[test]
+fn a_run_whose_store_fills_up_says_so_and_keeps_what_it_saved() {
+    common::default_model();
+    let store = tempfile::tempdir().unwrap();
+    let catena = |limit: Option<u32>, args: &[&str]| {
+        let mut command = std::process::Command::new("/bin/sh");
+        // A write past the limit fails with EFBIG (SIGXFSZ ignored), as one on a full disk fails.
+        let limit = limit.map_or(String::new(), |blocks| format!("ulimit -f {blocks}; "));
+        command
+            .arg("-c")
+            .arg(format!("trap '' XFSZ; {limit}exec \"$0\" \"$@\""))
+            .arg(common::catena_bin())
+            .args(args)
+            .env("CATENA_STORE_DIR", store.path());
+        command.output().unwrap()
+    };
+    // The store is made first, so only the run's own writes meet the limit.
+    assert!(catena(None, &["sessions", "list"]).status.success());
+    let output = catena(
+        Some(100),
+        &[
+            "run",
+            "--profile",
+            "math",
+            "--json",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "200",
+            "Explain step by step how to multiply 123 by 456 by hand.",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: the run was not saved completely"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Saved as run"), "{stderr}");
+    let shown = common::json_lines(&output);
+
+    let list = catena(None, &["sessions", "list", "--json"]);
+    let sessions: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+    let session = sessions[0]["id"].as_str().unwrap();
+    let show = catena(None, &["sessions", "show", session, "--events", "--json"]);
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let run: Value = serde_json::from_slice(&show.stdout).unwrap();
+    // Its process ended before its end was written: the next store opened marks it.
+    assert_eq!(run["status"], "interrupted", "{run}");
+    let stored = stored_events(&run);
+    assert!(
+        !stored.is_empty() && stored.len() < shown.len(),
+        "{} of {}",
+        stored.len(),
+        shown.len()
+    );
+    for (printed, saved) in shown.iter().zip(stored) {
+        assert_eq!(printed, saved);
+    }
 }
 
 /// The default model runs with the adapter Catena ships for it: the run says so, the store

@@ -208,10 +208,39 @@ pub struct StoredEvent {
     pub data: Value,
 }
 
-/// This process's claim on its runs, held while the store is open.
+/// This process's claim on its runs, held while the store is open: a file in the lock folder,
+/// locked while the process lives (the lock ends with the process, however it ends).
 struct Owner {
     id: String,
+    path: PathBuf,
     _lock: File,
+}
+
+impl Owner {
+    /// Creates and locks the owner's file under a name no one reads, then gives it its name, so
+    /// a lock file another process finds is always locked while its owner lives (one found
+    /// unlocked is a dead owner's, and may be removed).
+    fn claim(lock_dir: &Path) -> std::io::Result<Owner> {
+        let id = new_id();
+        let path = lock_dir.join(format!("{id}.lock"));
+        let pending = lock_dir.join(format!("{id}.lock-pending"));
+        let lock = File::create(&pending)?;
+        lock.lock()?;
+        std::fs::rename(&pending, &path)?;
+        Ok(Owner {
+            id,
+            path,
+            _lock: lock,
+        })
+    }
+}
+
+impl Drop for Owner {
+    /// The file goes while it is still locked; a process that is killed leaves it unlocked, for
+    /// the next store opened to remove.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// The session store.
@@ -247,9 +276,7 @@ impl Store {
             source,
         };
         std::fs::create_dir_all(&lock_dir).map_err(lock_err)?;
-        let owner_id = new_id();
-        let lock = File::create(lock_dir.join(format!("{owner_id}.lock"))).map_err(lock_err)?;
-        lock.lock().map_err(lock_err)?;
+        let owner = Owner::claim(&lock_dir).map_err(lock_err)?;
         let open_err = |source| StoreError::Open {
             path: path.to_path_buf(),
             source,
@@ -267,13 +294,15 @@ impl Store {
         migrate(&conn)?;
         let store = Store {
             conn: Mutex::new(conn),
-            owner: Owner {
-                id: owner_id,
-                _lock: lock,
-            },
+            owner,
             lock_dir,
         };
-        store.mark_orphans_interrupted()?;
+        // A store that cannot be written (a full disk) can still be read: the dead processes'
+        // runs are marked the next time it can be.
+        if let Err(e) = store.mark_orphans_interrupted() {
+            tracing::warn!(error = %e, "the runs of processes that ended could not be marked interrupted");
+        }
+        store.remove_dead_owners();
         Ok(store)
     }
 
@@ -306,6 +335,25 @@ impl Store {
             let _ = std::fs::remove_file(self.lock_dir.join(format!("{owner}.lock")));
         }
         Ok(marked)
+    }
+
+    /// Removes the lock files of processes that ended without removing their own (killed, or
+    /// from before owners removed theirs); without this the folder grows by a file a process.
+    /// A dead owner's runs still running are marked by [`Self::mark_orphans_interrupted`],
+    /// which finds a missing file as dead as an unlocked one.
+    fn remove_dead_owners(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.lock_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            if owner != self.owner.id && !self.owner_alive(owner) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Whether the process that owns runs as `owner` still holds its lock.
@@ -342,32 +390,39 @@ impl Store {
             .optional()?)
     }
 
-    /// A new, empty session.
-    pub fn create_session(&self, title: &str) -> Result<String, StoreError> {
-        let id = new_id();
-        let now = now_ms();
-        self.conn().execute(
-            "INSERT INTO sessions (id, title, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?3)",
-            params![id, title_of(title), now],
-        )?;
-        Ok(id)
-    }
-
-    /// Records a run as started (in a new session unless one is given); returns its id.
+    /// Records a run as started (in a new session unless one is given); returns its id. The
+    /// session and the run are written together: a store that fails half way (a full disk)
+    /// keeps no session without its run.
     pub fn start_run(&self, run: &NewRun<'_>) -> Result<String, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let now = now_ms();
         let session = match run.session {
             Some(id) => {
-                if !self.session_exists(id)? {
+                let exists = tx
+                    .query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
+                    .optional()?
+                    .is_some();
+                if !exists {
                     return Err(StoreError::NoSession(id.to_string()));
                 }
+                tx.execute(
+                    "UPDATE sessions SET updated_ms = ?1 WHERE id = ?2",
+                    params![now, id],
+                )?;
                 id.to_string()
             }
-            None => self.create_session(run.task)?,
+            None => {
+                let id = new_id();
+                tx.execute(
+                    "INSERT INTO sessions (id, title, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?3)",
+                    params![id, title_of(run.task), now],
+                )?;
+                id
+            }
         };
         let id = new_id();
-        let now = now_ms();
-        let conn = self.conn();
-        conn.execute(
+        tx.execute(
             "INSERT INTO runs (id, session_id, kind, status, task, profile, model, adapter,
                  options_json, system_prompt, user_prompt, owner, started_ms)
              VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
@@ -386,10 +441,7 @@ impl Store {
                 now
             ],
         )?;
-        conn.execute(
-            "UPDATE sessions SET updated_ms = ?1 WHERE id = ?2",
-            params![now, session],
-        )?;
+        tx.commit()?;
         Ok(id)
     }
 
@@ -402,14 +454,23 @@ impl Store {
     }
 
     /// Appends an event to a run and commits it; returns its sequence number.
+    ///
+    /// The commit is its own step, whose error is returned: an `INSERT ... RETURNING` read with
+    /// `query_row` hands back its row before the statement ends, and a commit that then fails (a
+    /// full disk) was dropped unseen, so events were reported saved that were not.
     pub fn append_event(&self, run: &str, kind: &str, data: &Value) -> Result<u64, StoreError> {
-        let seq: i64 = self.conn().query_row(
-            "INSERT INTO events (run_id, seq, at_ms, type, data)
-             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4)
-             RETURNING seq",
-            params![run, now_ms(), kind, data.to_string()],
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let seq: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1",
+            [run],
             |r| r.get(0),
         )?;
+        tx.execute(
+            "INSERT INTO events (run_id, seq, at_ms, type, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![run, seq, now_ms(), kind, data.to_string()],
+        )?;
+        tx.commit()?;
         Ok(seq as u64)
     }
 

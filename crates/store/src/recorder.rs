@@ -1,7 +1,7 @@
 //! Recording a run as it happens: every event is committed before it is shown, and the end of the
 //! run is written once.
 
-use super::{RunEnd, RunStatus, Store, StoredEvent, Usage, now_ms};
+use super::{RunEnd, RunStatus, Store, StoreError, StoredEvent, Usage, now_ms};
 use catena_run_events::{AgentEvent, RunSummary, StopReason};
 use serde_json::Value;
 
@@ -46,10 +46,7 @@ impl<'s> Recorder<'s> {
         let seq = match self.store.append_event(&self.run, kind, data) {
             Ok(seq) => seq,
             Err(e) => {
-                if self.failure.is_none() {
-                    tracing::error!(run = %self.run, error = %e, "could not save an event");
-                    self.failure = Some(e.to_string());
-                }
+                self.failed(&e, "could not save an event");
                 self.next_seq
             }
         };
@@ -90,16 +87,24 @@ impl<'s> Recorder<'s> {
             },
         };
         if let Err(e) = self.store.finish_run(&self.run, &end) {
-            tracing::error!(run = %self.run, error = %e, "could not save the run's result");
+            self.failed(&e, "could not save the run's result");
         }
         stored
+    }
+
+    /// Keeps the first store error for [`Self::failure`] and logs it.
+    fn failed(&mut self, error: &StoreError, what: &str) {
+        if self.failure.is_none() {
+            tracing::error!(run = %self.run, error = %error, "{what}");
+            self.failure = Some(error.to_string());
+        }
     }
 
     /// Records that the run failed; returns the `error` event that was stored.
     pub fn fail(&mut self, message: &str) -> StoredEvent {
         let stored = self.raw(&serde_json::json!({"type": "error", "message": message}));
         if let Err(e) = self.store.finish_run(&self.run, &RunEnd::failed(message)) {
-            tracing::error!(run = %self.run, error = %e, "could not save the run's failure");
+            self.failed(&e, "could not save the run's failure");
         }
         stored
     }

@@ -199,3 +199,77 @@ fn a_newer_schema_is_refused() {
         Err(StoreError::TooNew { found: 99, .. })
     ));
 }
+
+#[test]
+fn lock_files_go_with_their_owners_and_dead_ones_are_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let locks = || {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path().join("catena-owners"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    for _ in 0..3 {
+        drop(Store::open_in(dir.path()).unwrap());
+    }
+    assert_eq!(locks(), Vec::<String>::new());
+    // A killed process leaves its file unlocked; a live one holds its own.
+    let live = Store::open_in(dir.path()).unwrap();
+    std::fs::write(dir.path().join("catena-owners/killed.lock"), "").unwrap();
+    let next = Store::open_in(dir.path()).unwrap();
+    assert_eq!(locks().len(), 2, "{:?}", locks());
+    assert!(!locks().contains(&"killed.lock".to_string()));
+    drop((live, next));
+    assert_eq!(locks(), Vec::<String>::new());
+}
+
+#[test]
+fn a_store_that_cannot_be_written_still_opens_for_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    // The process goes away with its run still running; the next open would mark it.
+    let run = Store::open_in(dir.path())
+        .unwrap()
+        .start_run(&new_run("long task"))
+        .unwrap();
+    // A stand-in for a full disk: the update that marks the run fails.
+    let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER full BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open_in(dir.path()).unwrap();
+    assert_eq!(store.run(&run).unwrap().status, RunStatus::Running);
+    assert_eq!(store.list_sessions(None, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn a_run_that_cannot_be_recorded_leaves_no_empty_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    // A stand-in for a disk that fills between the session and its run.
+    store
+        .conn()
+        .execute_batch(
+            "CREATE TRIGGER full BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    assert!(store.start_run(&new_run("What is 19*23?")).is_err());
+    assert!(store.list_sessions(None, 10).unwrap().is_empty());
+}
+
+#[test]
+fn an_event_whose_commit_fails_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    // A stand-in for a commit that fails (a full disk): with foreign keys checked at commit, an
+    // event of no run is refused only there.
+    store
+        .conn()
+        .pragma_update(None, "defer_foreign_keys", "ON")
+        .unwrap();
+    assert!(store.append_event("no-such-run", "x", &json!({})).is_err());
+    assert!(store.events("no-such-run", 0).unwrap().is_empty());
+}

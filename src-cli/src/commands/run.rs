@@ -398,7 +398,14 @@ fn print_notes(backend: &Backend, recorder: Option<&Recorder<'_>>, paths: &Paths
     }
     if let Some(recorder) = recorder {
         let id = recorder.run_id();
-        eprintln!("Saved as run {id} (catena sessions show {id}).");
+        match recorder.failure() {
+            None => eprintln!("Saved as run {id} (catena sessions show {id})."),
+            // The store's error was told right after the run.
+            Some(_) => eprintln!(
+                "Saved in part as run {id}, up to where the store failed (catena sessions show \
+                 {id}); the rest is only in this output."
+            ),
+        }
     }
     if let Backend::Local {
         builtin_default: true,
