@@ -395,7 +395,7 @@ impl Store {
     /// keeps no session without its run.
     pub fn start_run(&self, run: &NewRun<'_>) -> Result<String, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let now = now_ms();
         let session = match run.session {
             Some(id) => {
@@ -460,7 +460,7 @@ impl Store {
     /// full disk) was dropped unseen, so events were reported saved that were not.
     pub fn append_event(&self, run: &str, kind: &str, data: &Value) -> Result<u64, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let seq: i64 = tx.query_row(
             "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1",
             [run],
@@ -690,9 +690,25 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     })
 }
 
+/// A transaction that takes the write lock at its start, waiting for it as `busy_timeout` says:
+/// one that reads first and writes after would fail at once (SQLITE_BUSY, no wait) when another
+/// process wrote in between, as `catena serve` and `catena run` may on one store.
+fn write_transaction(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    Ok(conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
+}
+
+/// Brings the schema to this build's version. A store already there is only read (it may not
+/// be writable). Otherwise the version is read again inside a transaction that holds the write
+/// lock, so two processes opening a new store at once migrate it once (the second found `table
+/// sessions already exists`).
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let known = schema::MIGRATIONS.len() as i64;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version == known {
+        return Ok(());
+    }
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > known {
         return Err(StoreError::TooNew {
             found: version,
@@ -700,11 +716,10 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         });
     }
     for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn.unchecked_transaction()?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
     }
+    tx.commit()?;
     Ok(())
 }
 

@@ -273,3 +273,25 @@ fn an_event_whose_commit_fails_is_an_error() {
     assert!(store.append_event("no-such-run", "x", &json!({})).is_err());
     assert!(store.events("no-such-run", 0).unwrap().is_empty());
 }
+
+#[test]
+fn two_processes_appending_at_once_both_save_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let writers: Vec<_> = (0..2)
+        .map(|i| {
+            let dir = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                // A store of its own, as another process has: its own connection and owner.
+                let store = Store::open_in(&dir).unwrap();
+                let run = store.start_run(&new_run(&format!("task {i}"))).unwrap();
+                let failed = (0..3000)
+                    .filter(|n| store.append_event(&run, "x", &json!({"n": n})).is_err())
+                    .count();
+                (failed, store.events(&run, 0).unwrap().len())
+            })
+        })
+        .collect();
+    for writer in writers {
+        assert_eq!(writer.join().unwrap(), (0, 3000));
+    }
+}
