@@ -43,6 +43,29 @@ impl SamplingParams {
         }
     }
 
+    /// The first setting outside the range a request may give (OpenAI's bounds), as the field's
+    /// name and why, for the caller's error; `None` when all are in range. `top_k` and `seed`
+    /// take any value (a `top_k` of 0 or less keeps every token).
+    pub fn out_of_range(&self) -> Option<(&'static str, &'static str)> {
+        if !(0.0..=2.0).contains(&self.temperature) {
+            Some(("temperature", "`temperature` must be between 0 and 2."))
+        } else if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            Some(("top_p", "`top_p` must be in (0, 1]."))
+        } else if !(-2.0..=2.0).contains(&self.frequency_penalty) {
+            Some((
+                "frequency_penalty",
+                "`frequency_penalty` must be between -2 and 2.",
+            ))
+        } else if !(-2.0..=2.0).contains(&self.presence_penalty) {
+            Some((
+                "presence_penalty",
+                "`presence_penalty` must be between -2 and 2.",
+            ))
+        } else {
+            None
+        }
+    }
+
     /// Whether tokens sampled before are penalised (the logits are then copied and lowered).
     pub fn penalises(&self) -> bool {
         self.frequency_penalty != 0.0 || self.presence_penalty != 0.0

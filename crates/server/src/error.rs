@@ -40,6 +40,11 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
+    /// A field that asks for what this server does not do, refused by name.
+    pub fn unsupported(param: &'static str, why: &str) -> Self {
+        ApiError::invalid(format!("{why} Send the request without `{param}`.")).param(param)
+    }
+
     pub fn param(mut self, param: &'static str) -> Self {
         self.param = Some(param);
         self

@@ -165,7 +165,13 @@ fn check(request: &MessagesRequest) -> Result<Checked, ApiError> {
         messages: turns.iter().map(stored_message).collect(),
         turns,
         tooling: tooling(request)?,
-        sampling: sampling_of(request.temperature, request.top_p, request.top_k, None)?,
+        sampling: sampling_of(
+            request.temperature,
+            request.top_p,
+            request.top_k,
+            None,
+            (None, None),
+        )?,
         max_tokens: request.max_tokens as usize,
         stops,
     })

@@ -167,16 +167,13 @@ fn check(request: &ChatRequest) -> Result<Checked, ApiError> {
             ApiError::invalid("`tool` messages need the model's chat template.").param("messages"),
         );
     }
-    let sampling = SamplingParams {
-        frequency_penalty: penalty(request.frequency_penalty, "frequency_penalty")?,
-        presence_penalty: penalty(request.presence_penalty, "presence_penalty")?,
-        ..sampling_of(
-            request.temperature,
-            request.top_p,
-            request.top_k,
-            request.seed,
-        )?
-    };
+    let sampling = sampling_of(
+        request.temperature,
+        request.top_p,
+        request.top_k,
+        request.seed,
+        (request.frequency_penalty, request.presence_penalty),
+    )?;
     let stops = match &request.stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s.clone()],
@@ -214,9 +211,10 @@ fn refuse_unsupported(request: &ChatRequest) -> Result<(), ApiError> {
     const AUDIO: &str = "Catena's server answers in text only.";
     const FUNCTIONS: &str = "`functions` and `function_call` are the deprecated forms of `tools` \
                              and `tool_choice`, which Catena's server supports: send those.";
-    let refused: Option<(&'static str, &str)> = if request.n.is_some_and(|n| n != 1) {
-        Some(("n", "Only `n` = 1 is supported."))
-    } else if request.logprobs == Some(true) {
+    if request.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid("Only `n` = 1 is supported.").param("n"));
+    }
+    let refused = if request.logprobs == Some(true) {
         Some(("logprobs", LOGPROBS))
     } else if request.top_logprobs.is_some_and(|n| n > 0) {
         Some(("top_logprobs", LOGPROBS))
@@ -233,23 +231,9 @@ fn refuse_unsupported(request: &ChatRequest) -> Result<(), ApiError> {
     } else {
         None
     };
-    match refused {
-        None => Ok(()),
-        Some(("n", why)) => Err(ApiError::invalid(why).param("n")),
-        Some((param, why)) => Err(ApiError::invalid(format!(
-            "{why} Send the request without `{param}`."
-        ))
-        .param(param)),
-    }
-}
-
-/// A frequency or presence penalty, checked as OpenAI checks it (-2 to 2; none is 0).
-fn penalty(value: Option<f32>, name: &'static str) -> Result<f32, ApiError> {
-    let value = value.unwrap_or(0.0);
-    if !(-2.0..=2.0).contains(&value) {
-        return Err(ApiError::invalid(format!("`{name}` must be between -2 and 2.")).param(name));
-    }
-    Ok(value)
+    refused.map_or(Ok(()), |(param, why)| {
+        Err(ApiError::unsupported(param, why))
+    })
 }
 
 /// The text of a message given as parts (only text parts are supported).
@@ -269,34 +253,27 @@ fn text_of(i: usize, parts: &[ContentPart]) -> Result<String, ApiError> {
     Ok(text)
 }
 
-/// Sampling settings from a request's fields, checked as OpenAI checks them.
+/// Sampling settings from a request's fields, checked as OpenAI checks them
+/// ([`SamplingParams::out_of_range`]); the penalties are Chat Completions' alone.
 pub(super) fn sampling_of(
     temperature: Option<f32>,
     top_p: Option<f32>,
     top_k: Option<i32>,
     seed: Option<i64>,
+    penalties: (Option<f32>, Option<f32>),
 ) -> Result<SamplingParams, ApiError> {
-    let temperature = temperature.unwrap_or(1.0);
-    if !(0.0..=2.0).contains(&temperature) {
-        return Err(
-            ApiError::invalid("`temperature` must be between 0 and 2.").param("temperature")
-        );
-    }
-    let top_p = top_p.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::invalid("`top_p` must be in (0, 1].").param("top_p"));
-    }
-    let seed = match seed {
-        Some(s) => s as u32,
-        None => rand_seed(),
-    };
-    Ok(SamplingParams {
-        temperature,
-        top_p,
+    let sampling = SamplingParams {
+        temperature: temperature.unwrap_or(1.0),
+        top_p: top_p.unwrap_or(1.0),
         top_k: top_k.unwrap_or(0),
-        seed,
-        ..SamplingParams::default()
-    })
+        seed: seed.map_or_else(rand_seed, |s| s as u32),
+        frequency_penalty: penalties.0.unwrap_or(0.0),
+        presence_penalty: penalties.1.unwrap_or(0.0),
+    };
+    match sampling.out_of_range() {
+        None => Ok(sampling),
+        Some((field, why)) => Err(ApiError::invalid(why).param(field)),
+    }
 }
 
 fn rand_seed() -> u32 {

@@ -111,7 +111,7 @@ pub async fn responses(
         messages: prompt_turns.iter().map(stored_message).collect(),
         turns: prompt_turns,
         tooling,
-        sampling: sampling_of(request.temperature, request.top_p, None, None)?,
+        sampling: sampling_of(request.temperature, request.top_p, None, None, (None, None))?,
         max_tokens,
         stops: Vec::new(),
     };
@@ -154,43 +154,31 @@ fn earlier(app: &AppState, id: &str) -> Result<Vec<Turn>, ApiError> {
 /// What a request may ask for that Catena does not do, refused rather than ignored (see the
 /// fields' comments); hosted tools are the exception, left out in [`tooling`].
 fn refuse_unsupported(request: &ResponsesRequest) -> Result<(), ApiError> {
-    let refuse = |param: &'static str, why: &str| {
-        Err(ApiError::invalid(format!("{why} Send the request without `{param}`.")).param(param))
-    };
-    if request.conversation.is_some() {
-        return refuse(
+    const LOGPROBS: &str = "Catena's server does not return log-probabilities.";
+    let wants_logprobs = |item: &String| item.ends_with("logprobs");
+    let refused = if request.conversation.is_some() {
+        Some((
             "conversation",
             "Catena's server keeps no conversations by id: send the earlier turns as `input`, \
              or continue with `previous_response_id`.",
-        );
-    }
-    if request.prompt.is_some() {
-        return refuse("prompt", "Catena's server keeps no stored prompts.");
-    }
-    if request.background == Some(true) {
-        return refuse(
+        ))
+    } else if request.prompt.is_some() {
+        Some(("prompt", "Catena's server keeps no stored prompts."))
+    } else if request.background == Some(true) {
+        Some((
             "background",
             "Catena's server answers in the request (or streams); it keeps no responses to poll.",
-        );
-    }
-    if request.top_logprobs.is_some_and(|n| n > 0) {
-        return refuse(
-            "top_logprobs",
-            "Catena's server does not return log-probabilities.",
-        );
-    }
-    if request
-        .include
-        .iter()
-        .flatten()
-        .any(|item| item.ends_with("logprobs"))
-    {
-        return refuse(
-            "include",
-            "Catena's server does not return log-probabilities.",
-        );
-    }
-    Ok(())
+        ))
+    } else if request.top_logprobs.is_some_and(|n| n > 0) {
+        Some(("top_logprobs", LOGPROBS))
+    } else if request.include.iter().flatten().any(wants_logprobs) {
+        Some(("include", LOGPROBS))
+    } else {
+        None
+    };
+    refused.map_or(Ok(()), |(param, why)| {
+        Err(ApiError::unsupported(param, why))
+    })
 }
 
 /// The request's input as turns: a text is one user message; items are messages, calls and

@@ -741,13 +741,6 @@ impl CheckedRun {
         let profile_name = start.profile.as_deref().unwrap_or("math");
         let profile = Profile::builtin(profile_name)
             .map_err(|e| ServiceError::invalid(e.to_string()).param("profile"))?;
-        let temperature = start.temperature.unwrap_or(0.6);
-        if !(0.0..=2.0).contains(&temperature) {
-            return Err(
-                ServiceError::invalid("`temperature` must be between 0 and 2.")
-                    .param("temperature"),
-            );
-        }
         let max_time = match start.max_time.map(catena_protocol::units::positive_seconds) {
             Some(Some(limit)) => Some(limit),
             Some(None) => {
@@ -758,12 +751,20 @@ impl CheckedRun {
             }
             None => None,
         };
-        let top_p = start.top_p.unwrap_or(0.95);
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(ServiceError::invalid("`top_p` must be in (0, 1].").param("top_p"));
+        let sampling = SamplingParams {
+            temperature: start.temperature.unwrap_or(0.6),
+            top_p: start.top_p.unwrap_or(0.95),
+            top_k: start.top_k.unwrap_or(40),
+            seed: start
+                .seed
+                .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
+            ..SamplingParams::default()
+        };
+        if let Some((field, why)) = sampling.out_of_range() {
+            return Err(ServiceError::invalid(why).param(field));
         }
-        let top_k = start.top_k.unwrap_or(40);
-        if top_k < 0 {
+        // An agent run's top-k is a count: "no limit" is 0, not any negative number.
+        if sampling.top_k < 0 {
             return Err(
                 ServiceError::invalid("`top_k` must be 0 (no limit) or more.").param("top_k"),
             );
@@ -773,15 +774,6 @@ impl CheckedRun {
                 ServiceError::invalid("`max_tokens` must be at least 1.").param("max_tokens")
             );
         }
-        let sampling = SamplingParams {
-            temperature,
-            top_p,
-            top_k,
-            seed: start
-                .seed
-                .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u32),
-            ..SamplingParams::default()
-        };
         let budgets = Budgets {
             max_tool_calls: start.max_tool_calls.unwrap_or(profile.max_tool_calls),
             max_tokens: start.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
@@ -794,7 +786,7 @@ impl CheckedRun {
             ))
             .param("samples"));
         }
-        if samples > 1 && temperature == 0.0 {
+        if samples > 1 && sampling.temperature == 0.0 {
             return Err(ServiceError::invalid(
                 "`samples` above 1 needs a `temperature` above 0: greedy chains would all be the same.",
             )
