@@ -961,6 +961,41 @@ fn the_default_model_is_served_with_its_adapter_unless_told_not_to() {
                 .is_some_and(|text| !text.is_empty()),
             "{extra:?}: {reply}"
         );
+        // Each stored run says which adapter it ran with: the chat and an agent run.
+        let run = start_run(
+            &client,
+            &server,
+            &json!({"task": "What is 2+2?", "max_tokens": 8, "temperature": 0}),
+        );
+        all_events(&client, &server, &run);
+        let sessions: Value = client
+            .get(server.url("/v1/sessions"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let mut recorded = Vec::new();
+        for session in sessions["data"].as_array().unwrap() {
+            let id = session["id"].as_str().unwrap();
+            let runs: Value = client
+                .get(server.url(&format!("/v1/sessions/{id}")))
+                .send()
+                .unwrap()
+                .json()
+                .unwrap();
+            for run in runs["runs"].as_array().unwrap() {
+                recorded.push((run["kind"].clone(), run["adapter"].clone()));
+            }
+        }
+        recorded.sort_by_key(|(kind, _)| kind.to_string());
+        assert_eq!(
+            recorded,
+            [
+                (Value::from("agent"), expected.clone()),
+                (Value::from("chat"), expected.clone())
+            ],
+            "{extra:?}"
+        );
     }
 }
 

@@ -645,13 +645,17 @@ impl JobContext {
         };
         // Text and numbers only: serialising cannot fail (a NaN would be stored as null).
         let options = serde_json::to_value(options).unwrap_or_default();
+        let (model, adapter) = {
+            let serving = self.serving.read();
+            (serving.model_id.clone(), serving.adapter)
+        };
         let run = NewRun {
             session: conversation.as_deref(),
             kind: RunKind::Chat,
             task: last_user,
             profile: None,
-            model: &self.model_id(),
-            adapter: None,
+            model: &model,
+            adapter,
             options,
             system_prompt: system,
             user_prompt: last_user,

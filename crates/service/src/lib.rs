@@ -451,7 +451,10 @@ impl Service {
             samples: (checked.samples > 1).then_some(checked.samples),
         })
         .map_err(|e| ServiceError::internal(format!("recording the run's options: {e}")))?;
-        let model = self.inference.model_id();
+        // Recorded as served: the model and the adapter on it (the runs of a base model and of
+        // its adapter are told apart in exports and evaluations).
+        let serving = self.inference.serving();
+        let (model, adapter) = (serving.model_id, serving.adapter);
         let (name, system, user) = (
             profile.name.clone(),
             profile.system.clone(),
@@ -466,7 +469,7 @@ impl Service {
                     task: &task,
                     profile: Some(&name),
                     model: &model,
-                    adapter: None,
+                    adapter,
                     options,
                     system_prompt: &system,
                     user_prompt: &user,
