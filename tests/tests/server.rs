@@ -30,7 +30,25 @@ impl Served {
 
     /// [`Served::start`] with `env` set for the server (`CATENA_API_KEY` only from there).
     fn start_env(store: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
-        let served = common::serve(Command::new(common::catena_bin()), |cmd| {
+        Served::launch(Command::new(common::catena_bin()), store, extra, env)
+    }
+
+    /// A server whose files may not grow past `blocks` (`ulimit -f`): a write past it fails with
+    /// EFBIG (SIGXFSZ ignored), as one on a full disk fails.
+    #[cfg(unix)]
+    fn start_with_file_limit(store: &Path, blocks: u32) -> Served {
+        let mut sh = Command::new("/bin/sh");
+        sh.arg("-c")
+            .arg(format!(
+                "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""
+            ))
+            .arg(common::catena_bin());
+        Served::launch(sh, store, &[], &[])
+    }
+
+    /// Starts `program` (the binary, or a wrapper that execs it) as the server.
+    fn launch(program: Command, store: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
+        let served = common::serve(program, |cmd| {
             cmd.args(["--ctx-size", "4096", "--store-dir"])
                 .arg(store)
                 .args(extra)
@@ -368,6 +386,59 @@ fn an_agent_run_survives_a_sigkill_of_the_server() {
         |_| false,
     );
     assert_eq!(resumed.first().unwrap()["_seq"], 4);
+}
+
+/// A run during which the store fills up (a file-size limit on the server, as a full disk would
+/// be): its follower sees every event, and last a `not_saved` event saying so, which is not
+/// stored; the store keeps the beginning of what was shown.
+#[cfg(unix)]
+#[test]
+fn a_served_run_whose_store_fills_up_tells_its_follower() {
+    let store = tempfile::tempdir().unwrap();
+    // The store is made first (and closed, its log folded in), so only the run's own writes
+    // meet the limit.
+    let made = Command::new(common::catena_bin())
+        .args(["sessions", "list"])
+        .env("CATENA_STORE_DIR", store.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let server = Served::start_with_file_limit(store.path(), 100);
+    let client = http();
+    let run = start_run(
+        &client,
+        &server,
+        &json!({
+            "task": "Explain step by step how to multiply 123 by 456 by hand.",
+            "profile": "math",
+            "max_tokens": 200,
+            "temperature": 0,
+        }),
+    );
+    let shown = all_events(&client, &server, &run);
+    let last = shown.last().expect("events");
+    assert_eq!(last["type"], "not_saved", "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("not saved completely"),
+        "{last}"
+    );
+    let seqs: Vec<u64> = shown.iter().map(|e| e["_seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(shown.iter().any(|e| e["type"] == "summary"));
+    // Read back: what was saved is the beginning of what was shown, without the notice.
+    let stored = all_events(&client, &server, &run);
+    assert!(
+        !stored.is_empty() && stored.len() < shown.len() - 1,
+        "{} of {}",
+        stored.len(),
+        shown.len()
+    );
+    for (seen, saved) in shown.iter().zip(&stored) {
+        assert_eq!(seen, saved);
+    }
 }
 
 /// The loop stop reaches the model worker: a chain served by `catena serve` that repeats one line

@@ -24,6 +24,21 @@ describe('Timeline', () => {
     expect(code?.textContent).toBe('print(2**10)');
     expect(screen.getByRole('button', { name: 'Copy observation' })).toBeTruthy();
   });
+
+  it('says, after the answer, that a run was not saved completely', () => {
+    let chain = emptyChain();
+    chain = apply(chain, { type: 'block_ended', tag: 'answer', content: '4', closed: true, source: 'model' }, 1);
+    chain = apply(chain, { type: 'summary', answer: '4', stop_reason: 'answer', tool_calls: 0, prompt_tokens: 90, context_tokens: 99, evaluated_tokens: 99, generated_tokens: 9, parse_issues: 0, timings: { total_ms: 1000, prefill_ms: 100, decode_ms: 800, tools_ms: 0, prefill_tokens_per_s: 500, decode_tokens_per_s: 20 }, trajectory: '' }, 2);
+    const saved = render(Timeline, { chain });
+    expect(screen.queryByTestId('not-saved')).toBeNull();
+    saved.unmount();
+    chain = apply(chain, { type: 'not_saved', message: 'This run was not saved completely (database or disk is full).' }, 3);
+    render(Timeline, { chain });
+    const alert = screen.getByTestId('not-saved');
+    expect(alert.getAttribute('role')).toBe('alert');
+    expect(alert.textContent).toContain('disk is full');
+    expect(screen.getByTestId('answer').compareDocumentPosition(alert) & Node.DOCUMENT_POSITION_FOLLOWING).toBeTruthy();
+  });
 });
 
 describe('web tools in the timeline', () => {

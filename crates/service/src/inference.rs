@@ -556,6 +556,10 @@ impl Worker {
             let stored = recorder.fail(&message);
             self.jobs.live.publish(&job.run_id, stored);
         }
+        // Those following the run are the only ones who saw all of it: they hear so last.
+        if let Some(notice) = recorder.not_saved_notice() {
+            self.jobs.live.publish(&job.run_id, notice);
+        }
         self.jobs.live.finish(&job.run_id);
     }
 

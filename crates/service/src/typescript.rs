@@ -60,7 +60,8 @@ fn export(dir: &Path) -> Result<(), ExportError> {
     TrainingData::export_all(&config)?;
     StartTraining::export_all(&config)?;
     TrainingStatus::export_all(&config)?;
-    // The run events, stored and streamed as JSON (the recorder adds `summary` and `error`).
+    // The run events, stored and streamed as JSON (the recorder adds `summary` and `error`, and
+    // `not_saved` for live followers; ui/src/lib/types.ts joins them as `RunEvent`).
     AgentEvent::export_all(&config)?;
     RunSummary::export_all(&config)?;
     Ok(())

@@ -100,6 +100,22 @@ impl<'s> Recorder<'s> {
         }
     }
 
+    /// For a run the store failed during ([`Self::failure`]): a `not_saved` event for those
+    /// following it live, which says so. It is not stored (the store is what failed); it is
+    /// numbered after the last event shown, so a follower takes it as the next one.
+    pub fn not_saved_notice(&self) -> Option<StoredEvent> {
+        let failure = self.failure.as_deref()?;
+        let message = format!(
+            "This run was not saved completely ({failure}): what is shown here is not all in \
+             the session store, and is lost when it is closed. Copy what you need."
+        );
+        Some(StoredEvent {
+            seq: self.next_seq,
+            at_ms: now_ms(),
+            data: serde_json::json!({"type": "not_saved", "message": message}),
+        })
+    }
+
     /// Records that the run failed; returns the `error` event that was stored.
     pub fn fail(&mut self, message: &str) -> StoredEvent {
         let stored = self.raw(&serde_json::json!({"type": "error", "message": message}));

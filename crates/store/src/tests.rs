@@ -295,3 +295,29 @@ fn two_processes_appending_at_once_both_save_every_event() {
         assert_eq!(writer.join().unwrap(), (0, 3000));
     }
 }
+
+#[test]
+fn a_recorder_whose_store_fails_tells_its_followers_after_the_last_event_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let run = store.start_run(&new_run("What is 19*23?")).unwrap();
+    let mut recorder = Recorder::new(&store, run.clone());
+    assert_eq!(recorder.raw(&json!({"type": "text", "text": "a"})).seq, 1);
+    assert!(recorder.not_saved_notice().is_none());
+    store
+        .conn()
+        .execute_batch(
+            "CREATE TRIGGER full BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    // Shown live all the same, numbered on.
+    assert_eq!(recorder.raw(&json!({"type": "text", "text": "b"})).seq, 2);
+    assert_eq!(recorder.raw(&json!({"type": "text", "text": "c"})).seq, 3);
+    let notice = recorder.not_saved_notice().expect("a notice");
+    assert_eq!(notice.seq, 4);
+    assert_eq!(notice.data["type"], "not_saved");
+    let message = notice.data["message"].as_str().unwrap();
+    assert!(message.contains("disk full"), "{message}");
+    // The notice is not written: the store keeps what it took.
+    assert_eq!(store.events(&run, 0).unwrap().len(), 1);
+}

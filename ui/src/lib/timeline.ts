@@ -30,6 +30,8 @@ export interface Chain {
   started?: Extract<RunEvent, { type: 'run_started' }>;
   summary?: Extract<RunEvent, { type: 'summary' }>;
   error?: string;
+  /** Why the run is not all in the session store, when it is not (heard live only). */
+  notSaved?: string;
   /** The id of the last event applied, for resuming the stream. */
   lastSeq: number;
 }
@@ -107,6 +109,9 @@ export function apply(chain: Chain, event: RunEvent, seq: number | null): Chain 
       break;
     case 'error':
       chain.error = event.message;
+      break;
+    case 'not_saved':
+      chain.notSaved = event.message;
       break;
   }
   return chain;

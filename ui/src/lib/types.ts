@@ -59,9 +59,14 @@ export type Rating = Feedback | null;
 /**
  * One event of an agent run, as stored and streamed (`seq` is the SSE id): what the run reports
  * as it goes, then the `summary` (a `RunSummary` with its `type`) or an `error` that the store's
- * recorder writes as JSON at its end.
+ * recorder writes as JSON at its end. A run the store failed during ends its live stream with a
+ * `not_saved` event, which is not stored.
  */
-export type RunEvent = AgentEvent | ({ type: 'summary' } & RunSummary) | { type: 'error'; message: string };
+export type RunEvent =
+  | AgentEvent
+  | ({ type: 'summary' } & RunSummary)
+  | { type: 'error'; message: string }
+  | { type: 'not_saved'; message: string };
 
 /** A Hugging Face checkpoint folder to convert and install (desktop app only). */
 export interface ImportRequest {
