@@ -57,11 +57,27 @@ pub fn report(error: &anyhow::Error) -> ExitCode {
         .bold()
         .fg_color(Some(anstyle::AnsiColor::Red.into()));
     let _ = write!(err, "{red}error{red:#}: {error}");
-    for cause in error.chain().skip(1) {
+    for cause in causes_to_show(error) {
         let _ = write!(err, "\n  caused by: {cause}");
     }
     let _ = writeln!(err);
     ExitCode::FAILURE
+}
+
+/// An error's causes that say something its message has not: many errors of the libraries
+/// carry their cause's text in their own ("the session store: disk I/O error"), and a line
+/// repeating it is noise.
+fn causes_to_show(error: &anyhow::Error) -> Vec<String> {
+    let mut said = error.to_string();
+    let mut causes = Vec::new();
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if !said.contains(&text) {
+            causes.push(text.clone());
+            said = text;
+        }
+    }
+    causes
 }
 
 /// Progress of asset fetching, on stderr.
@@ -476,4 +492,45 @@ fn engine_key() -> Option<catena_web::ApiKey> {
     std::env::var(catena_agent::remote::ENGINE_KEY_ENV)
         .ok()
         .and_then(catena_web::ApiKey::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::causes_to_show;
+    use anyhow::Context;
+
+    /// As the libraries' errors are: the cause's text in the message, and the cause as source.
+    #[derive(Debug)]
+    struct Lock {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Lock {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "the lock folder /x: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Lock {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = || std::io::Error::other("disk full");
+        // The library's message carries its cause's text: one line each, not two.
+        let said: anyhow::Result<()> = Err(Lock { source: io() }).context("cannot open the store");
+        assert_eq!(
+            causes_to_show(&said.unwrap_err()),
+            ["the lock folder /x: disk full"]
+        );
+        // A context over a bare cause keeps it.
+        let bare: anyhow::Result<()> = Err(io()).context("cannot open the store");
+        assert_eq!(causes_to_show(&bare.unwrap_err()), ["disk full"]);
+        // A message that already says everything has no causes to add.
+        let whole = anyhow::Error::new(Lock { source: io() });
+        assert!(causes_to_show(&whole).is_empty());
+    }
 }

@@ -213,10 +213,15 @@ fn export(
                 .unwrap_or(std::path::Path::new("."));
             let mut tmp = tempfile::NamedTempFile::new_in(dir)
                 .with_context(|| format!("cannot write in {}", dir.display()))?;
-            let stats = store.export(format, filter, &mut tmp)?;
-            tmp.flush()?;
-            tmp.persist(path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            let cannot_write = || format!("cannot write {}", path.display());
+            let stats = store
+                .export(format, filter, &mut tmp)
+                .with_context(cannot_write)?;
+            // On disk before it takes the name: a crash then leaves the old file, not an empty one.
+            tmp.flush()
+                .and_then(|()| tmp.as_file().sync_all())
+                .with_context(cannot_write)?;
+            tmp.persist(path).with_context(cannot_write)?;
             stats
         }
         None => {
