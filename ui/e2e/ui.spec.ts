@@ -489,3 +489,53 @@ test('an MCP tool that writes asks first: the approval card, allowed from the ke
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a run the store could not keep says so under its answer', async ({ page }) => {
+  const bin = process.env.CATENA_BIN ?? resolve(import.meta.dirname, '../../target/release/catena');
+  const store = mkdtempSync(join(tmpdir(), 'catena-ui-full-'));
+  // The store is made first; then the server's files may not grow past 100 blocks (a write past
+  // that fails with EFBIG, SIGXFSZ ignored), as on a disk that fills up during the run.
+  execFileSync(bin, ['sessions', 'list'], { env: { ...process.env, CATENA_STORE_DIR: store } });
+  const server = spawn(
+    '/bin/sh',
+    ['-c', `trap '' XFSZ; ulimit -f 100; exec "$0" "$@"`, bin, 'serve', '--port', '0', '--store-dir', store, '--ctx-size', '4096', '--sessions', '1'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  try {
+    const served = await new Promise<string>((ok, fail) => {
+      const timer = setTimeout(() => fail(new Error('catena serve did not start within 120 s')), 120_000);
+      server.once('exit', (code) => fail(new Error(`catena serve exited with ${code}`)));
+      createInterface({ input: server.stdout! }).on('line', (line) => {
+        const match = / on (http:\/\/\S+)/.exec(line);
+        if (match) {
+          clearTimeout(timer);
+          ok(match[1]);
+        }
+      });
+    });
+    await page.goto(served);
+    await go(page, 'Settings');
+    for (const [label, value] of [['Temperature', '0'], ['Tokens', '200']]) {
+      await page.getByLabel(label, { exact: true }).fill(value);
+      await page.getByLabel(label, { exact: true }).dispatchEvent('change');
+    }
+    await go(page, 'Run');
+    await page.getByRole('textbox', { name: 'Task' }).fill('What is 2 to the power 100?');
+    await page.getByLabel('Profile').selectOption('math');
+    await page.getByText('Start the answer with…').click();
+    await page.getByLabel(/Prefill/).fill('<plan>compute it</plan>\n<code>\n```py\nprint(2**100)\n```\n</code>');
+    await page.getByRole('textbox', { name: 'Task' }).press('Control+Enter');
+
+    // The whole chain is shown as it ran, and then why it is not all kept.
+    await expect(page.getByTestId('observation')).toContainText(POW, { timeout: 120_000 });
+    const notice = page.getByTestId('not-saved');
+    await expect(notice).toContainText('not saved completely', { timeout: 120_000 });
+    await expect(notice).toHaveAttribute('role', 'alert');
+    await theme(page, 'light');
+    await page.evaluate(() => document.documentElement.setAttribute('data-theme', 'light'));
+    await shoot(page, 'run-not-saved-light');
+  } finally {
+    server.kill('SIGTERM');
+    rmSync(store, { recursive: true, force: true });
+  }
+});
