@@ -388,12 +388,13 @@ fn an_agent_run_survives_a_sigkill_of_the_server() {
     assert_eq!(resumed.first().unwrap()["_seq"], 4);
 }
 
-/// A run during which the store fills up (a file-size limit on the server, as a full disk would
-/// be): its follower sees every event, and last a `not_saved` event saying so, which is not
-/// stored; the store keeps the beginning of what was shown.
+/// The store fills up under a server (a file-size limit on it, as a full disk would be). An agent
+/// run's follower sees every event, and last a `not_saved` event saying so, which is not stored;
+/// the store keeps the beginning of what was shown. A Responses API conversation goes on by
+/// `previous_response_id` all the same: what the store could not keep, the server holds.
 #[cfg(unix)]
 #[test]
-fn a_served_run_whose_store_fills_up_tells_its_follower() {
+fn when_the_store_fills_up_a_follower_is_told_and_responses_go_on() {
     let store = tempfile::tempdir().unwrap();
     // The store is made first (and closed, its log folded in), so only the run's own writes
     // meet the limit.
@@ -439,6 +440,34 @@ fn a_served_run_whose_store_fills_up_tells_its_follower() {
     for (seen, saved) in shown.iter().zip(&stored) {
         assert_eq!(seen, saved);
     }
+
+    let mut previous = Value::Null;
+    for (turn, input) in ["My name is Ada. Say hello.", "What is my name?"]
+        .iter()
+        .enumerate()
+    {
+        let answer: Value = client
+            .post(server.url("/v1/responses"))
+            .json(&json!({
+                "model": server.model,
+                "input": input,
+                "previous_response_id": previous,
+                "max_output_tokens": 30,
+                "temperature": 0,
+            }))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(answer["status"], "completed", "turn {turn}: {answer}");
+        previous = answer["id"].clone();
+    }
+    let unknown = client
+        .post(server.url("/v1/responses"))
+        .json(&json!({"model": server.model, "input": "Hi", "previous_response_id": "resp_0"}))
+        .send()
+        .unwrap();
+    assert_eq!(unknown.status(), 400);
 }
 
 /// The loop stop reaches the model worker: a chain served by `catena serve` that repeats one line

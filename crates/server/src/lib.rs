@@ -52,6 +52,8 @@ pub struct AppState {
     catena: Arc<Service>,
     /// Where editors reach this server, and its key.
     connection: Connection,
+    /// Responses the store could not keep, held here instead while the server runs.
+    unkept: responses::Unkept,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +95,11 @@ impl Server {
         let boundary = Boundary::new(bound.port(), bound.ip().is_loopback(), api_key)?;
         Ok(Server {
             listener,
-            state: Arc::new(AppState { catena, connection }),
+            state: Arc::new(AppState {
+                catena,
+                connection,
+                unkept: responses::Unkept::default(),
+            }),
             boundary: Arc::new(boundary),
             max_body_bytes: config.max_body_bytes,
             mcp: config.mcp,

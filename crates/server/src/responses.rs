@@ -3,6 +3,9 @@
 //! streaming events, and `previous_response_id`, answered from the conversations kept in the
 //! store, so a client continues without sending the conversation again. It answers through the
 //! same path as Chat Completions (`openai::submit`).
+//!
+//! A conversation the store cannot keep (a full disk) is held in memory instead, the last few of
+//! them, so a client continuing it still can while this server runs.
 
 use super::AppState;
 use super::error::{ApiError, ApiJson};
@@ -16,8 +19,10 @@ use axum::response::{IntoResponse, Response};
 use catena_chat_format::{CallDelta, CallStream, Role, ToolCall, Turn};
 use catena_engine_api::ChatMessage;
 use catena_service::{ChatEvent, ChatUsage, FinishReason};
+use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -142,13 +147,40 @@ fn earlier(app: &AppState, id: &str) -> Result<Vec<Turn>, ApiError> {
             .param("previous_response_id")
             .code("previous_response_not_found")
     };
-    let kept = app
-        .catena
-        .store()
-        .response(id)
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .ok_or_else(missing)?;
+    let kept = match app.unkept.get(id) {
+        Some(held) => held,
+        None => app
+            .catena
+            .store()
+            .response(id)
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .ok_or_else(missing)?,
+    };
     serde_json::from_str(&kept).map_err(|e| ApiError::internal(format!("a kept response: {e}")))
+}
+
+/// Conversations the store failed to keep, newest last; the oldest goes past [`Unkept::HELD`].
+#[derive(Default)]
+pub(crate) struct Unkept(Mutex<VecDeque<(String, String)>>);
+
+impl Unkept {
+    /// Enough for the clients of one desktop to go on; each is a whole conversation.
+    const HELD: usize = 32;
+
+    fn hold(&self, id: &str, conversation: String) {
+        let mut held = self.0.lock();
+        if held.len() == Self::HELD {
+            held.pop_front();
+        }
+        held.push_back((id.to_string(), conversation));
+    }
+
+    fn get(&self, id: &str) -> Option<String> {
+        let held = self.0.lock();
+        held.iter()
+            .find(|(kept, _)| kept == id)
+            .map(|(_, c)| c.clone())
+    }
 }
 
 /// What a request may ask for that Catena does not do, refused rather than ignored (see the
@@ -395,7 +427,11 @@ impl Record {
         });
         let kept = serde_json::to_string(&turns).unwrap_or_default();
         if let Err(e) = self.app.catena.store().put_response(id, &kept) {
-            tracing::error!(error = %e, "could not keep a response");
+            tracing::error!(
+                error = %e,
+                "could not keep a response in the store: it is held in memory while the server runs"
+            );
+            self.app.unkept.hold(id, kept);
         }
         tracing::debug!(
             id,
@@ -678,6 +714,18 @@ impl Output {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn unkept_conversations_are_held_up_to_a_bound_the_oldest_going_first() {
+        let unkept = Unkept::default();
+        for n in 0..=Unkept::HELD {
+            unkept.hold(&format!("resp_{n}"), format!("[{n}]"));
+        }
+        assert_eq!(unkept.get("resp_0"), None);
+        assert_eq!(unkept.get("resp_1").as_deref(), Some("[1]"));
+        let last = format!("resp_{}", Unkept::HELD);
+        assert_eq!(unkept.get(&last), Some(format!("[{}]", Unkept::HELD)));
+    }
 
     fn request(extra: Value) -> ResponsesRequest {
         let mut body = json!({"model": "m", "input": "hi"});
