@@ -159,20 +159,25 @@ fn earlier(app: &AppState, id: &str) -> Result<Vec<Turn>, ApiError> {
     serde_json::from_str(&kept).map_err(|e| ApiError::internal(format!("a kept response: {e}")))
 }
 
-/// Conversations the store failed to keep, newest last; the oldest goes past [`Unkept::HELD`].
+/// Conversations the store failed to keep, newest last; the oldest go past [`Unkept::HELD`]
+/// conversations or [`Unkept::HELD_BYTES`] bytes.
 #[derive(Default)]
 pub(crate) struct Unkept(Mutex<VecDeque<(String, String)>>);
 
 impl Unkept {
     /// Enough for the clients of one desktop to go on; each is a whole conversation.
     const HELD: usize = 32;
+    const HELD_BYTES: usize = 64 << 20;
 
     fn hold(&self, id: &str, conversation: String) {
         let mut held = self.0.lock();
-        if held.len() == Self::HELD {
-            held.pop_front();
-        }
         held.push_back((id.to_string(), conversation));
+        let mut bytes: usize = held.iter().map(|(_, c)| c.len()).sum();
+        while held.len() > Self::HELD || (bytes > Self::HELD_BYTES && held.len() > 1) {
+            if let Some((_, oldest)) = held.pop_front() {
+                bytes -= oldest.len();
+            }
+        }
     }
 
     fn get(&self, id: &str) -> Option<String> {
@@ -725,6 +730,10 @@ mod tests {
         assert_eq!(unkept.get("resp_1").as_deref(), Some("[1]"));
         let last = format!("resp_{}", Unkept::HELD);
         assert_eq!(unkept.get(&last), Some(format!("[{}]", Unkept::HELD)));
+        // And by size: a conversation over the bound pushes out the others, not itself.
+        unkept.hold("resp_big", "x".repeat(Unkept::HELD_BYTES + 1));
+        assert_eq!(unkept.get(&last), None);
+        assert!(unkept.get("resp_big").is_some());
     }
 
     fn request(extra: Value) -> ResponsesRequest {
