@@ -4,6 +4,7 @@
 // back.
 
 import { contextTooSmall, largerContextCommand, MIN_AGENT_CONTEXT } from './connect';
+import { errorText } from './format';
 
 export type StepStatus = 'pass' | 'fail' | 'warn';
 
@@ -101,7 +102,7 @@ function refusal(answer: Answer): string {
 
 function failed(e: unknown): string {
   if (e instanceof DOMException && e.name === 'TimeoutError') return `no answer within ${DEADLINE_MS / 1000} s`;
-  return e instanceof Error ? e.message : String(e);
+  return errorText(e);
 }
 
 /** Step 1: the key is taken and the served model is listed. */

@@ -22,3 +22,8 @@ export function codeSpans(text: string): { code: boolean; text: string }[] {
     .map((part, i) => ({ code: i % 2 === 1, text: part }))
     .filter((part) => part.text !== '');
 }
+
+/** What went wrong, in words: an error's message, or whatever was thrown. */
+export function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

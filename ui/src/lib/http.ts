@@ -4,6 +4,7 @@ import { currentToken } from './credential';
 import { SseParser } from './sse';
 import { ApiError, type EventHandlers, type ExportResult, type Transport, type Unsubscribe } from './transport';
 import type { Connection, RunEvent, DownloadStatus, Health, LibraryModels, List, ModelRow, Profile, Rating, RunOptions, ServedModel, SessionInfo, SessionRuns, StartedRun, ToolStatus, TrainingData, TrainingRequest, TrainingStatus, Vote, WebSettings, WebSettingsUpdate } from './types';
+import { errorText } from './format';
 
 type Fetch = typeof fetch;
 
@@ -141,7 +142,7 @@ export class HttpTransport implements Transport {
       end();
     })().catch((e: unknown) => {
       if (abort.signal.aborted) end();
-      else end(e instanceof Error ? e.message : String(e));
+      else end(errorText(e));
     });
     return () => abort.abort();
   }
