@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use catena_engine::llama::{AdapterOptions, LlamaEngine, LoadOptions};
+use catena_engine_api::SamplingParams;
 use catena_engine_api::plan::Plan;
 use catena_hub::assets::{self, AssetProgress};
 use catena_hub::config::Paths;
@@ -48,6 +49,15 @@ pub fn paths(
         paths.store_dir = dir.to_path_buf();
     }
     Ok(paths)
+}
+
+/// `sampling` as given on the command line, or the error naming the flag out of range (the same
+/// bounds as the server's, `SamplingParams::out_of_range`).
+pub fn checked_sampling(sampling: SamplingParams) -> Result<SamplingParams> {
+    match sampling.out_of_range() {
+        Some((field, why)) => anyhow::bail!("--{}: {why}", field.replace('_', "-")),
+        None => Ok(sampling),
+    }
 }
 
 /// Prints an error and its causes on stderr; exit status 1.
@@ -515,6 +525,21 @@ mod tests {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
             Some(&self.source)
         }
+    }
+
+    #[test]
+    fn sampling_out_of_range_names_its_flag() {
+        use catena_engine_api::SamplingParams;
+        let given = |temperature, top_p| SamplingParams {
+            temperature,
+            top_p,
+            ..SamplingParams::default()
+        };
+        assert!(super::checked_sampling(given(0.0, 1.0)).is_ok());
+        let wrong = super::checked_sampling(given(0.6, 2.0)).unwrap_err();
+        assert_eq!(wrong.to_string(), "--top-p: `top_p` must be in (0, 1].");
+        let cold = super::checked_sampling(given(-1.0, 0.9)).unwrap_err();
+        assert!(cold.to_string().starts_with("--temperature: "), "{cold}");
     }
 
     #[test]

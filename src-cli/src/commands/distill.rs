@@ -203,14 +203,14 @@ fn teach(
     log: &mut RunLog,
     runs: &mut Vec<TeacherRun>,
 ) -> Result<usize> {
-    let (tools, scoring_sandbox) = setup::task_tools(paths, profile, tasks, &args.search)?;
-    let base_sampling = SamplingParams {
-        temperature: args.temperature.max(0.0),
+    let base_sampling = setup::checked_sampling(SamplingParams {
+        temperature: args.temperature,
         top_p: 0.95,
         top_k: 40,
         seed: args.seed,
         ..SamplingParams::default()
-    };
+    })?;
+    let (tools, scoring_sandbox) = setup::task_tools(paths, profile, tasks, &args.search)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     let _ = ctrlc::set_handler(move || {

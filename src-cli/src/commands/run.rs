@@ -465,13 +465,13 @@ impl Checked {
             Some(Some(limit)) => Some(limit),
             None => None,
         };
-        let sampling = SamplingParams {
-            temperature: args.temperature.max(0.0),
+        let sampling = setup::checked_sampling(SamplingParams {
+            temperature: args.temperature,
             top_p: args.top_p,
             top_k: args.top_k,
             seed: args.seed.unwrap_or_else(random_seed),
             ..SamplingParams::default()
-        };
+        })?;
         Ok(Checked {
             profile,
             code_timeout,
