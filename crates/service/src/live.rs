@@ -16,6 +16,8 @@ const FOLLOW_BUFFER: usize = 1024;
 struct LiveRun {
     cancel: CancelFlag,
     events: broadcast::Sender<Arc<StoredEvent>>,
+    /// The number of the last event published: followers take only larger ones.
+    last_seq: u64,
     /// Questions waiting for the user, by number, each with where its answer goes. They go
     /// with the run: once it has ended, its waiting asker hears that no answer will come.
     questions: HashMap<u64, mpsc::Sender<Answer>>,
@@ -50,6 +52,7 @@ impl LiveRuns {
             LiveRun {
                 cancel: cancel.clone(),
                 events,
+                last_seq: 0,
                 questions: HashMap::new(),
             },
         );
@@ -61,9 +64,13 @@ impl LiveRuns {
         self.lock().get(run).map(|r| r.events.subscribe())
     }
 
-    /// Publishes an event that was just stored.
-    pub fn publish(&self, run: &str, event: StoredEvent) {
-        if let Some(r) = self.lock().get(run) {
+    /// Publishes an event that was just stored. One the store could not take carries a number
+    /// its writer guessed (the run's recorder counts on, a question's recorder starts at 1); it
+    /// is shown after the last one published rather than dropped by the followers as seen.
+    pub fn publish(&self, run: &str, mut event: StoredEvent) {
+        if let Some(r) = self.lock().get_mut(run) {
+            event.seq = event.seq.max(r.last_seq + 1);
+            r.last_seq = event.seq;
             // No follower is not an error.
             let _ = r.events.send(Arc::new(event));
         }
@@ -138,5 +145,33 @@ impl LiveRuns {
 
     pub fn count(&self) -> usize {
         self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64) -> StoredEvent {
+        StoredEvent {
+            seq,
+            at_ms: 0,
+            data: serde_json::json!({"type": "text", "text": "x"}),
+        }
+    }
+
+    #[test]
+    fn an_event_numbered_behind_the_last_one_published_is_shown_after_it() {
+        let live = LiveRuns::default();
+        live.register("r");
+        let mut follower = live.subscribe("r").unwrap();
+        // Stored 1 to 3; then a question the store could not take, numbered 1 by its writer.
+        for seq in [1, 2, 3, 1, 4] {
+            live.publish("r", event(seq));
+        }
+        let seen: Vec<u64> = std::iter::from_fn(|| follower.try_recv().ok())
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seen, [1, 2, 3, 4, 5]);
     }
 }
