@@ -34,15 +34,14 @@ pub enum StoreError {
     },
     #[error("the session store: {0}")]
     Sql(#[from] rusqlite::Error),
-    #[error("the session store's lock folder {path}: {source}")]
-    Lock {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error("no run {0}")]
     NoRun(String),
     #[error("no session {0}")]
     NoSession(String),
+    #[error(
+        "the session store cannot be written (no lock can be taken in {0}): it is open for reading only"
+    )]
+    ReadOnly(PathBuf),
     #[error("writing the export: {0}")]
     Write(#[from] std::io::Error),
     #[error(
@@ -246,7 +245,8 @@ impl Drop for Owner {
 /// The session store.
 pub struct Store {
     conn: Mutex<Connection>,
-    owner: Owner,
+    /// `None` when the store was opened for reading only: its folder cannot be written.
+    owner: Option<Owner>,
     lock_dir: PathBuf,
 }
 
@@ -268,22 +268,32 @@ impl Store {
         Store::open(&data_dir.join(DB_FILE))
     }
 
+    /// A store whose folder cannot be written (a read-only disk, another user's folder) is
+    /// opened for reading, with a warning: its history can be listed, shown and exported, and
+    /// what would write to it fails with [`StoreError::ReadOnly`] or SQLite's read-only error.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let lock_dir = dir.join("catena-owners");
-        let lock_err = |source| StoreError::Lock {
-            path: lock_dir.clone(),
-            source,
-        };
-        std::fs::create_dir_all(&lock_dir).map_err(lock_err)?;
-        let owner = Owner::claim(&lock_dir).map_err(lock_err)?;
+        let claimed = std::fs::create_dir_all(&lock_dir).and_then(|()| Owner::claim(&lock_dir));
         let open_err = |source| StoreError::Open {
             path: path.to_path_buf(),
             source,
         };
-        let conn = Connection::open(path).map_err(open_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_err)?;
+        let (conn, owner) = match claimed {
+            Ok(owner) => (Connection::open(path).map_err(open_err)?, Some(owner)),
+            Err(e) => {
+                tracing::warn!(
+                    folder = %lock_dir.display(),
+                    error = %e,
+                    "the session store cannot be written here: it is opened for reading only"
+                );
+                (open_for_reading(path).map_err(open_err)?, None)
+            }
+        };
+        if owner.is_some() {
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .map_err(open_err)?;
+        }
         // NORMAL in WAL mode: a committed event survives the process dying at any moment.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(open_err)?;
@@ -297,6 +307,9 @@ impl Store {
             owner,
             lock_dir,
         };
+        if store.owner.is_none() {
+            return Ok(store);
+        }
         // A store that cannot be written (a full disk) can still be read: the dead processes'
         // runs are marked the next time it can be.
         if let Err(e) = store.mark_orphans_interrupted() {
@@ -308,6 +321,14 @@ impl Store {
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock()
+    }
+
+    /// This process's owner id, for a run it starts; an error when the store is only read.
+    fn owner_id(&self) -> Result<&str, StoreError> {
+        match &self.owner {
+            Some(owner) => Ok(&owner.id),
+            None => Err(StoreError::ReadOnly(self.lock_dir.clone())),
+        }
     }
 
     /// Marks `running` runs of processes that no longer hold their lock as `interrupted`; returns
@@ -322,7 +343,7 @@ impl Store {
         };
         let mut marked = 0;
         for owner in owners {
-            if owner == self.owner.id || self.owner_alive(&owner) {
+            if self.owner_id().is_ok_and(|id| id == owner) || self.owner_alive(&owner) {
                 continue;
             }
             let conn = self.conn();
@@ -350,7 +371,7 @@ impl Store {
             let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
                 continue;
             };
-            if owner != self.owner.id && !self.owner_alive(owner) {
+            if !self.owner_id().is_ok_and(|id| id == owner) && !self.owner_alive(owner) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
@@ -394,6 +415,7 @@ impl Store {
     /// session and the run are written together: a store that fails half way (a full disk)
     /// keeps no session without its run.
     pub fn start_run(&self, run: &NewRun<'_>) -> Result<String, StoreError> {
+        let owner = self.owner_id()?;
         let mut conn = self.conn();
         let tx = write_transaction(&mut conn)?;
         let now = now_ms();
@@ -437,7 +459,7 @@ impl Store {
                 run.options.to_string(),
                 run.system_prompt,
                 run.user_prompt,
-                self.owner.id,
+                owner,
                 now
             ],
         )?;
@@ -701,6 +723,33 @@ fn write_transaction(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>,
 /// be writable). Otherwise the version is read again inside a transaction that holds the write
 /// lock, so two processes opening a new store at once migrate it once (the second found `table
 /// sessions already exists`).
+/// Opens the database read-only. In WAL mode SQLite must be able to create the shared-memory
+/// file beside it, which a read-only folder refuses; without a write-ahead log left over, the
+/// database file then holds everything, and is read as immutable.
+fn open_for_reading(path: &Path) -> Result<Connection, rusqlite::Error> {
+    use rusqlite::OpenFlags;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    let readable = conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()));
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    match readable {
+        Err(_) if !Path::new(&wal).exists() => {
+            let mut uri = String::from("file:");
+            for c in path.to_string_lossy().chars() {
+                match c {
+                    '?' | '#' | '%' => uri.push_str(&format!("%{:02X}", c as u32)),
+                    c => uri.push(c),
+                }
+            }
+            uri.push_str("?immutable=1");
+            Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
+        }
+        Err(e) => Err(e),
+        Ok(()) => Ok(conn),
+    }
+}
+
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
     let known = schema::MIGRATIONS.len() as i64;
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;

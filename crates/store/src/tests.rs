@@ -321,3 +321,24 @@ fn a_recorder_whose_store_fails_tells_its_followers_after_the_last_event_shown()
     // The notice is not written: the store keeps what it took.
     assert_eq!(store.events(&run, 0).unwrap().len(), 1);
 }
+
+#[test]
+fn a_store_whose_folder_cannot_be_written_is_opened_for_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = {
+        let store = Store::open_in(dir.path()).unwrap();
+        let run = store.start_run(&new_run("What is 19*23?")).unwrap();
+        finish(&store, &run, "T");
+        run
+    };
+    // A file where the lock folder goes: no lock can be taken, as on a read-only disk.
+    std::fs::remove_dir_all(dir.path().join("catena-owners")).unwrap();
+    std::fs::write(dir.path().join("catena-owners"), "").unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    assert_eq!(store.run(&run).unwrap().status, RunStatus::Finished);
+    assert_eq!(store.list_sessions(None, 10).unwrap().len(), 1);
+    let refused = store.start_run(&new_run("again")).unwrap_err();
+    assert!(matches!(refused, StoreError::ReadOnly(_)), "{refused}");
+    assert!(store.append_event(&run, "x", &json!({})).is_err());
+    assert_eq!(store.events(&run, 0).unwrap().len(), 0);
+}
