@@ -8,11 +8,14 @@
 //! alive?" is "is its lock still held?", with no process ids to be reused.
 
 mod export;
+mod held_ends;
 mod recorder;
 mod schema;
 
 pub use export::{ExportFormat, ExportStats, FeedbackFilter, Message, SftRecord};
 pub use recorder::Recorder;
+
+use held_ends::{EndRow, HeldEnds};
 
 use parking_lot::{Mutex, MutexGuard};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -248,6 +251,8 @@ pub struct Store {
     /// `None` when the store was opened for reading only: its folder cannot be written.
     owner: Option<Owner>,
     lock_dir: PathBuf,
+    /// Ends of this process's runs that could not be written (a full disk), written later.
+    held_ends: HeldEnds,
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -306,6 +311,7 @@ impl Store {
             conn: Mutex::new(conn),
             owner,
             lock_dir,
+            held_ends: HeldEnds::default(),
         };
         if store.owner.is_none() {
             return Ok(store);
@@ -417,6 +423,7 @@ impl Store {
     pub fn start_run(&self, run: &NewRun<'_>) -> Result<String, StoreError> {
         let owner = self.owner_id()?;
         let mut conn = self.conn();
+        self.held_ends.write_all(&conn);
         let tx = write_transaction(&mut conn)?;
         let now = now_ms();
         let session = match run.session {
@@ -513,34 +520,20 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Records how a run ended.
+    /// Records how a run ended. An end the store cannot take (a full disk) is an error, and is
+    /// held: the run reads as ended from this store, and the end is written with the next run
+    /// started or ended here.
     pub fn finish_run(&self, run: &str, end: &RunEnd<'_>) -> Result<(), StoreError> {
-        let changed = self.conn().execute(
-            "UPDATE runs SET status = ?2, finished_ms = ?3, answer = ?4, stop_reason = ?5,
-                 trajectory = ?6, summary_json = ?7, error = ?8, prompt_tokens = ?9,
-                 generated_tokens = ?10, context_tokens = ?11, cached_tokens = ?12,
-                 tool_calls = ?13
-             WHERE id = ?1",
-            params![
-                run,
-                end.status.as_str(),
-                now_ms(),
-                end.answer,
-                end.stop_reason,
-                end.trajectory,
-                end.summary.as_ref().map(Value::to_string),
-                end.error,
-                end.usage.prompt_tokens as i64,
-                end.usage.generated_tokens as i64,
-                end.usage.context_tokens as i64,
-                end.usage.cached_tokens as i64,
-                end.usage.tool_calls as i64,
-            ],
-        )?;
-        if changed == 0 {
-            return Err(StoreError::NoRun(run.to_string()));
+        let end = EndRow::new(end);
+        let conn = self.conn();
+        self.held_ends.write_all(&conn);
+        match end.write(&conn, run) {
+            Err(StoreError::Sql(e)) => {
+                self.held_ends.hold(run, end);
+                Err(StoreError::Sql(e))
+            }
+            written => written,
         }
-        Ok(())
     }
 
     /// Records the user's verdict on a run (or clears it with `None`).
@@ -561,10 +554,13 @@ impl Store {
     }
 
     pub fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        self.conn()
+        let mut run = self
+            .conn()
             .query_row(&format!("{RUN_COLUMNS} WHERE id = ?1"), [id], run_from_row)
             .optional()?
-            .ok_or_else(|| StoreError::NoRun(id.to_string()))
+            .ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        self.held_ends.apply(&mut run);
+        Ok(run)
     }
 
     /// The runs of a session, oldest first.
@@ -576,8 +572,13 @@ impl Store {
         let mut stmt = conn.prepare(&format!(
             "{RUN_COLUMNS} WHERE session_id = ?1 ORDER BY started_ms, id"
         ))?;
-        let rows = stmt.query_map([session], run_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut runs: Vec<RunRecord> = stmt
+            .query_map([session], run_from_row)?
+            .collect::<Result<_, _>>()?;
+        for run in &mut runs {
+            self.held_ends.apply(run);
+        }
+        Ok(runs)
     }
 
     /// Sessions, most recently used first; `search` matches titles, tasks and answers.

@@ -16,26 +16,28 @@ fn new_run<'a>(task: &'a str) -> NewRun<'a> {
 }
 
 fn finish(store: &Store, run: &str, trajectory: &str) {
-    store
-        .finish_run(
-            run,
-            &RunEnd {
-                status: RunStatus::Finished,
-                answer: Some("4"),
-                stop_reason: Some("answer"),
-                trajectory: Some(trajectory),
-                summary: Some(json!({"answer": "4"})),
-                error: None,
-                usage: Usage {
-                    prompt_tokens: 10,
-                    generated_tokens: 5,
-                    context_tokens: 15,
-                    cached_tokens: 0,
-                    tool_calls: 1,
-                },
+    try_finish(store, run, trajectory).unwrap();
+}
+
+fn try_finish(store: &Store, run: &str, trajectory: &str) -> Result<(), StoreError> {
+    store.finish_run(
+        run,
+        &RunEnd {
+            status: RunStatus::Finished,
+            answer: Some("4"),
+            stop_reason: Some("answer"),
+            trajectory: Some(trajectory),
+            summary: Some(json!({"answer": "4"})),
+            error: None,
+            usage: Usage {
+                prompt_tokens: 10,
+                generated_tokens: 5,
+                context_tokens: 15,
+                cached_tokens: 0,
+                tool_calls: 1,
             },
-        )
-        .unwrap();
+        },
+    )
 }
 
 #[test]
@@ -341,4 +343,31 @@ fn a_store_whose_folder_cannot_be_written_is_opened_for_reading() {
     assert!(matches!(refused, StoreError::ReadOnly(_)), "{refused}");
     assert!(store.append_event(&run, "x", &json!({})).is_err());
     assert_eq!(store.events(&run, 0).unwrap().len(), 0);
+}
+
+#[test]
+fn an_end_the_store_could_not_take_reads_as_ended_and_is_written_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let run = store.start_run(&new_run("What is 2+2?")).unwrap();
+    // A stand-in for a full disk: the run's end cannot be written.
+    store
+        .conn()
+        .execute_batch(
+            "CREATE TRIGGER full BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    assert!(try_finish(&store, &run, "<answer>4</answer>").is_err());
+    // This process reads the run as it ended; another reads what is written: still running.
+    let here = store.run(&run).unwrap();
+    assert_eq!(here.status, RunStatus::Finished);
+    assert_eq!(here.answer.as_deref(), Some("4"));
+    let session = here.session_id.clone();
+    assert_eq!(store.session_runs(&session).unwrap(), vec![here.clone()]);
+    let other = Store::open_in(dir.path()).unwrap();
+    assert_eq!(other.run(&run).unwrap().status, RunStatus::Running);
+    // The next run started here writes it, once the store can take it.
+    store.conn().execute_batch("DROP TRIGGER full;").unwrap();
+    store.start_run(&new_run("What is 3+3?")).unwrap();
+    assert_eq!(other.run(&run).unwrap(), here);
 }
