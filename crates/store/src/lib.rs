@@ -482,17 +482,26 @@ impl Store {
             .is_some())
     }
 
-    /// Appends an event to a run and commits it; returns its sequence number.
+    /// Appends an event to a run and commits it; returns its sequence number: the one after the
+    /// run's last stored event, or `at_least` when that is higher (the number a recorder already
+    /// showed, past events the store could not take, so that a follower resuming from the store
+    /// reads the numbers it was shown).
     ///
     /// The commit is its own step, whose error is returned: an `INSERT ... RETURNING` read with
     /// `query_row` hands back its row before the statement ends, and a commit that then fails (a
     /// full disk) was dropped unseen, so events were reported saved that were not.
-    pub fn append_event(&self, run: &str, kind: &str, data: &Value) -> Result<u64, StoreError> {
+    pub fn append_event(
+        &self,
+        run: &str,
+        kind: &str,
+        data: &Value,
+        at_least: u64,
+    ) -> Result<u64, StoreError> {
         let mut conn = self.conn();
         let tx = write_transaction(&mut conn)?;
         let seq: i64 = tx.query_row(
-            "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1",
-            [run],
+            "SELECT MAX(COALESCE(MAX(seq), 0) + 1, ?2) FROM events WHERE run_id = ?1",
+            params![run, at_least.min(i64::MAX as u64) as i64],
             |r| r.get(0),
         )?;
         tx.execute(

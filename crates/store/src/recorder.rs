@@ -43,7 +43,10 @@ impl<'s> Recorder<'s> {
     /// Commits any JSON event (`summary`, `error`); it must carry a `type` field.
     pub fn raw(&mut self, data: &Value) -> StoredEvent {
         let kind = data.get("type").and_then(Value::as_str).unwrap_or("event");
-        let seq = match self.store.append_event(&self.run, kind, data) {
+        let seq = match self
+            .store
+            .append_event(&self.run, kind, data, self.next_seq)
+        {
             Ok(seq) => seq,
             Err(e) => {
                 self.failed(&e, "could not save an event");

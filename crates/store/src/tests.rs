@@ -48,7 +48,12 @@ fn runs_and_events_round_trip() {
     assert_eq!(store.run(&run).unwrap().status, RunStatus::Running);
     for i in 0..3 {
         let seq = store
-            .append_event(&run, "block_delta", &json!({"type": "block_delta", "i": i}))
+            .append_event(
+                &run,
+                "block_delta",
+                &json!({"type": "block_delta", "i": i}),
+                0,
+            )
             .unwrap();
         assert_eq!(seq, i + 1);
     }
@@ -74,7 +79,7 @@ fn runs_of_a_dead_process_become_interrupted() {
     let first = Store::open_in(dir.path()).unwrap();
     let run = first.start_run(&new_run("long task")).unwrap();
     first
-        .append_event(&run, "block_started", &json!({"type": "block_started"}))
+        .append_event(&run, "block_started", &json!({"type": "block_started"}), 0)
         .unwrap();
     // While the first process lives, a second one leaves its run alone.
     let second = Store::open_in(dir.path()).unwrap();
@@ -272,7 +277,11 @@ fn an_event_whose_commit_fails_is_an_error() {
         .conn()
         .pragma_update(None, "defer_foreign_keys", "ON")
         .unwrap();
-    assert!(store.append_event("no-such-run", "x", &json!({})).is_err());
+    assert!(
+        store
+            .append_event("no-such-run", "x", &json!({}), 0)
+            .is_err()
+    );
     assert!(store.events("no-such-run", 0).unwrap().is_empty());
 }
 
@@ -287,7 +296,7 @@ fn two_processes_appending_at_once_both_save_every_event() {
                 let store = Store::open_in(&dir).unwrap();
                 let run = store.start_run(&new_run(&format!("task {i}"))).unwrap();
                 let failed = (0..3000)
-                    .filter(|n| store.append_event(&run, "x", &json!({"n": n})).is_err())
+                    .filter(|n| store.append_event(&run, "x", &json!({"n": n}), 0).is_err())
                     .count();
                 (failed, store.events(&run, 0).unwrap().len())
             })
@@ -341,7 +350,7 @@ fn a_store_whose_folder_cannot_be_written_is_opened_for_reading() {
     assert_eq!(store.list_sessions(None, 10).unwrap().len(), 1);
     let refused = store.start_run(&new_run("again")).unwrap_err();
     assert!(matches!(refused, StoreError::ReadOnly(_)), "{refused}");
-    assert!(store.append_event(&run, "x", &json!({})).is_err());
+    assert!(store.append_event(&run, "x", &json!({}), 0).is_err());
     assert_eq!(store.events(&run, 0).unwrap().len(), 0);
 }
 
@@ -370,4 +379,32 @@ fn an_end_the_store_could_not_take_reads_as_ended_and_is_written_later() {
     store.conn().execute_batch("DROP TRIGGER full;").unwrap();
     store.start_run(&new_run("What is 3+3?")).unwrap();
     assert_eq!(other.run(&run).unwrap(), here);
+}
+
+#[test]
+fn events_saved_after_a_failure_keep_the_numbers_they_were_shown_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let run = store.start_run(&new_run("What is 19*23?")).unwrap();
+    let mut recorder = Recorder::new(&store, run.clone());
+    let text = |t: &str| json!({"type": "text", "text": t});
+    assert_eq!(recorder.raw(&text("a")).seq, 1);
+    // A stand-in for a disk that is full for a moment.
+    store
+        .conn()
+        .execute_batch(
+            "CREATE TRIGGER full BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    assert_eq!(recorder.raw(&text("b")).seq, 2);
+    store.conn().execute_batch("DROP TRIGGER full;").unwrap();
+    let shown = recorder.raw(&text("c"));
+    assert_eq!(shown.seq, 3);
+    // A follower resuming after event 2 finds event 3 under the number it was shown with.
+    let stored = store.events(&run, 2).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!((stored[0].seq, &stored[0].data), (3, &text("c")));
+    // Another writer of the same run (a question's recorder) numbers after the last one stored.
+    assert_eq!(Recorder::new(&store, run.clone()).raw(&text("d")).seq, 4);
+    assert_eq!(recorder.raw(&text("e")).seq, 5);
 }
