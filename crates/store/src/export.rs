@@ -69,63 +69,84 @@ struct AlpacaRecord<'a> {
 }
 
 impl Store {
-    /// Writes the finished runs matching `filter` to `out`.
+    /// Writes the finished runs matching `filter` to `out`, oldest first.
+    ///
+    /// One run is read at a time: a store of coding-agent chats holds every request's whole
+    /// conversation, and reading all runs first took twice the export's size in memory (940 MB
+    /// for a 440 MB export), with the store locked for as long as the reading took.
     pub fn export(
         &self,
         format: ExportFormat,
         filter: FeedbackFilter,
         out: &mut dyn Write,
     ) -> Result<ExportStats, StoreError> {
-        let runs = self.finished_runs(filter)?;
         let mut stats = ExportStats::default();
-        let records: Vec<SftRecord> = runs.iter().filter_map(sft_record).collect();
-        match format {
-            ExportFormat::Sft => {
-                for record in &records {
-                    serde_json::to_writer(&mut *out, record).map_err(std::io::Error::other)?;
-                    out.write_all(b"\n")?;
-                    stats.written += 1;
-                }
-            }
-            ExportFormat::Alpaca => {
-                out.write_all(b"[")?;
-                for record in &records {
-                    let (user, assistant) = match record.messages.as_slice() {
-                        [system, user, assistant]
-                            if system.role == "system"
-                                && user.role == "user"
-                                && assistant.role == "assistant" =>
-                        {
-                            (user, assistant)
-                        }
-                        [user, assistant]
-                            if user.role == "user" && assistant.role == "assistant" =>
-                        {
-                            (user, assistant)
-                        }
-                        _ => {
-                            stats.skipped += 1;
-                            continue;
-                        }
-                    };
-                    if stats.written > 0 {
-                        out.write_all(b",")?;
-                    }
-                    out.write_all(b"\n")?;
-                    let item = AlpacaRecord {
-                        instruction: &user.content,
-                        input: "",
-                        output: &assistant.content,
-                    };
-                    serde_json::to_writer(&mut *out, &item).map_err(std::io::Error::other)?;
-                    stats.written += 1;
-                }
-                out.write_all(b"\n]\n")?;
+        if format == ExportFormat::Alpaca {
+            out.write_all(b"[")?;
+        }
+        for id in self.finished_run_ids(filter)? {
+            let run = match self.run(&id) {
+                Ok(run) => run,
+                // Deleted since the list was read.
+                Err(StoreError::NoRun(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            match sft_record(&run) {
+                Some(record) => write_record(format, &record, &mut stats, out)?,
+                None => stats.skipped += 1,
             }
         }
-        stats.skipped += runs.len() - records.len();
+        if format == ExportFormat::Alpaca {
+            out.write_all(b"\n]\n")?;
+        }
         Ok(stats)
     }
+}
+
+/// Writes one record in `format`, counting it as written or, where the format cannot hold it,
+/// skipped.
+fn write_record(
+    format: ExportFormat,
+    record: &SftRecord,
+    stats: &mut ExportStats,
+    out: &mut dyn Write,
+) -> Result<(), StoreError> {
+    match format {
+        ExportFormat::Sft => {
+            serde_json::to_writer(&mut *out, record).map_err(std::io::Error::other)?;
+            out.write_all(b"\n")?;
+        }
+        ExportFormat::Alpaca => {
+            let (user, assistant) = match record.messages.as_slice() {
+                [system, user, assistant]
+                    if system.role == "system"
+                        && user.role == "user"
+                        && assistant.role == "assistant" =>
+                {
+                    (user, assistant)
+                }
+                [user, assistant] if user.role == "user" && assistant.role == "assistant" => {
+                    (user, assistant)
+                }
+                _ => {
+                    stats.skipped += 1;
+                    return Ok(());
+                }
+            };
+            if stats.written > 0 {
+                out.write_all(b",")?;
+            }
+            out.write_all(b"\n")?;
+            let item = AlpacaRecord {
+                instruction: &user.content,
+                input: "",
+                output: &assistant.content,
+            };
+            serde_json::to_writer(&mut *out, &item).map_err(std::io::Error::other)?;
+        }
+    }
+    stats.written += 1;
+    Ok(())
 }
 
 /// The conversation of a finished run: its prompt and its trajectory (or, for a chat, the

@@ -631,11 +631,12 @@ impl Store {
         Ok(())
     }
 
-    /// Finished runs matching `filter`, oldest first (for export).
-    pub(crate) fn finished_runs(
+    /// The ids of the finished runs matching `filter`, oldest first (for export, which reads
+    /// the runs one at a time).
+    pub(crate) fn finished_run_ids(
         &self,
         filter: FeedbackFilter,
-    ) -> Result<Vec<RunRecord>, StoreError> {
+    ) -> Result<Vec<String>, StoreError> {
         let clause = match filter {
             FeedbackFilter::Any => "",
             FeedbackFilter::Good => " AND feedback = 'good'",
@@ -645,10 +646,10 @@ impl Store {
         };
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!(
-            "{RUN_COLUMNS} WHERE status = 'finished' AND trajectory IS NOT NULL{clause}
+            "SELECT id FROM runs WHERE status = 'finished' AND trajectory IS NOT NULL{clause}
              ORDER BY started_ms, id"
         ))?;
-        let rows = stmt.query_map([], run_from_row)?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 }

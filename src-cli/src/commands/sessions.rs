@@ -214,18 +214,20 @@ fn export(
             let mut tmp = tempfile::NamedTempFile::new_in(dir)
                 .with_context(|| format!("cannot write in {}", dir.display()))?;
             let cannot_write = || format!("cannot write {}", path.display());
+            // Buffered: a record is written in many small pieces.
+            let mut buffered = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
             let stats = store
-                .export(format, filter, &mut tmp)
+                .export(format, filter, &mut buffered)
                 .with_context(cannot_write)?;
             // On disk before it takes the name: a crash then leaves the old file, not an empty one.
-            tmp.flush()
-                .and_then(|()| tmp.as_file().sync_all())
-                .with_context(cannot_write)?;
+            buffered.flush().with_context(cannot_write)?;
+            drop(buffered);
+            tmp.as_file().sync_all().with_context(cannot_write)?;
             tmp.persist(path).with_context(cannot_write)?;
             stats
         }
         None => {
-            let mut stdout = std::io::stdout().lock();
+            let mut stdout = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
             let stats = store.export(format, filter, &mut stdout)?;
             stdout.flush()?;
             stats
