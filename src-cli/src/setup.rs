@@ -29,6 +29,11 @@ pub fn init_logging(verbose: u8) {
         .with_ansi(colours)
         .with_writer(std::io::stderr)
         .with_target(true)
+        // A log line that cannot be written (stderr on a full disk, a closed pipe or terminal)
+        // is dropped. By default the subscriber reports that with `eprintln!`, which panics when
+        // stderr cannot be written: the thread that logged died, and with it a served run,
+        // whose followers then waited for ever.
+        .log_internal_errors(false)
         .try_init();
 }
 

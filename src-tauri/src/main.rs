@@ -137,6 +137,8 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
+        // As in `catena`: a log line stderr cannot take is dropped, not reported with a panic.
+        .log_internal_errors(false)
         .try_init();
 }
 

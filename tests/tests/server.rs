@@ -36,11 +36,16 @@ impl Served {
     /// A server whose files may not grow past `blocks` (`ulimit -f`): a write past it fails with
     /// EFBIG (SIGXFSZ ignored), as one on a full disk fails.
     #[cfg(unix)]
+    /// Its log goes to a file already past the limit, as a log on a full disk does: no line of
+    /// it can be written.
     fn start_with_file_limit(store: &Path, blocks: u32) -> Served {
+        let log = store.join("serve.log");
+        std::fs::write(&log, vec![b'\n'; blocks as usize * 512 + 1]).unwrap();
         let mut sh = Command::new("/bin/sh");
         sh.arg("-c")
             .arg(format!(
-                "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""
+                "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\" 2>>'{}'",
+                log.display()
             ))
             .arg(common::catena_bin());
         Served::launch(sh, store, &[], &[])
@@ -88,6 +93,16 @@ impl Drop for Served {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// The run as the server reads it (`/v1/agent/runs/{id}`).
+fn stored_run(client: &reqwest::blocking::Client, server: &Served, run: &str) -> Value {
+    client
+        .get(server.url(&format!("/v1/agent/runs/{run}")))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
 }
 
 fn http() -> reqwest::blocking::Client {
@@ -357,12 +372,7 @@ fn an_agent_run_survives_a_sigkill_of_the_server() {
     server.kill9();
 
     let server = Served::start(store.path(), &[], None);
-    let record: Value = client
-        .get(server.url(&format!("/v1/agent/runs/{run}")))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let record: Value = stored_run(&client, &server, &run);
     assert_eq!(record["status"], "interrupted", "{record}");
     assert_eq!(record["live"], false);
     // Every event that was shown before the kill is there, in order, with the same ids.
@@ -440,6 +450,12 @@ fn when_the_store_fills_up_a_follower_is_told_and_responses_go_on() {
     for (seen, saved) in shown.iter().zip(&stored) {
         assert_eq!(seen, saved);
     }
+    // The run's end could not be written either; the server reads it as ended all the same
+    // (it read `running` until the server stopped), so the run can be voted on and is not shown
+    // as going on.
+    let record: Value = stored_run(&client, &server, &run);
+    assert_eq!(record["status"], "finished", "{record}");
+    assert!(record["stop_reason"].is_string(), "{record}");
 
     let mut previous = Value::Null;
     for (turn, input) in ["My name is Ada. Say hello.", "What is my name?"]

@@ -28,6 +28,7 @@ use catena_worker::{
     WorkerCommand, WorkerConfig, WorkerStatus, render_in_child,
 };
 use parking_lot::{Mutex, RwLock};
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -411,10 +412,20 @@ impl Worker {
             let Some(job) = queue.lock().blocking_recv() else {
                 return;
             };
-            match job {
+            // A panic (a bug) ends its job, not the lane: a lane that died took every later job
+            // queued for it along. The job's reply channel goes with it, which its client reads
+            // as the end; an agent run is ended as failed in `agent`.
+            let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match job {
                 Job::Chat(job) => self.chat(lane, job),
                 Job::Agent(job) => self.agent(lane, job),
                 Job::Switch(job) => self.switch(job),
+            }));
+            if let Err(panic) = ran {
+                tracing::error!(
+                    lane,
+                    "a job stopped on an internal error: {}",
+                    panic_text(&*panic)
+                );
             }
             self.revive();
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -552,9 +563,20 @@ impl Worker {
             if let Err(e) = store.finish_run(&job.run_id, &end) {
                 tracing::error!(error = %e, "could not save a cancelled run");
             }
-        } else if let Err(message) = self.try_agent(lane, &job, &mut recorder) {
-            let stored = recorder.fail(&message);
-            self.jobs.live.publish(&job.run_id, stored);
+        } else {
+            let tried = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.try_agent(lane, &job, &mut recorder)
+            }))
+            .unwrap_or_else(|panic| {
+                Err(format!(
+                    "the run stopped on an internal error: {}",
+                    panic_text(&*panic)
+                ))
+            });
+            if let Err(message) = tried {
+                let stored = recorder.fail(&message);
+                self.jobs.live.publish(&job.run_id, stored);
+            }
         }
         // Those following the run are the only ones who saw all of it: they hear so last.
         if let Some(notice) = recorder.not_saved_notice() {
@@ -735,4 +757,13 @@ pub(crate) fn profile_toolbox(
         .map_err(|e| format!("the wiki search index cannot be used: {e}"))?;
     crate::add_web_tools(&mut tools, profile, paths, |_| {}, None).map_err(|e| e.to_string())?;
     Ok(tools)
+}
+
+/// What a caught panic said.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
