@@ -40,6 +40,15 @@ fn try_finish(store: &Store, run: &str, trajectory: &str) -> Result<(), StoreErr
     )
 }
 
+/// A stand-in for a full disk: every write `when` names (`BEFORE INSERT ON events`) fails, until
+/// the trigger `full` is dropped.
+fn fill_up(conn: &rusqlite::Connection, when: &str) {
+    conn.execute_batch(&format!(
+        "CREATE TRIGGER full {when} BEGIN SELECT RAISE(ABORT, 'disk full'); END;"
+    ))
+    .unwrap();
+}
+
 #[test]
 fn runs_and_events_round_trip() {
     let dir = tempfile::tempdir().unwrap();
@@ -242,10 +251,7 @@ fn a_store_that_cannot_be_written_still_opens_for_reading() {
         .unwrap();
     // A stand-in for a full disk: the update that marks the run fails.
     let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-    conn.execute_batch(
-        "CREATE TRIGGER full BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
-    )
-    .unwrap();
+    fill_up(&conn, "BEFORE UPDATE ON runs");
     drop(conn);
     let store = Store::open_in(dir.path()).unwrap();
     assert_eq!(store.run(&run).unwrap().status, RunStatus::Running);
@@ -257,12 +263,7 @@ fn a_run_that_cannot_be_recorded_leaves_no_empty_session() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_in(dir.path()).unwrap();
     // A stand-in for a disk that fills between the session and its run.
-    store
-        .conn()
-        .execute_batch(
-            "CREATE TRIGGER full BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
-        )
-        .unwrap();
+    fill_up(&store.conn(), "BEFORE INSERT ON runs");
     assert!(store.start_run(&new_run("What is 19*23?")).is_err());
     assert!(store.list_sessions(None, 10).unwrap().is_empty());
 }
@@ -315,12 +316,7 @@ fn a_recorder_whose_store_fails_tells_its_followers_after_the_last_event_shown()
     let mut recorder = Recorder::new(&store, run.clone());
     assert_eq!(recorder.raw(&json!({"type": "text", "text": "a"})).seq, 1);
     assert!(recorder.not_saved_notice().is_none());
-    store
-        .conn()
-        .execute_batch(
-            "CREATE TRIGGER full BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
-        )
-        .unwrap();
+    fill_up(&store.conn(), "BEFORE INSERT ON events");
     // Shown live all the same, numbered on.
     assert_eq!(recorder.raw(&json!({"type": "text", "text": "b"})).seq, 2);
     assert_eq!(recorder.raw(&json!({"type": "text", "text": "c"})).seq, 3);
@@ -360,12 +356,7 @@ fn an_end_the_store_could_not_take_reads_as_ended_and_is_written_later() {
     let store = Store::open_in(dir.path()).unwrap();
     let run = store.start_run(&new_run("What is 2+2?")).unwrap();
     // A stand-in for a full disk: the run's end cannot be written.
-    store
-        .conn()
-        .execute_batch(
-            "CREATE TRIGGER full BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
-        )
-        .unwrap();
+    fill_up(&store.conn(), "BEFORE UPDATE ON runs");
     assert!(try_finish(&store, &run, "<answer>4</answer>").is_err());
     // This process reads the run as it ended; another reads what is written: still running.
     let here = store.run(&run).unwrap();
@@ -390,12 +381,7 @@ fn events_saved_after_a_failure_keep_the_numbers_they_were_shown_with() {
     let text = |t: &str| json!({"type": "text", "text": t});
     assert_eq!(recorder.raw(&text("a")).seq, 1);
     // A stand-in for a disk that is full for a moment.
-    store
-        .conn()
-        .execute_batch(
-            "CREATE TRIGGER full BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
-        )
-        .unwrap();
+    fill_up(&store.conn(), "BEFORE INSERT ON events");
     assert_eq!(recorder.raw(&text("b")).seq, 2);
     store.conn().execute_batch("DROP TRIGGER full;").unwrap();
     let shown = recorder.raw(&text("c"));
