@@ -9,6 +9,7 @@
 
 mod export;
 mod held_ends;
+mod messages;
 mod recorder;
 mod schema;
 
@@ -16,6 +17,7 @@ pub use export::{ExportFormat, ExportStats, FeedbackFilter, Message, SftRecord};
 pub use recorder::Recorder;
 
 use held_ends::{EndRow, HeldEnds};
+use messages::List;
 
 use parking_lot::{Mutex, MutexGuard};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -253,6 +255,9 @@ pub struct Store {
     lock_dir: PathBuf,
     /// Ends of this process's runs that could not be written (a full disk), written later.
     held_ends: HeldEnds,
+    /// Whether messages are kept once (`messages.rs`); not in a store of an older schema that
+    /// could not be brought up to date (a read-only or full disk), which is used as it is.
+    lists: bool,
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -306,12 +311,13 @@ impl Store {
             .map_err(open_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(open_err)?;
-        migrate(&conn)?;
+        let schema = migrate(&conn)?;
         let store = Store {
             conn: Mutex::new(conn),
             owner,
             lock_dir,
             held_ends: HeldEnds::default(),
+            lists: schema >= schema::MESSAGE_LISTS,
         };
         if store.owner.is_none() {
             return Ok(store);
@@ -397,24 +403,50 @@ impl Store {
     }
 
     /// Keeps a Responses API answer's whole conversation (JSON), for `previous_response_id`.
+    /// A conversation that is a list keeps each of its messages once (`messages.rs`), and its
+    /// row holds an empty text; any other is kept as it is.
     pub fn put_response(&self, id: &str, conversation: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        let messages = match serde_json::from_str::<Value>(conversation) {
+            Ok(Value::Array(messages)) if self.lists => Some(messages),
+            _ => None,
+        };
+        let mut conn = self.conn();
+        let tx = write_transaction(&mut conn)?;
+        let inline = if messages.is_some() { "" } else { conversation };
+        tx.execute(
             "INSERT OR REPLACE INTO responses (id, created_ms, conversation) VALUES (?1, ?2, ?3)",
-            params![id, now_ms(), conversation],
+            params![id, now_ms(), inline],
         )?;
+        if self.lists {
+            messages::write(
+                &tx,
+                List::Response,
+                id,
+                messages.as_deref().unwrap_or_default(),
+            )?;
+        }
+        tx.commit()?;
         Ok(())
     }
 
     /// The conversation kept for response `id`, if there is one.
     pub fn response(&self, id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
+        let conn = self.conn();
+        let Some(inline) = conn
             .query_row(
                 "SELECT conversation FROM responses WHERE id = ?1",
                 params![id],
-                |row| row.get(0),
+                |row| row.get::<_, String>(0),
             )
-            .optional()?)
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        if !inline.is_empty() || !self.lists {
+            return Ok(Some(inline));
+        }
+        let messages = messages::read(&conn, List::Response, id)?.unwrap_or_default();
+        Ok(Some(Value::Array(messages).to_string()))
     }
 
     /// Records a run as started (in a new session unless one is given); returns its id. The
@@ -451,6 +483,12 @@ impl Store {
             }
         };
         let id = new_id();
+        let mut options = run.options.clone();
+        let messages = if self.lists {
+            messages::take(&mut options)
+        } else {
+            None
+        };
         tx.execute(
             "INSERT INTO runs (id, session_id, kind, status, task, profile, model, adapter,
                  options_json, system_prompt, user_prompt, owner, started_ms)
@@ -463,13 +501,16 @@ impl Store {
                 run.profile,
                 run.model,
                 run.adapter,
-                run.options.to_string(),
+                options.to_string(),
                 run.system_prompt,
                 run.user_prompt,
                 owner,
                 now
             ],
         )?;
+        if let Some(messages) = messages {
+            messages::write(&tx, List::Run, &id, &messages)?;
+        }
         tx.commit()?;
         Ok(id)
     }
@@ -563,11 +604,14 @@ impl Store {
     }
 
     pub fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        let mut run = self
-            .conn()
+        let conn = self.conn();
+        let mut run = conn
             .query_row(&format!("{RUN_COLUMNS} WHERE id = ?1"), [id], run_from_row)
             .optional()?
             .ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if self.lists {
+            messages::restore(&conn, &run.id, &mut run.options)?;
+        }
         self.held_ends.apply(&mut run);
         Ok(run)
     }
@@ -585,6 +629,9 @@ impl Store {
             .query_map([session], run_from_row)?
             .collect::<Result<_, _>>()?;
         for run in &mut runs {
+            if self.lists {
+                messages::restore(&conn, &run.id, &mut run.options)?;
+            }
             self.held_ends.apply(run);
         }
         Ok(runs)
@@ -620,14 +667,19 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Deletes a session with its runs and their events.
+    /// Deletes a session with its runs, their events and the messages no other run was asked
+    /// with.
     pub fn delete_session(&self, id: &str) -> Result<(), StoreError> {
-        let changed = self
-            .conn()
-            .execute("DELETE FROM sessions WHERE id = ?1", [id])?;
+        let mut conn = self.conn();
+        let tx = write_transaction(&mut conn)?;
+        if self.lists {
+            messages::release_session(&tx, id)?;
+        }
+        let changed = tx.execute("DELETE FROM sessions WHERE id = ?1", [id])?;
         if changed == 0 {
             return Err(StoreError::NoSession(id.to_string()));
         }
+        tx.commit()?;
         Ok(())
     }
 
@@ -730,10 +782,6 @@ fn write_transaction(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>,
     Ok(conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
 }
 
-/// Brings the schema to this build's version. A store already there is only read (it may not
-/// be writable). Otherwise the version is read again inside a transaction that holds the write
-/// lock, so two processes opening a new store at once migrate it once (the second found `table
-/// sessions already exists`).
 /// Opens the database read-only. In WAL mode SQLite must be able to create the shared-memory
 /// file beside it, which a read-only folder refuses; without a write-ahead log left over, the
 /// database file then holds everything, and is read as immutable.
@@ -761,12 +809,32 @@ fn open_for_reading(path: &Path) -> Result<Connection, rusqlite::Error> {
     }
 }
 
-fn migrate(conn: &Connection) -> Result<(), StoreError> {
+/// Brings the schema to this build's version; returns the schema in effect. A store already
+/// there is only read (it may not be writable). Otherwise the version is read again inside a
+/// transaction that holds the write lock, so two processes opening a new store at once migrate
+/// it once (the second found `table sessions already exists`).
+fn migrate(conn: &Connection) -> Result<i64, StoreError> {
     let known = schema::MIGRATIONS.len() as i64;
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version == known {
-        return Ok(());
+        return Ok(known);
     }
+    match migrate_from(conn, known) {
+        // A store this build can still use as it is (its runs and responses tables) is read and
+        // written in its own schema when it cannot be brought up to date: on a read-only disk,
+        // or a full one.
+        Err(StoreError::Sql(e)) if version >= schema::USABLE_FROM => {
+            tracing::warn!(
+                error = %e,
+                "the session store could not be brought from schema {version} to {known}: it is used as it is"
+            );
+            Ok(version)
+        }
+        migrated => migrated.map(|()| known),
+    }
+}
+
+fn migrate_from(conn: &Connection, known: i64) -> Result<(), StoreError> {
     let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
     let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > known {

@@ -1,6 +1,13 @@
 //! The database schema, as numbered migrations applied in order (`PRAGMA user_version` records
 //! how many ran). Never edit a migration that shipped: add the next one.
 
+/// The oldest schema this build can use as it is (sessions, runs, events and responses), when
+/// it cannot be migrated further.
+pub(super) const USABLE_FROM: i64 = 2;
+
+/// The schema from which messages are kept once (`messages.rs`).
+pub(super) const MESSAGE_LISTS: i64 = 3;
+
 pub(super) const MIGRATIONS: &[&str] = &[
     // 1: sessions, runs, events.
     "
@@ -55,6 +62,26 @@ pub(super) const MIGRATIONS: &[&str] = &[
         id            TEXT PRIMARY KEY,
         created_ms    INTEGER NOT NULL,
         conversation  TEXT NOT NULL
+    );
+    ",
+    // 3: the messages of chat runs and of kept Responses API conversations, each text kept once
+    // with the count of lists that refer to it; a list is a JSON array of `message_texts` ids
+    // (messages.rs says why). A response's list has no key to its row, which `INSERT OR
+    // REPLACE` replaces in place.
+    "
+    CREATE TABLE message_texts (
+        id    INTEGER PRIMARY KEY,
+        hash  BLOB NOT NULL UNIQUE,
+        text  TEXT NOT NULL,
+        refs  INTEGER NOT NULL
+    );
+    CREATE TABLE run_messages (
+        run_id  TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        texts   TEXT NOT NULL
+    );
+    CREATE TABLE response_messages (
+        response_id  TEXT PRIMARY KEY,
+        texts        TEXT NOT NULL
     );
     ",
 ];

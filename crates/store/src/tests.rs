@@ -394,3 +394,275 @@ fn events_saved_after_a_failure_keep_the_numbers_they_were_shown_with() {
     assert_eq!(Recorder::new(&store, run.clone()).raw(&text("d")).seq, 4);
     assert_eq!(recorder.raw(&text("e")).seq, 5);
 }
+
+/// A chat run asked with `messages` (as the OpenAI-compatible API stores one), in `session`.
+fn chat_run<'a>(session: Option<&'a str>, messages: &[Value]) -> NewRun<'a> {
+    NewRun {
+        session,
+        kind: RunKind::Chat,
+        task: "q",
+        profile: None,
+        model: "qwen",
+        adapter: None,
+        options: json!({"messages": messages, "temperature": 0.2, "stream": true}),
+        system_prompt: "",
+        user_prompt: "q",
+    }
+}
+
+/// A coding agent's conversation after `turns` turns: a long system prompt, then its turns.
+fn conversation(turns: usize, topic: &str) -> Vec<Value> {
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a coding agent. ".repeat(50)})];
+    for turn in 0..turns {
+        messages.push(json!({"role": "user", "content": format!("{topic}: step {turn}")}));
+        messages.push(
+            json!({"role": "assistant", "content": format!("{topic}: done {turn}"), "name": null}),
+        );
+    }
+    messages
+}
+
+fn count(store: &Store, table: &str) -> i64 {
+    store
+        .conn()
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_conversation_asked_again_and_again_keeps_each_message_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let first = store
+        .start_run(&chat_run(None, &conversation(1, "a")))
+        .unwrap();
+    let session = store.run(&first).unwrap().session_id;
+    let mut runs = vec![first];
+    for turns in 2..=10 {
+        let run = chat_run(Some(&session), &conversation(turns, "a"));
+        runs.push(store.start_run(&run).unwrap());
+    }
+    // The system prompt and twenty turns' messages, each once, counted by the ten lists that
+    // hold it.
+    assert_eq!(count(&store, "message_texts"), 21);
+    assert_eq!(count(&store, "run_messages"), 10);
+    let refs = |text: &str| -> i64 {
+        store
+            .conn()
+            .query_row(
+                "SELECT refs FROM message_texts WHERE text LIKE ?1",
+                [text],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(refs("%coding agent%"), 10);
+    assert_eq!(refs("%a: step 9%"), 1);
+    // Each run reads back with the options it was given, in the same order.
+    for (run, turns) in runs.iter().zip(1..) {
+        let expected = chat_run(None, &conversation(turns, "a")).options;
+        assert_eq!(store.run(run).unwrap().options, expected);
+    }
+    let listed = store.session_runs(&session).unwrap();
+    assert_eq!(
+        listed[9].options,
+        chat_run(None, &conversation(10, "a")).options
+    );
+    // What the options keep besides the messages is stored with the run.
+    let stored: String = store
+        .conn()
+        .query_row(
+            "SELECT options_json FROM runs WHERE id = ?1",
+            [&runs[9]],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&stored).unwrap(),
+        json!({"temperature": 0.2, "stream": true})
+    );
+}
+
+#[test]
+fn deleting_a_conversation_removes_its_messages_and_keeps_those_another_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let kept = store
+        .start_run(&chat_run(None, &conversation(2, "kept")))
+        .unwrap();
+    let gone = store
+        .start_run(&chat_run(None, &conversation(3, "gone")))
+        .unwrap();
+    let gone_session = store.run(&gone).unwrap().session_id;
+    // The system prompt is shared; each conversation has its own turns.
+    assert_eq!(count(&store, "message_texts"), 1 + 4 + 6);
+    store.delete_session(&gone_session).unwrap();
+    assert_eq!(count(&store, "message_texts"), 1 + 4);
+    assert_eq!(count(&store, "run_messages"), 1);
+    assert_eq!(
+        store.run(&kept).unwrap().options,
+        chat_run(None, &conversation(2, "kept")).options
+    );
+    assert!(matches!(
+        store.delete_session(&gone_session),
+        Err(StoreError::NoSession(_))
+    ));
+}
+
+#[test]
+fn a_chat_run_stored_with_its_messages_in_its_options_reads_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let run = store.start_run(&new_run("q")).unwrap();
+    // As schema 2 kept a chat run: the messages inside its options.
+    let options = chat_run(None, &conversation(2, "old")).options;
+    store
+        .conn()
+        .execute(
+            "UPDATE runs SET kind = 'chat', options_json = ?2 WHERE id = ?1",
+            params![run, options.to_string()],
+        )
+        .unwrap();
+    assert_eq!(store.run(&run).unwrap().options, options);
+    // An agent run's options, without messages, are kept as they are.
+    let agent = store.start_run(&new_run("q")).unwrap();
+    assert_eq!(
+        store.run(&agent).unwrap().options,
+        json!({"temperature": 0.0})
+    );
+    assert_eq!(count(&store, "run_messages"), 0);
+}
+
+/// A store as schema 2 left it, with chat run `r` (session `s`) keeping its messages inline.
+fn schema_2_store(dir: &Path) -> PathBuf {
+    let path = dir.join(DB_FILE);
+    let conn = Connection::open(&path).unwrap();
+    for sql in &schema::MIGRATIONS[..2] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", 2).unwrap();
+    conn.execute_batch(
+        "INSERT INTO sessions VALUES ('s', 't', 1, 1);
+         INSERT INTO runs (id, session_id, kind, status, task, model, options_json,
+             system_prompt, user_prompt, owner, started_ms)
+         VALUES ('r', 's', 'chat', 'finished', 'q', 'm',
+             '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}', '', 'q', 'o', 1);",
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_store_of_schema_2_is_brought_to_3_and_its_runs_read_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = schema_2_store(dir.path());
+    let store = Store::open(&path).unwrap();
+    let version: i64 = store
+        .conn()
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, schema::MIGRATIONS.len() as i64);
+    assert_eq!(
+        store.run("r").unwrap().options,
+        json!({"messages": [{"role": "user", "content": "hi"}]})
+    );
+    // A new run in the old session keeps its messages the new way.
+    let new = store
+        .start_run(&chat_run(
+            Some("s"),
+            &[json!({"role": "user", "content": "hi"})],
+        ))
+        .unwrap();
+    assert_eq!(count(&store, "run_messages"), 1);
+    assert_eq!(
+        store.run(&new).unwrap().options["messages"],
+        json!([{"role": "user", "content": "hi"}])
+    );
+}
+
+#[test]
+fn kept_responses_share_their_messages_and_read_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    let first = Value::Array(conversation(1, "r"));
+    let second = Value::Array(conversation(2, "r"));
+    store.put_response("resp_1", &first.to_string()).unwrap();
+    store.put_response("resp_2", &second.to_string()).unwrap();
+    // A chat run asked with the same conversation refers to the same texts.
+    store
+        .start_run(&chat_run(None, &conversation(2, "r")))
+        .unwrap();
+    assert_eq!(count(&store, "message_texts"), 5);
+    let read = |id: &str| -> Value {
+        serde_json::from_str(&store.response(id).unwrap().unwrap()).unwrap()
+    };
+    assert_eq!(read("resp_1"), first);
+    assert_eq!(read("resp_2"), second);
+    // Kept again under the same id: the new conversation replaces the old.
+    store.put_response("resp_1", &second.to_string()).unwrap();
+    assert_eq!(read("resp_1"), second);
+    assert_eq!(count(&store, "response_messages"), 2);
+    let refs = || -> i64 {
+        store
+            .conn()
+            .query_row("SELECT SUM(refs) FROM message_texts", [], |r| r.get(0))
+            .unwrap()
+    };
+    // Each of the five texts is in both responses and the chat run.
+    assert_eq!(refs(), 15);
+    // An empty conversation, one kept inline before schema 3, and none at all.
+    store.put_response("resp_0", "[]").unwrap();
+    assert_eq!(store.response("resp_0").unwrap().as_deref(), Some("[]"));
+    store
+        .conn()
+        .execute(
+            "INSERT INTO responses VALUES ('resp_old', 0, '[{\"role\":\"user\"}]')",
+            [],
+        )
+        .unwrap();
+    assert_eq!(
+        store.response("resp_old").unwrap().as_deref(),
+        Some("[{\"role\":\"user\"}]")
+    );
+    assert_eq!(store.response("resp_none").unwrap(), None);
+    // Deleting the chat run's session keeps the texts the responses still use.
+    let session = store.list_sessions(None, 10).unwrap()[0].id.clone();
+    store.delete_session(&session).unwrap();
+    assert_eq!(count(&store, "message_texts"), 5);
+    assert_eq!(refs(), 10);
+    assert_eq!(read("resp_2"), second);
+}
+
+/// A store of schema 2 that cannot be migrated is used as it is: on a full disk (the migration
+/// fails: here a table of the same name is in its way), and on one that cannot be written.
+#[test]
+fn a_store_of_schema_2_that_cannot_be_migrated_is_used_as_it_is() {
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = schema_2_store(dir.path());
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE message_texts (id INTEGER PRIMARY KEY);")
+        .unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.run("r").unwrap().options["messages"], hi);
+    // New runs and responses are kept as schema 2 kept them, and read back.
+    let run = store.start_run(&chat_run(
+        Some("s"),
+        &[json!({"role": "user", "content": "hi"})],
+    ));
+    assert_eq!(store.run(&run.unwrap()).unwrap().options["messages"], hi);
+    store.put_response("resp_1", &hi.to_string()).unwrap();
+    assert_eq!(store.response("resp_1").unwrap(), Some(hi.to_string()));
+    store.delete_session("s").unwrap();
+    drop(store);
+
+    // No lock can be taken in the folder (a read-only disk): opened for reading, read as it is.
+    let dir = tempfile::tempdir().unwrap();
+    let path = schema_2_store(dir.path());
+    std::fs::write(dir.path().join("catena-owners"), "").unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.run("r").unwrap().options["messages"], hi);
+    assert_eq!(store.session_runs("s").unwrap().len(), 1);
+}
