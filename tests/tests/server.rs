@@ -105,6 +105,27 @@ fn stored_run(client: &reqwest::blocking::Client, server: &Served, run: &str) ->
         .unwrap()
 }
 
+/// Every stored session's id with its runs, as the server lists them (`/v1/sessions`, then
+/// `/v1/sessions/{id}`).
+fn stored_sessions(
+    client: &reqwest::blocking::Client,
+    server: &Served,
+) -> Vec<(String, Vec<Value>)> {
+    let get =
+        |path: &str| -> Value { client.get(server.url(path)).send().unwrap().json().unwrap() };
+    let sessions = get("/v1/sessions");
+    sessions["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|session| {
+            let id = session["id"].as_str().unwrap();
+            let runs = get(&format!("/v1/sessions/{id}"));
+            (id.to_string(), runs["runs"].as_array().unwrap().clone())
+        })
+        .collect()
+}
+
 fn http() -> reqwest::blocking::Client {
     common::http_client(Duration::from_secs(600))
 }
@@ -1084,25 +1105,11 @@ fn the_default_model_is_served_with_its_adapter_unless_told_not_to() {
             &json!({"task": "What is 2+2?", "max_tokens": 8, "temperature": 0}),
         );
         all_events(&client, &server, &run);
-        let sessions: Value = client
-            .get(server.url("/v1/sessions"))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        let mut recorded = Vec::new();
-        for session in sessions["data"].as_array().unwrap() {
-            let id = session["id"].as_str().unwrap();
-            let runs: Value = client
-                .get(server.url(&format!("/v1/sessions/{id}")))
-                .send()
-                .unwrap()
-                .json()
-                .unwrap();
-            for run in runs["runs"].as_array().unwrap() {
-                recorded.push((run["kind"].clone(), run["adapter"].clone()));
-            }
-        }
+        let mut recorded: Vec<(Value, Value)> = stored_sessions(&client, &server)
+            .iter()
+            .flat_map(|(_, runs)| runs.iter())
+            .map(|run| (run["kind"].clone(), run["adapter"].clone()))
+            .collect();
         recorded.sort_by_key(|(kind, _)| kind.to_string());
         assert_eq!(
             recorded,
@@ -1349,4 +1356,96 @@ fn samples_a_full_queue_refuses_start_none_of_them() {
     let failed = ends.iter().filter(|s| *s == "failed").count();
     let cancelled = ends.iter().filter(|s| *s == "cancelled").count();
     assert_eq!((failed, cancelled), (1, ids.len() - 1), "{ends:?}");
+}
+
+/// A coding agent sends its whole conversation with each request: the server stores each
+/// message once, every chat run reads back with the conversation it was asked with, a chained
+/// Responses API conversation is kept the same way, and deleting the sessions takes their
+/// messages along.
+#[test]
+fn a_conversation_sent_whole_each_turn_is_stored_once_and_reads_back_as_sent() {
+    let client = http();
+    let store = tempfile::tempdir().unwrap();
+    let server = Served::start(store.path(), &[], None);
+    let mut messages = vec![json!({"role": "system", "content": "You are a terse assistant."})];
+    let mut sent = Vec::new();
+    for question in ["Say hi.", "Say bye.", "Say thanks."] {
+        messages.push(json!({"role": "user", "content": question}));
+        let reply: Value = client
+            .post(server.url("/v1/chat/completions"))
+            .json(&json!({"model": server.model, "messages": messages, "max_tokens": 4, "temperature": 0}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        sent.push(Value::from(messages.clone()));
+        let answer = reply["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{reply}"));
+        messages.push(json!({"role": "assistant", "content": answer}));
+    }
+    let sessions = stored_sessions(&client, &server);
+    let stored: Vec<Value> = sessions
+        .iter()
+        .flat_map(|(_, runs)| runs.iter())
+        .map(|run| run["options"]["messages"].clone())
+        .collect();
+    assert_eq!(stored.len(), 3, "{stored:?}");
+    for conversation in &sent {
+        assert!(
+            stored.contains(conversation),
+            "{conversation} not among {stored:?}"
+        );
+    }
+    // In the store: twelve messages asked with, at most six texts (a system prompt, three
+    // questions, two answers).
+    let db = rusqlite::Connection::open(store.path().join("catena.db")).unwrap();
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(
+        count("SELECT COUNT(*) FROM run_messages, json_each(run_messages.texts)"),
+        12
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM message_texts"),
+        count("SELECT COUNT(DISTINCT value) FROM run_messages, json_each(run_messages.texts)")
+    );
+    assert!(count("SELECT COUNT(*) FROM message_texts") <= 6);
+
+    // A chained Responses API conversation, kept as lists too.
+    let first: Value = client
+        .post(server.url("/v1/responses"))
+        .json(&json!({"model": server.model, "input": "Say hi.", "max_output_tokens": 4, "temperature": 0}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let second = client
+        .post(server.url("/v1/responses"))
+        .json(&json!({"model": server.model, "input": "Say bye.", "previous_response_id": first["id"], "max_output_tokens": 4, "temperature": 0}))
+        .send()
+        .unwrap();
+    assert_eq!(second.status(), 200);
+    assert_eq!(count("SELECT COUNT(*) FROM response_messages"), 2);
+
+    // Deleting the chat's sessions deletes the texts only they used: what is left is what the
+    // remaining lists refer to, and no text of the chat's own is kept.
+    for (id, _) in &sessions {
+        let deleted = client
+            .delete(server.url(&format!("/v1/sessions/{id}")))
+            .send()
+            .unwrap();
+        assert!(deleted.status().is_success(), "{:?}", deleted.status());
+    }
+    let referred = "SELECT COUNT(*) FROM (
+        SELECT value FROM run_messages, json_each(run_messages.texts)
+        UNION SELECT value FROM response_messages, json_each(response_messages.texts))";
+    assert_eq!(count("SELECT COUNT(*) FROM message_texts"), count(referred));
+    assert_eq!(
+        count("SELECT COUNT(*) FROM message_texts WHERE text LIKE '%Say thanks.%'"),
+        0
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM message_texts WHERE text LIKE '%terse assistant%'"),
+        0
+    );
 }
