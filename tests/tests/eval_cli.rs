@@ -7,8 +7,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../crates/eval/tests/fixtures/verl_tasks.parquet")
+    common::package_dir().join("../crates/eval/tests/fixtures/verl_tasks.parquet")
 }
 
 /// `runs.jsonl` in `out` holds each of the report's `results` once (in the order runs ended), with
@@ -120,8 +119,7 @@ fn two_samples_a_task_make_one_result_each_and_pass_at_k() {
 fn a_profile_file_of_ones_own_is_evaluated_by_its_name() {
     common::default_model();
     let dir = tempfile::tempdir().unwrap();
-    let shipped =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/protocol/src/profiles/math.toml");
+    let shipped = common::package_dir().join("../crates/protocol/src/profiles/math.toml");
     let text = std::fs::read_to_string(shipped).unwrap();
     let own = dir.path().join("my-math.toml");
     std::fs::write(&own, text.replace("name = \"math\"", "name = \"my-math\"")).unwrap();

@@ -641,7 +641,7 @@ fn a_template_without_tools_streams_calls_that_add_up_to_the_whole_answer() {
     let server = ToyServer::start(&data, &data.path().join("models/toolless-Q8_0.gguf"));
     // Before, the stream sent the envelope's arguments as written (`{"zone": "UTC"}`, a piece at
     // a time while the envelope was open), and the whole answer respaced them.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_tools.py");
+    let script = common::package_dir().join("python/openai_tools.py");
     let output = Command::new(common::test_python())
         .arg(&script)
         .arg(format!("{}/v1", server.base))

@@ -7,14 +7,14 @@ mod common;
 
 use serde_json::Value;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The llama-server binary: scripts/setup/llama-tool.sh builds it once (scripts/test.sh does so
 /// before the tests run) and prints its path afterwards.
 fn llama_server_bin() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = common::package_dir().join("..");
     let output = Command::new(root.join("scripts/setup/llama-tool.sh"))
         .args(["server", "llama-server"])
         .current_dir(&root)

@@ -11,7 +11,7 @@ mod common;
 use catena_agent::tools::{CallLimits, run_program};
 use catena_sandbox::Limits;
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ fn run_client(plan: &Value, limit: Duration, what: &str) -> std::process::Output
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("plan.json");
     std::fs::write(&file, plan.to_string()).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
+    let script = common::package_dir().join("python/mcp_client.py");
     let mut command = Command::new(common::test_python());
     command.arg(&script).arg(&file);
     common::output_within(&mut command, dir.path(), limit, what)

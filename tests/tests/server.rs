@@ -133,9 +133,7 @@ fn http() -> reqwest::blocking::Client {
 /// Runs one of the client scripts (`tests/python/<script>`) against `base_url`: every check it
 /// makes must pass, and `checks` of them must have run.
 fn client_checks(server: &Served, script: &str, base_url: &str, checks: usize) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("python")
-        .join(script);
+    let script = common::package_dir().join("python").join(script);
     let output = Command::new(common::test_python())
         .arg(&script)
         .arg(base_url)
@@ -177,7 +175,7 @@ fn the_messages_api_holds_for_the_official_anthropic_client() {
 fn the_official_openai_client_works_unchanged() {
     let store = tempfile::tempdir().unwrap();
     let server = Served::start(store.path(), &["--max-body-kib", "1024"], Some("test-key"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_client.py");
+    let script = common::package_dir().join("python/openai_client.py");
     let output = Command::new(common::test_python())
         .arg(&script)
         .arg(server.url("/v1"))
@@ -637,7 +635,7 @@ fn sixteen_concurrent_clients_of_four_slots_get_answers_or_a_clear_queue_full() 
     // Four requests decoded at a time and a queue of 8 for 16 clients: some requests must be
     // refused, and only that way.
     let server = Served::start(store.path(), &["--parallel", "4", "--queue", "8"], None);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/loadtest.py");
+    let script = common::package_dir().join("../scripts/bench/loadtest.py");
     let records = tempfile::NamedTempFile::new().unwrap();
     let started = Instant::now();
     let output = Command::new(common::test_python())

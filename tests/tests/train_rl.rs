@@ -369,11 +369,9 @@ fn train_rl_refuses_what_it_cannot_use() {
     // GGUF files that are not an adapter for this model, and a name Catena ships nothing as.
     let model = common::default_model();
     let cut = dir.path().join("cut.gguf");
-    let shipped = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../models/adapters/catena-coa-0.5b.gguf"),
-    )
-    .unwrap();
+    let shipped =
+        std::fs::read(common::package_dir().join("../models/adapters/catena-coa-0.5b.gguf"))
+            .unwrap();
     std::fs::write(&cut, &shipped[..shipped.len() - 1000]).unwrap();
     // A header whose alignment is 0: candle's reader divided by it, and the run panicked.
     let key = b"general.alignment";

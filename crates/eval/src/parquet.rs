@@ -192,7 +192,14 @@ mod tests {
 
     /// Written by scripts/dev/make-verl-fixture.py with pandas and pyarrow.
     fn fixture() -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/verl_tasks.parquet")
+        // The folder `cargo test` gives; the compiled-in one may be another checkout's that
+        // shared the build folder, and be gone.
+        std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(
+                || Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(),
+                Into::into,
+            )
+            .join("tests/fixtures/verl_tasks.parquet")
     }
 
     #[test]

@@ -31,7 +31,14 @@ const REGENERATE: &str = "scripts/setup/ui.sh types";
 
 /// The committed files.
 fn generated_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ui/src/lib/generated")
+    // The folder `cargo test` gives; the compiled-in one may be another checkout's that shared
+    // the build folder, and be gone.
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(),
+            Into::into,
+        )
+        .join("../../ui/src/lib/generated")
 }
 
 /// Writes every type the UI reads or sends, with the types they use, into `dir`.

@@ -40,6 +40,16 @@ pub fn python_sandbox(limits: Limits) -> Sandbox {
 }
 
 /// The `catena` binary of this build (tests run from target/<profile>/deps/).
+/// This package's folder (`tests/`), as `cargo test` gives it to the test process. The path
+/// compiled in (`env!`) is only the fallback, for a test binary run by hand: Cargo's fingerprints
+/// leave out the checkout's path, so a checkout elsewhere that shares the build folder reuses the
+/// binary unbuilt, and the path compiled into it may be gone (it was: a CI clone's).
+pub fn package_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn catena_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("CATENA_BIN") {
         return PathBuf::from(bin);
@@ -286,7 +296,7 @@ pub fn test_python() -> PathBuf {
 }
 
 fn prepare_test_python() -> PathBuf {
-    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/requirements.txt");
+    let requirements = package_dir().join("python/requirements.txt");
     let pinned = std::fs::read_to_string(&requirements).unwrap();
     let cache = paths().cache_dir;
     std::fs::create_dir_all(&cache).unwrap();
@@ -331,7 +341,7 @@ pub fn test_npm_modules() -> PathBuf {
 }
 
 fn prepare_test_npm() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("npm");
+    let source = package_dir().join("npm");
     let lock_text = std::fs::read_to_string(source.join("package-lock.json")).unwrap();
     let cache = paths().cache_dir;
     std::fs::create_dir_all(&cache).unwrap();
