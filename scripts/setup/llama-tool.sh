@@ -17,6 +17,13 @@
 # LLAMA_TOOLS_SHARED=1 builds llama.cpp as shared libraries beside the tools (in build/bin), so
 # that a catena built with `--features shared-llama` runs on the very libraries its anchor runs
 # on (the GPU check's CUDA and Vulkan builds).
+# For the CPU backend on this CPU as static libraries (the default, and what the test suite
+# builds), nothing of llama.cpp is compiled again: the tools link the libraries the crate's own
+# build made (scripts/setup/llama-linked.cmake; cargo names that build's folder), so the anchor
+# runs the very objects Catena does, and a fresh machine saves llama.cpp's second compile
+# (llama-server took 6 min 59 s from the tree on the 2-core VM, 1 min 43 s linked). Only the
+# tools and the multimodal library the server needs are compiled; a tool is linked again when the
+# crate's libraries change.
 # llama-server is built without its web UI (an empty asset table: nothing is fetched or built
 # with npm); its HTTP API is all Catena's tests use.
 set -euo pipefail
@@ -61,6 +68,40 @@ case "$shared" in
 esac
 options="$backend $cpu"
 if [ "$shared" = 1 ]; then options="$options shared"; fi
+# The crate's build of llama.cpp to link against (its OUT_DIR), where the options are its own; a
+# GPU machine's separate tree (LLAMA_SRC) is always compiled. Cargo names that folder (the
+# workspace's build of the crate; other feature sets have folders of their own), asked once when
+# the tool is built: the end-to-end test that runs llama-server calls this script under `cargo
+# test`, whose variables for a test (the package's name, its folder) would make cargo build
+# again the crates whose build scripts watch them, so they are left out of that call.
+linked=""
+crate_llama_build() {
+  (
+    cd "$root"
+    for var in $(compgen -e); do
+      case "$var" in
+        CARGO_PKG_* | CARGO_MANIFEST_* | CARGO_CRATE_NAME | CARGO_BIN_* | CARGO_PRIMARY_PACKAGE | \
+          CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$var" ;;
+      esac
+    done
+    cargo build --release --locked --workspace --message-format=json | python3 -c '
+import json, sys
+dirs = [m["out_dir"] for m in map(json.loads, sys.stdin)
+        if m.get("reason") == "build-script-executed" and "llama-cpp-sys-2" in m["package_id"]]
+print(dirs[0] if len(dirs) == 1 else "")'
+  )
+}
+if [ "$backend" = cpu ] && [ "$cpu" = native ] && [ "$shared" = 0 ] && [ -z "${LLAMA_SRC:-}" ]; then
+  options="$options linked"
+  if [ -f "$work/build/linked-to" ] && [ -d "$(cat "$work/build/linked-to")" ]; then
+    linked="$(cat "$work/build/linked-to")"
+  else
+    linked="$(crate_llama_build)"
+    [ -n "$linked" ] || die "cargo named no single build of llama-cpp-sys-2 for the workspace"
+    # Tools linked to another build of the crate (a folder since removed) are made again.
+    rm -rf "$work/build"
+  fi
+fi
 # A build folder made with other options is made again (its cached CMake options would win).
 if [ -f "$work/build/options" ] && [ "$(cat "$work/build/options")" != "$options" ]; then
   rm -rf "$work/build"
@@ -69,7 +110,7 @@ elif [ -d "$work/build" ] && [ ! -f "$work/build/options" ]; then
 fi
 bin="$work/build/bin/$cmake_target"
 if [ ! -x "$bin" ]; then
-  echo "Building $cmake_target from the crate's llama.cpp ..." >&2
+  echo "Building $cmake_target from the crate's llama.cpp${linked:+ (linked to its build in $linked)} ..." >&2
   mkdir -p "$work/src"
   if [ -n "${LLAMA_TOOLS_SRC:-}" ]; then
     tools_src="$LLAMA_TOOLS_SRC"
@@ -115,7 +156,13 @@ if [ ! -x "$bin" ]; then
   {
     echo "cmake_minimum_required(VERSION 3.14)"
     echo "project(llama_tools C CXX)"
-    echo "add_subdirectory(\"$llama_src\" llama.cpp)"
+    if [ -n "$linked" ]; then
+      echo "set(LLAMA_PREFIX \"$linked\")"
+      echo "set(LLAMA_SRC \"$llama_src\")"
+      echo "include(\"$root/scripts/setup/llama-linked.cmake\")"
+    else
+      echo "add_subdirectory(\"$llama_src\" llama.cpp)"
+    fi
     # The UI library before the server that links it; scripts/ holds only a CMake script.
     if [ -d "$work/src/tools/ui" ]; then echo "add_subdirectory(tools/ui ui)"; fi
     for dir in "$work"/src/*/; do
@@ -125,13 +172,29 @@ if [ ! -x "$bin" ]; then
   flags="-ffunction-sections -fdata-sections -fPIC -m64 $march"
   mkdir -p "$work/build"
   echo "$options" >"$work/build/options"
+  if [ -n "$linked" ]; then echo "$linked" >"$work/build/linked-to"; fi
+  # llama.cpp's own options, where it is compiled here; the UI's either way.
+  cmake_llama=()
+  if [ -z "$linked" ]; then
+    cmake_llama=("${cmake_cpu[@]}" -DGGML_OPENMP=ON "${cmake_libs[@]}" -DLLAMA_CURL=OFF
+      -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+      -DLLAMA_BUILD_MTMD=ON "${cmake_gpu[@]}")
+  elif [ -z "${VULKAN_SDK:-}" ] && [ -d "$root/.vulkan-sdk/include/vulkan" ]; then
+    # ggml's package file finds Vulkan (the crate's build has its backend) as the crate's build did.
+    export VULKAN_SDK="$root/.vulkan-sdk"
+  fi
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    "${cmake_cpu[@]}" -DGGML_OPENMP=ON "${cmake_libs[@]}" -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-    -DLLAMA_BUILD_MTMD=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-    "${cmake_gpu[@]}" -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$work/build/bin" >&2
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" "${cmake_llama[@]}" \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$work/build/bin" >&2
   cmake --build "$work/build" --target "$cmake_target" -j "$(nproc)" >&2
+elif [ -n "$linked" ]; then
+  # Linked again only where the crate's libraries changed since (make compares their times); its
+  # log is shown only when that fails.
+  if ! cmake --build "$work/build" --target "$cmake_target" -j "$(nproc)" >"$work/build/relink.log" 2>&1; then
+    cat "$work/build/relink.log" >&2
+    die "linking $cmake_target again to the crate's llama.cpp failed (remove $work/build to start over)"
+  fi
 fi
 echo "$bin"
