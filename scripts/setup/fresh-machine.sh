@@ -95,9 +95,15 @@ make_root() {
   ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$rootfs/usr/bin/npm"
   ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$rootfs/usr/bin/npx"
 
-  # Rust: an empty cargo home with rustup's proxies (the toolchains are mounted below).
+  # Rust: an empty cargo home with rustup and its proxies (the toolchains are mounted below);
+  # nothing `cargo install` put beside them here (cargo-fuzz, tauri-driver), which the set-up must
+  # install itself.
   mkdir -p "$rootfs/root/.cargo/bin"
-  cp -a "$cargo_bin/." "$rootfs/root/.cargo/bin/"
+  cp -a "$cargo_bin/rustup" "$rootfs/root/.cargo/bin/"
+  local proxy
+  for proxy in "$cargo_bin"/*; do
+    if [ -L "$proxy" ] && [ "$(readlink "$proxy")" = rustup ]; then cp -a "$proxy" "$rootfs/root/.cargo/bin/"; fi
+  done
 }
 
 mount_all() {
