@@ -718,7 +718,7 @@ impl JobContext {
         if let Err(e) = self.store.finish_run(&id, &end) {
             tracing::error!(error = %e, "could not save a chat completion");
         }
-        self.store.run(&id).ok().map(|r| r.session_id)
+        self.store.session_of(&id).ok()
     }
 
     /// The tools of a run: its profile's, and the external MCP servers' when there are some

@@ -44,7 +44,7 @@ fn main() -> anyhow::Result<()> {
             let run = store.start_run(&chat_run(session.as_deref(), messages))?;
             store.finish_run(&run, &finished())?;
             if session.is_none() {
-                session = Some(store.run(&run)?.session_id);
+                session = Some(store.session_of(&run)?);
             }
         }
         let seconds = started.elapsed().as_secs_f64();

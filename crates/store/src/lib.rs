@@ -616,6 +616,17 @@ impl Store {
         Ok(run)
     }
 
+    /// The session a run belongs to: one column, where [`Store::run`] reads the whole run back
+    /// (a chat run's conversation among it, one text per message).
+    pub fn session_of(&self, run: &str) -> Result<String, StoreError> {
+        self.conn()
+            .query_row("SELECT session_id FROM runs WHERE id = ?1", [run], |row| {
+                row.get(0)
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NoRun(run.to_string()))
+    }
+
     /// The runs of a session, oldest first.
     pub fn session_runs(&self, session: &str) -> Result<Vec<RunRecord>, StoreError> {
         if !self.session_exists(session)? {

@@ -136,8 +136,15 @@ fn runs_join_an_existing_session() {
     let session = store.run(&first).unwrap().session_id;
     let mut second = new_run("two");
     second.session = Some(&session);
-    store.start_run(&second).unwrap();
+    let second = store.start_run(&second).unwrap();
     assert_eq!(store.session_runs(&session).unwrap().len(), 2);
+    assert_eq!(store.session_of(&second).unwrap(), session);
+    let other = store.start_run(&new_run("elsewhere")).unwrap();
+    assert_ne!(store.session_of(&other).unwrap(), session);
+    assert!(matches!(
+        store.session_of("missing"),
+        Err(StoreError::NoRun(_))
+    ));
     let mut lost = new_run("three");
     lost.session = Some("missing");
     assert!(matches!(
