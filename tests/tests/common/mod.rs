@@ -39,7 +39,6 @@ pub fn python_sandbox(limits: Limits) -> Sandbox {
     .expect("the sandbox")
 }
 
-/// The `catena` binary of this build (tests run from target/<profile>/deps/).
 /// This package's folder (`tests/`), as `cargo test` gives it to the test process. The path
 /// compiled in (`env!`) is only the fallback, for a test binary run by hand: Cargo's fingerprints
 /// leave out the checkout's path, so a checkout elsewhere that shares the build folder reuses the
@@ -50,6 +49,7 @@ pub fn package_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
+/// The `catena` binary of this build (tests run from target/<profile>/deps/).
 pub fn catena_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("CATENA_BIN") {
         return PathBuf::from(bin);
