@@ -18,6 +18,9 @@ python3 scripts/dev/module-cycles.py
 step "no product function over 100 lines (tests and generated code aside)"
 python3 scripts/dev/long-functions.py
 
+step "the CLI's and the desktop's builds are parts of the workspace's (crates/workspace-hack)"
+python3 scripts/dev/shared-build.py
+
 step "web UI: type check, unit tests, build (embedded by the cargo build)"
 scripts/setup/ui.sh check
 scripts/setup/ui.sh build
