@@ -38,6 +38,16 @@ step "assets and the sandbox's compiled CPython"
 step "llama.cpp's llama-server from the crate's llama.cpp (the remote-engine test's peer)"
 scripts/setup/llama-tool.sh server llama-server
 
+step "the fuzz targets' build, started beside the tests on the CPU time they leave idle"
+# A quarter of two cores' time goes unused while the tests run (single-threaded tests, waits on
+# processes and sockets); the fuzz build is 7 minutes of both on a fresh machine. SCHED_IDLE
+# (`chrt --idle`) runs it only when no test wants a core, so the tests keep their speed; it
+# builds in a folder of its own, so it never waits for the workspace's lock.
+fuzz_build_log="$(mktemp)"
+setsid chrt --idle 0 scripts/dev/fuzz.sh --build >"$fuzz_build_log" 2>&1 &
+fuzz_build=$!
+trap 'kill -- "-$fuzz_build" 2>/dev/null || true' EXIT
+
 step "tests"
 # One test at a time: most end-to-end tests run llama.cpp or the trainer on every core, and
 # llama.cpp's threads spin at each step's barriers, so two such tests on the same cores stall
@@ -58,6 +68,13 @@ step "desktop package (deb)"
 scripts/setup/package-desktop.sh
 
 step "fuzz smoke (the parsers of untrusted bytes)"
+if ! wait "$fuzz_build"; then
+  cat "$fuzz_build_log" >&2
+  die "the fuzz targets did not build"
+fi
+trap - EXIT
+tail -n 1 "$fuzz_build_log"
+step "fuzz smoke: running"
 scripts/dev/fuzz.sh 20
 
 step "done"
