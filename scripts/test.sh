@@ -39,10 +39,12 @@ step "llama.cpp's llama-server from the crate's llama.cpp (the remote-engine tes
 scripts/setup/llama-tool.sh server llama-server
 
 step "the fuzz targets' build, started beside the tests on the CPU time they leave idle"
-# A quarter of two cores' time goes unused while the tests run (single-threaded tests, waits on
-# processes and sockets); the fuzz build is 7 minutes of both on a fresh machine. SCHED_IDLE
-# (`chrt --idle`) runs it only when no test wants a core, so the tests keep their speed; it
-# builds in a folder of its own, so it never waits for the workspace's lock.
+# A quarter of two cores' time went unused while the tests ran (single-threaded tests, waits on
+# processes and sockets); the fuzz build is 8 minutes of both on a fresh machine. SCHED_IDLE
+# (`chrt --idle`) runs it only when no test wants a core; it still slowed the tests (caches,
+# llama.cpp's spinning threads): 2,228 s against 1,870 s, for 3 to 4 minutes saved in all when
+# the fuzz build starts from nothing (docs/BENCHMARKS.md). Its own build folder, so it never
+# waits for the workspace's lock.
 fuzz_build_log="$(mktemp)"
 setsid chrt --idle 0 scripts/dev/fuzz.sh --build >"$fuzz_build_log" 2>&1 &
 fuzz_build=$!
