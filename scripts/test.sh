@@ -76,6 +76,7 @@ if ! wait "$fuzz_build"; then
 fi
 trap - EXIT
 tail -n 1 "$fuzz_build_log"
+rm -f "$fuzz_build_log"
 step "fuzz smoke: running"
 scripts/dev/fuzz.sh 20
 
