@@ -425,3 +425,95 @@ fn wiki_search_is_listed_once_a_passage_index_is_there() {
         "{result}"
     );
 }
+
+/// Reads `catena mcp`'s stdout a line at a time on a thread of its own, so that the test can
+/// wait for each reply with a deadline.
+fn reply_lines(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receive
+}
+
+/// A line that is not JSON is ignored, as the official SDKs do (a reply to a peer that echoes
+/// what it cannot read would never end); JSON that is not a JSON-RPC message is answered with
+/// Invalid Request; neither ends the session, and the handshake after them is answered.
+#[test]
+fn lines_that_are_not_messages_do_not_end_the_stdio_session() {
+    use std::io::Write;
+    let folders = Folders::new();
+    let mut child = Command::new(common::catena_bin())
+        .args(["mcp", "--ctx-size", "2048", "--sessions", "1", "--model"])
+        .arg(common::default_model())
+        .env("CATENA_DATA_DIR", folders.data.path())
+        .env("CATENA_CACHE_DIR", common::paths().cache_dir)
+        .env("CATENA_STORE_DIR", folders.store())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let replies = reply_lines(child.stdout.take().unwrap());
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw-test", "version": "0"},
+        },
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let input = format!("this is not JSON\n{{\"hello\": 1}}\n\n{initialize}\n");
+    stdin.write_all(input.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let next = || {
+        let line = replies
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a reply from catena mcp within 120 s");
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let refused = next();
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert_eq!(refused["id"], Value::Null, "{refused}");
+    let answered = next();
+    assert_eq!(answered["id"], 1, "{answered}");
+    assert_eq!(
+        answered["result"]["serverInfo"]["name"], "catena",
+        "{answered}"
+    );
+    assert_eq!(
+        answered["result"]["protocolVersion"], "2025-11-25",
+        "{answered}"
+    );
+    // The handshake's last word, then closing stdin ends the session; the process exits cleanly.
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    stdin
+        .write_all(format!("{initialized}\n").as_bytes())
+        .unwrap();
+    drop(stdin);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("catena mcp was still running 60 s after its stdin closed");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "catena mcp exited with {status}");
+    let after = replies.recv_timeout(Duration::from_secs(10));
+    assert_eq!(
+        after,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected),
+        "nothing more was said"
+    );
+}
