@@ -4,9 +4,9 @@
 
 use crate::backend::{Backend, Loading};
 use catena_service::{
-    DownloadStatus, Health, LibraryModels, List, ProfileInfo, RunFeedback, ServedModel,
-    ServiceError, SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus, TrainingData,
-    TrainingStatus, Vote, VoteRequest,
+    DownloadStatus, ExportRequest, Health, LibraryModels, List, ProfileInfo, RunFeedback,
+    ServedModel, ServiceError, SessionRuns, StartRun, StartTraining, StartedRun, ToolStatus,
+    TrainingData, TrainingStatus, Vote, VoteRequest,
 };
 use catena_store::{Feedback, SessionInfo};
 use futures_util::StreamExt;
@@ -322,25 +322,35 @@ pub async fn delete_session(backend: State<'_, Backend>, id: String) -> Reply<()
 }
 
 /// Writes the export into the user's Downloads folder (a new file, never over an old one) and
-/// returns its path: a web view has no download manager to hand a file to.
+/// returns its path: a web view has no download manager to hand a file to. The runs go to the
+/// file as they are read; a file the export could not finish is removed.
 #[tauri::command]
 pub async fn export_data(
     backend: State<'_, Backend>,
     format: String,
     feedback: String,
 ) -> Reply<String> {
-    let export = backend
-        .service()
-        .await?
-        .export(Some(&format), Some(&feedback))
-        .await?;
+    let request = ExportRequest::parse(Some(&format), Some(&feedback))?;
+    let service = backend.service().await?;
     let folder = downloads_folder();
-    let path = write_new_file(&folder, export.file_name, &export.bytes).map_err(|e| {
+    let cannot_save = |e: std::io::Error| {
         ServiceError::internal(format!(
             "cannot save the export in {}: {e}",
             folder.display()
         ))
-    })?;
+    };
+    let (file, path) = create_new_file(&folder, request.file_name).map_err(cannot_save)?;
+    let written = service
+        .export(request, std::io::BufWriter::new(file))
+        .await
+        .and_then(|(out, _)| {
+            let file = out.into_inner().map_err(|e| cannot_save(e.into_error()))?;
+            file.sync_all().map_err(cannot_save)
+        });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&path);
+        return Err(e.into());
+    }
     Ok(path.display().to_string())
 }
 
@@ -356,8 +366,7 @@ fn downloads_folder() -> PathBuf {
 
 /// `name` in `folder`, or `stem-2.ext`, `stem-3.ext`, ... when taken; created exclusively so an
 /// existing file is never replaced.
-fn write_new_file(folder: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    use std::io::Write;
+fn create_new_file(folder: &Path, name: &str) -> std::io::Result<(std::fs::File, PathBuf)> {
     std::fs::create_dir_all(folder)?;
     let (stem, extension) = name.rsplit_once('.').unwrap_or((name, ""));
     for n in 1..10_000 {
@@ -372,11 +381,7 @@ fn write_new_file(folder: &Path, name: &str, bytes: &[u8]) -> std::io::Result<Pa
             .create_new(true)
             .open(&path)
         {
-            Ok(mut file) => {
-                file.write_all(bytes)?;
-                file.sync_all()?;
-                return Ok(path);
-            }
+            Ok(file) => return Ok((file, path)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
@@ -390,9 +395,12 @@ mod tests {
 
     #[test]
     fn exports_never_replace_an_earlier_file() {
+        use std::io::Write;
         let dir = std::env::temp_dir().join(format!("catena-export-{}", std::process::id()));
-        let first = write_new_file(&dir, "catena-sft.jsonl", b"one").unwrap();
-        let second = write_new_file(&dir, "catena-sft.jsonl", b"two").unwrap();
+        let (mut file, first) = create_new_file(&dir, "catena-sft.jsonl").unwrap();
+        file.write_all(b"one").unwrap();
+        let (mut file, second) = create_new_file(&dir, "catena-sft.jsonl").unwrap();
+        file.write_all(b"two").unwrap();
         assert_eq!(first.file_name().unwrap(), "catena-sft.jsonl");
         assert_eq!(second.file_name().unwrap(), "catena-sft-2.jsonl");
         assert_eq!(std::fs::read(&first).unwrap(), b"one");

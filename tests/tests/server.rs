@@ -1447,3 +1447,75 @@ fn a_conversation_sent_whole_each_turn_is_stored_once_and_reads_back_as_sent() {
         0
     );
 }
+
+/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:`).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or_else(|| panic!("no {field} for {pid}"))
+}
+
+/// `/v1/export` sends the runs as the store is read: 192 MiB of runs arrive whole while the
+/// server's peak memory grows by under a quarter of that. (It held the whole export once, so its
+/// peak grew by more than the export's size.)
+#[test]
+fn a_large_export_arrives_whole_without_the_server_holding_it() {
+    use catena_store::{NewRun, RunEnd, RunKind, RunStatus, Store, Usage};
+    const RUNS: usize = 96;
+    let store = tempfile::tempdir().unwrap();
+    let trajectory = format!("<think>{}</think>", "x".repeat(2 << 20));
+    {
+        let db = Store::open_in(store.path()).unwrap();
+        for i in 0..RUNS {
+            let task = format!("task {i}");
+            let run = NewRun {
+                session: None,
+                kind: RunKind::Agent,
+                task: &task,
+                profile: None,
+                model: "m",
+                adapter: None,
+                options: json!({}),
+                system_prompt: "instructions",
+                user_prompt: &task,
+            };
+            let id = db.start_run(&run).unwrap();
+            let end = RunEnd {
+                status: RunStatus::Finished,
+                answer: Some("42"),
+                stop_reason: Some("answer"),
+                trajectory: Some(&trajectory),
+                summary: None,
+                error: None,
+                usage: Usage::default(),
+            };
+            db.finish_run(&id, &end).unwrap();
+        }
+    }
+    let server = Served::start(store.path(), &[], None);
+    let pid = server.child.0.id();
+    // The peak so far (the model's load) is forgotten: from here on, VmHWM is the export's.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    let before = status_kib(pid, "VmRSS:");
+    let client = common::http_client(Duration::from_secs(600));
+    let response = client.get(server.url("/v1/export")).send().unwrap();
+    assert_eq!(response.status(), 200);
+    let (mut lines, mut bytes) = (0, 0);
+    for line in BufReader::new(response).lines() {
+        let line = line.unwrap();
+        bytes += line.len() + 1;
+        let record: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(record["messages"][2]["content"], trajectory.as_str());
+        lines += 1;
+    }
+    assert_eq!(lines, RUNS);
+    let grown_kib = status_kib(pid, "VmHWM:").saturating_sub(before);
+    eprintln!("export of {bytes} bytes; the server's peak grew by {grown_kib} KiB");
+    assert!(
+        grown_kib * 1024 < bytes as u64 / 4,
+        "the server's peak grew by {grown_kib} KiB for an export of {bytes} bytes"
+    );
+}

@@ -5,13 +5,15 @@
 
 use super::AppState;
 use super::error::{ApiError, ApiJson};
+use super::export_body::export_body;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use catena_service::{
-    List, ProfileInfo, RunFeedback, RunView, SessionRuns, StartRun, StartedRun, Vote, VoteRequest,
+    ExportRequest, List, ProfileInfo, RunFeedback, RunView, SessionRuns, StartRun, StartedRun,
+    Vote, VoteRequest,
 };
 use catena_store::{Feedback, SessionInfo, StoredEvent};
 use futures_util::StreamExt;
@@ -189,19 +191,17 @@ pub async fn export(
     State(app): State<Arc<AppState>>,
     Query(query): Query<ExportQuery>,
 ) -> Result<Response, ApiError> {
-    let export = app
-        .catena
-        .export(query.format.as_deref(), query.feedback.as_deref())
-        .await?;
+    let request = ExportRequest::parse(query.format.as_deref(), query.feedback.as_deref())?;
+    let body = export_body(app.catena.clone(), request).await?;
     Ok((
         [
-            (header::CONTENT_TYPE, export.content_type.to_string()),
+            (header::CONTENT_TYPE, request.content_type.to_string()),
             (
                 header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{}\"", export.file_name),
+                format!("attachment; filename=\"{}\"", request.file_name),
             ),
         ],
-        export.bytes,
+        body,
     )
         .into_response())
 }

@@ -7,6 +7,7 @@
 mod agent_api;
 mod boundary;
 mod error;
+mod export_body;
 mod holdback;
 mod listen;
 mod messages;

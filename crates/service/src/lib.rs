@@ -47,8 +47,8 @@ use catena_chat_format::{TemplateSource, ToolSpec, Turn};
 use catena_engine_api::{EngineError, SamplingParams};
 use catena_protocol::Profile;
 use catena_store::{
-    ExportFormat, Feedback, FeedbackFilter, NewRun, RunEnd, RunKind, SessionInfo, Store,
-    StoredEvent,
+    ExportFormat, ExportStats, Feedback, FeedbackFilter, NewRun, RunEnd, RunKind, SessionInfo,
+    Store, StoredEvent,
 };
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
@@ -131,12 +131,57 @@ struct QueuedRun {
     session_id: String,
 }
 
-/// An export, ready to be saved.
-#[derive(Debug)]
-pub struct Export {
-    pub bytes: Vec<u8>,
+/// An export asked for: which runs in which format, and how the result is named for saving.
+#[derive(Debug, Clone, Copy)]
+pub struct ExportRequest {
+    format: ExportFormat,
+    filter: FeedbackFilter,
     pub content_type: &'static str,
     pub file_name: &'static str,
+}
+
+impl ExportRequest {
+    /// `format` is `sft` or `alpaca` (`sft` when not given), `feedback` one of `any` (the
+    /// default), `good`, `bad`, `rated`, `unrated`.
+    pub fn parse(format: Option<&str>, feedback: Option<&str>) -> Result<Self, ServiceError> {
+        let (format, content_type, file_name) = match format.unwrap_or("sft") {
+            "sft" => (
+                ExportFormat::Sft,
+                "application/x-ndjson",
+                "catena-sft.jsonl",
+            ),
+            "alpaca" => (
+                ExportFormat::Alpaca,
+                "application/json",
+                "catena-alpaca.json",
+            ),
+            other => {
+                return Err(ServiceError::invalid(format!(
+                    "Unknown export format `{other}` (sft or alpaca)."
+                ))
+                .param("format"));
+            }
+        };
+        let filter = match feedback.unwrap_or("any") {
+            "any" => FeedbackFilter::Any,
+            "good" => FeedbackFilter::Good,
+            "bad" => FeedbackFilter::Bad,
+            "rated" => FeedbackFilter::Rated,
+            "unrated" => FeedbackFilter::Unrated,
+            other => {
+                return Err(ServiceError::invalid(format!(
+                    "Unknown feedback filter `{other}` (any, good, bad, rated, unrated)."
+                ))
+                .param("feedback"));
+            }
+        };
+        Ok(ExportRequest {
+            format,
+            filter,
+            content_type,
+            file_name,
+        })
+    }
 }
 
 impl Service {
@@ -672,56 +717,20 @@ impl Service {
         .await
     }
 
-    /// Runs as training data: `format` is `sft` or `alpaca`, `feedback` one of `any`, `good`,
-    /// `bad`, `rated`, `unrated`.
-    pub async fn export(
+    /// Runs as training data, written to `out` one run at a time as they are read (an export of
+    /// a store of coding-agent chats runs to hundreds of megabytes, which no caller should have
+    /// to hold), then flushed; `out` is given back with the counts.
+    pub async fn export<W: std::io::Write + Send + 'static>(
         &self,
-        format: Option<&str>,
-        feedback: Option<&str>,
-    ) -> Result<Export, ServiceError> {
-        let (format, content_type, file_name) = match format.unwrap_or("sft") {
-            "sft" => (
-                ExportFormat::Sft,
-                "application/x-ndjson",
-                "catena-sft.jsonl",
-            ),
-            "alpaca" => (
-                ExportFormat::Alpaca,
-                "application/json",
-                "catena-alpaca.json",
-            ),
-            other => {
-                return Err(ServiceError::invalid(format!(
-                    "Unknown export format `{other}` (sft or alpaca)."
-                ))
-                .param("format"));
-            }
-        };
-        let filter = match feedback.unwrap_or("any") {
-            "any" => FeedbackFilter::Any,
-            "good" => FeedbackFilter::Good,
-            "bad" => FeedbackFilter::Bad,
-            "rated" => FeedbackFilter::Rated,
-            "unrated" => FeedbackFilter::Unrated,
-            other => {
-                return Err(ServiceError::invalid(format!(
-                    "Unknown feedback filter `{other}` (any, good, bad, rated, unrated)."
-                ))
-                .param("feedback"));
-            }
-        };
-        let bytes = self
-            .with_store(move |store, _| {
-                let mut bytes = Vec::new();
-                store.export(format, filter, &mut bytes)?;
-                Ok(bytes)
-            })
-            .await?;
-        Ok(Export {
-            bytes,
-            content_type,
-            file_name,
+        request: ExportRequest,
+        mut out: W,
+    ) -> Result<(W, ExportStats), ServiceError> {
+        self.with_store(move |store, _| {
+            let stats = store.export(request.format, request.filter, &mut out)?;
+            out.flush().map_err(catena_store::StoreError::from)?;
+            Ok((out, stats))
         })
+        .await
     }
 }
 
