@@ -407,29 +407,19 @@ struct JobContext {
 impl Worker {
     /// One lane's thread: takes the next job from the shared queue, runs it on `lane`.
     fn run(&self, lane: usize, queue: &Mutex<mpsc::Receiver<Job>>) {
-        loop {
-            // One thread waits at the queue at a time; the others wait for the lock.
-            let Some(job) = queue.lock().blocking_recv() else {
-                return;
-            };
-            // A panic (a bug) ends its job, not the lane: a lane that died took every later job
-            // queued for it along. The job's reply channel goes with it, which its client reads
-            // as the end; an agent run is ended as failed in `agent`.
-            let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match job {
+        serve_lane(
+            lane,
+            queue,
+            |job| match job {
                 Job::Chat(job) => self.chat(lane, job),
                 Job::Agent(job) => self.agent(lane, job),
                 Job::Switch(job) => self.switch(job),
-            }));
-            if let Err(panic) = ran {
-                tracing::error!(
-                    lane,
-                    "a job stopped on an internal error: {}",
-                    panic_text(&*panic)
-                );
-            }
-            self.revive();
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        }
+            },
+            || {
+                self.revive();
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            },
+        );
     }
 
     /// Loads another model in the worker's place (the kept KV caches go with the old one),
@@ -760,10 +750,66 @@ pub(crate) fn profile_toolbox(
 }
 
 /// What a caught panic said.
+/// A lane's loop: takes jobs from `queue` (shared by the lanes; one thread waits at it at a time,
+/// the others wait for the lock) until it closes, runs each with `handle`, then `after`. A panic
+/// (a bug) ends its job, not the lane: a lane that died took every later job queued for it
+/// along. The job's reply channel goes with it, which its client reads as the end; an agent run
+/// is ended as failed in `Worker::agent`.
+fn serve_lane<J>(
+    lane: usize,
+    queue: &Mutex<mpsc::Receiver<J>>,
+    mut handle: impl FnMut(J),
+    mut after: impl FnMut(),
+) {
+    loop {
+        let Some(job) = queue.lock().blocking_recv() else {
+            return;
+        };
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| handle(job))) {
+            tracing::error!(
+                lane,
+                "a job stopped on an internal error: {}",
+                panic_text(&*panic)
+            );
+        }
+        after();
+    }
+}
+
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("no message")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_that_panics_ends_itself_and_the_lane_takes_the_next() {
+        let (send, receive) = mpsc::channel(4);
+        for job in [1, 2, 3] {
+            send.try_send(job).unwrap();
+        }
+        drop(send);
+        let queue = Mutex::new(receive);
+        let (mut ran, mut ended) = (Vec::new(), 0);
+        serve_lane(
+            0,
+            &queue,
+            |job| {
+                assert_ne!(job, 2, "job 2 stands for a bug");
+                ran.push(job);
+            },
+            || ended += 1,
+        );
+        assert_eq!(ran, [1, 3]);
+        assert_eq!(
+            ended, 3,
+            "each job, the one that panicked too, is counted as ended"
+        );
+    }
 }
