@@ -173,7 +173,9 @@ test('web search hits are links and each page read shows its address and the mod
       console.log('the web run was still going at the end of its test: stopped');
       await stop.click({ timeout: 5_000 }).catch(() => {});
     }
-    await expect(page.getByRole('button', { name: 'Run', exact: true })).toBeVisible({ timeout: 30_000 });
+    // The form's own Run button (the navigation has a Run too): back once the run has ended.
+    const form = page.getByRole('region', { name: 'Run a task' });
+    await expect(form.getByRole('button', { name: 'Run', exact: true })).toBeVisible({ timeout: 30_000 });
   } finally {
     execFileSync(bin, ['index', 'rm', name]);
     rmSync(docs, { recursive: true, force: true });
