@@ -749,7 +749,6 @@ pub(crate) fn profile_toolbox(
     Ok(tools)
 }
 
-/// What a caught panic said.
 /// A lane's loop: takes jobs from `queue` (shared by the lanes; one thread waits at it at a time,
 /// the others wait for the lock) until it closes, runs each with `handle`, then `after`. A panic
 /// (a bug) ends its job, not the lane: a lane that died took every later job queued for it
@@ -776,6 +775,7 @@ fn serve_lane<J>(
     }
 }
 
+/// What a caught panic said.
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
