@@ -34,16 +34,13 @@ pub async fn export_body(
     };
     let mut exported =
         tokio::spawn(async move { service.export(request, writer).await.map(|_| ()) });
-    let first = pieces.recv().await;
-    if first.is_none() {
+    let Some(first) = pieces.recv().await else {
         // Nothing was written: the export ended before its first piece, empty or failed.
         joined(&mut exported).await?;
         return Ok(Body::empty());
-    }
+    };
     let stream = async_stream::stream! {
-        if let Some(piece) = first {
-            yield Ok(piece);
-        }
+        yield Ok(first);
         while let Some(piece) = pieces.recv().await {
             yield Ok(piece);
         }
