@@ -498,17 +498,8 @@ fn lines_that_are_not_messages_do_not_end_the_stdio_session() {
         .write_all(format!("{initialized}\n").as_bytes())
         .unwrap();
     drop(stdin);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("catena mcp was still running 60 s after its stdin closed");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = common::wait_within(&mut child, Duration::from_secs(60))
+        .expect("catena mcp exits within 60 s of its stdin closing");
     assert!(status.success(), "catena mcp exited with {status}");
     let after = replies.recv_timeout(Duration::from_secs(10));
     assert_eq!(

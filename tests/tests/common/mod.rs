@@ -224,6 +224,26 @@ pub fn observations_in_events(events: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits at most `patience` for `child` to exit: its status, or `None` once it has been killed
+/// for running longer.
+pub fn wait_within(
+    child: &mut std::process::Child,
+    patience: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("the child's status") {
+            return Some(status);
+        }
+        if started.elapsed() > patience {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Runs `command` with its output in files under `dir` and waits at most `patience` for it: a
 /// command still going then is killed and the test fails, naming `what` and what it printed on
 /// stderr (a hostile input that holds a command is the failure these tests look for).
@@ -244,21 +264,12 @@ pub fn output_within(
         ))
         .spawn()
         .expect("the command starts");
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the command's status") {
-            break status;
-        }
-        if started.elapsed() > patience {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{what} was still going after {} s: {}",
-                patience.as_secs(),
-                std::fs::read_to_string(&stderr).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+    let Some(status) = wait_within(&mut child, patience) else {
+        panic!(
+            "{what} was still going after {} s: {}",
+            patience.as_secs(),
+            std::fs::read_to_string(&stderr).unwrap_or_default()
+        );
     };
     Output {
         status,
