@@ -95,7 +95,7 @@ prepare() {
   PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_COMPUTE_CAP="$cuda_arch" CUDARC_CUDA_VERSION=13000 \
     RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR="$portable" cargo build --release --locked -p catena-cli \
     --features shared-llama,catena-trainer/cuda >&2
-  local catena="$portable/release/catena" model llama_src sdist needed
+  local catena="$portable/release/catena" model llama_src tools_src needed
   # It must load whichever backend's libraries it is given: llama.cpp's core, never a backend.
   needed="$(readelf -d "$catena" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
   case "$needed" in *libllama.so*) ;; *) die "the carried catena does not load llama.cpp as a shared library: $needed" ;; esac
@@ -124,14 +124,15 @@ prepare() {
   LD_LIBRARY_PATH="$libs" "$catena" models random-weights --like "$model" --out "$pack/model-header.gguf" --header-only
   xz -6 "$pack/model-header.gguf"
   step "llama.cpp's sources and its tools' sources"
-  # llama-tool.sh fetches the tools' sources once; its source tree is the crate's.
-  scripts/setup/llama-tool.sh llama-bench llama-bench >/dev/null
+  # The tools' sources as llama-tool.sh fetches them (without building anything: a tool built
+  # here would build the whole workspace, the desktop app included, for a CPU tool the GPU
+  # machine never runs); the library's tree is the crate's.
+  tools_src="$(scripts/setup/llama-tool.sh --sources)"
   llama_src="$(crate_dir llama-cpp-sys-2)/llama.cpp"
-  sdist="$target/llama-tools/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
   # What the library build reads (tools/mtmd: llama-tool.sh builds the multimodal library too).
   tar -cJf "$pack/llama-src.tar.xz" -C "$llama_src" CMakeLists.txt LICENSE cmake common ggml include \
     src vendor tools/mtmd
-  tar -cJf "$pack/llama-tools.tar.xz" -C "$sdist/tools" llama-bench batched-bench
+  tar -cJf "$pack/llama-tools.tar.xz" -C "$tools_src" llama-bench batched-bench
   step "Debian packages the GPU machine may lack: the Vulkan loader, OpenMP, GLVND, glslc, Vulkan headers"
   (cd "$pack/debs" && apt-get -o APT::Sandbox::User=root download "${!runtime_debs[@]}" glslc libshaderc1 \
     spirv-headers >/dev/null)

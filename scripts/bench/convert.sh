@@ -29,7 +29,7 @@ mkdir -p "$work/out"
 # llama.cpp's Python converter and gguf-py, from the same source distribution llama-tool.sh uses
 # for llama-quantize (built from the crate's vendored llama.cpp tree).
 quantize_bin="$(scripts/setup/llama-tool.sh quantize llama-quantize)"
-upstream="$target/llama-tools/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
+upstream="$(dirname "$(scripts/setup/llama-tool.sh --sources)")"
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/catena-bench/convert-venv"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, transformers' 2>/dev/null; then
   python3 -m venv "$venv"

@@ -9,6 +9,8 @@
 # Usage: scripts/setup/llama-tool.sh [--gpu | --vulkan] TOOL_FOLDER TARGET   (e.g. llama-bench
 #        llama-bench, quantize llama-quantize, server llama-server); --gpu builds with CUDA (for
 #        the GPU of the machine it runs on, or CUDA_ARCHITECTURES), --vulkan with Vulkan.
+#        scripts/setup/llama-tool.sh --sources   prints the folder of the tools' sources (fetched
+#        once) and builds nothing: what the GPU check carries to build them elsewhere.
 # Where there is no cargo or pip (the lent GPU machine, scripts/device-check.sh), LLAMA_SRC names
 # the llama.cpp tree and LLAMA_TOOLS_SRC the folder holding the tools' sources.
 # The tools are built for the CPU they run on (llama.cpp's GGML_NATIVE), as Catena's own build is
@@ -30,10 +32,32 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 cd "$root"
 backend=cpu
+sources_only=false
 case "${1:-}" in
   --gpu) backend=cuda; shift ;;
   --vulkan) backend=vulkan; shift ;;
+  --sources) sources_only=true; shift ;;
 esac
+# tools_sources: the folder holding the tools' sources, from the llama-cpp-python source
+# distribution on PyPI, fetched once into the CPU build's folder (whichever backend asks).
+tools_sources() {
+  local sdist_dir="$target/llama-tools/sdist" sdist
+  sdist="$sdist_dir/llama_cpp_python-0.3.36"
+  if [ ! -d "$sdist" ]; then
+    mkdir -p "$sdist_dir"
+    # The source distribution, never a wheel. pip still reads its metadata, in an environment
+    # of its build requirements, and those come as wheels: with `--no-binary :all:` pip built
+    # them from source too (ninja's C++ among them), 7 min 43 s on a fresh 2-core machine.
+    python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$sdist_dir" llama-cpp-python==0.3.36 >&2
+    tar -xzf "$sdist_dir"/llama_cpp_python-0.3.36.tar.gz -C "$sdist_dir"
+  fi
+  echo "$sdist/vendor/llama.cpp/tools"
+}
+if $sources_only; then
+  [ $# = 0 ] || die "usage: scripts/setup/llama-tool.sh --sources" 2
+  tools_sources
+  exit 0
+fi
 [ $# = 2 ] || die "usage: scripts/setup/llama-tool.sh [--gpu | --vulkan] TOOL_FOLDER TARGET" 2
 tool="$1" cmake_target="$2"
 work="$target/llama-tools"
@@ -115,16 +139,7 @@ if [ ! -x "$bin" ]; then
   if [ -n "${LLAMA_TOOLS_SRC:-}" ]; then
     tools_src="$LLAMA_TOOLS_SRC"
   else
-    sdist="$work/sdist/llama_cpp_python-0.3.36"
-    mkdir -p "$work/sdist"
-    if [ ! -d "$sdist" ]; then
-      # The source distribution, never a wheel. pip still reads its metadata, in an environment
-      # of its build requirements, and those come as wheels: with `--no-binary :all:` pip built
-      # them from source too (ninja's C++ among them), 7 min 43 s on a fresh 2-core machine.
-      python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$work/sdist" llama-cpp-python==0.3.36 >&2
-      tar -xzf "$work"/sdist/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist"
-    fi
-    tools_src="$sdist/vendor/llama.cpp/tools"
+    tools_src="$(tools_sources)"
   fi
   if [ -n "${LLAMA_SRC:-}" ]; then
     llama_src="$LLAMA_SRC"
