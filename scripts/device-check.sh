@@ -13,6 +13,10 @@
 # bytes: on the CPU its prompt speed is the real model's and generation about 10% faster, in both
 # engines, so only ratios between engines on the same file are read), and prints:
 #   - single-sequence prompt and generation speed, catena against each llama-bench, alternating;
+#   - single-sequence generation against llama.cpp's own simplest generator, `llama-simple` (the
+#     greedy sampler, each token read back before the next is decoded, as any generator must;
+#     llama-bench's generation test feeds tokens that do not depend on the output, so it never
+#     waits for the device between two tokens);
 #   - aggregate generation of a group decoded together, catena against llama-batched-bench;
 #   - two SFT steps of `catena train sft` on that model, the trainer on the GPU and on the CPU.
 # No RL update: its rollouts run code in the sandbox, whose CPython (150 MB) cannot travel, and
@@ -132,7 +136,7 @@ prepare() {
   # What the library build reads (tools/mtmd: llama-tool.sh builds the multimodal library too).
   tar -cJf "$pack/llama-src.tar.xz" -C "$llama_src" CMakeLists.txt LICENSE cmake common ggml include \
     src vendor tools/mtmd
-  tar -cJf "$pack/llama-tools.tar.xz" -C "$tools_src" llama-bench batched-bench
+  tar -cJf "$pack/llama-tools.tar.xz" -C "$tools_src" llama-bench batched-bench -C "$tools_src/../examples" simple
   step "Debian packages the GPU machine may lack: the Vulkan loader, OpenMP, GLVND, glslc, Vulkan headers"
   (cd "$pack/debs" && apt-get -o APT::Sandbox::User=root download "${!runtime_debs[@]}" glslc libshaderc1 \
     spirv-headers >/dev/null)
@@ -158,7 +162,7 @@ prepare() {
 prepare_cuda_build() {
   local portable="$1" cuda="$2" tree="$3" tool size
   step "llama.cpp's CUDA build for compute capability $cuda_arch (the first time about 15 minutes on 2 cores)"
-  for tool in "llama-bench llama-bench" "batched-bench llama-batched-bench"; do
+  for tool in "llama-bench llama-bench" "batched-bench llama-batched-bench" "simple llama-simple"; do
     # The linker resolves libggml-cuda's CUDA libraries through LD_LIBRARY_PATH when it links a
     # tool: CMake leaves nvcc's own folders out of the library's RUNPATH. The driver's is the
     # link-time stand-in; the GPU machine's own is used there.
@@ -285,10 +289,11 @@ build_anchor() {
   esac
 }
 
-# build_anchors BACKEND: both tools for one backend, their paths on two lines.
+# build_anchors BACKEND: the three tools for one backend, their paths on three lines.
 build_anchors() {
   build_anchor "$1" llama-bench llama-bench
   build_anchor "$1" batched-bench llama-batched-bench
+  build_anchor "$1" simple llama-simple
 }
 
 # run_catena BACKEND ARGS...: catena on that backend's llama.cpp. This machine's own build (--cpu)
@@ -314,21 +319,29 @@ on_backend() {
   fi
 }
 
-# engine ANCHOR_NAME LLAMA_BENCH: alternating rounds of llama-bench and catena bench; one JSON line
-# a round.
+# engine ANCHOR_NAME LLAMA_BENCH LLAMA_SIMPLE: alternating rounds of llama-bench, catena bench and
+# llama-simple (its generation speed, the mean of `reps` runs); one JSON line a round.
 engine() {
-  local name="$1" bench="$2" round anchor ours
+  local name="$1" bench="$2" simple="$3" round anchor ours generator rep
   for round in $(seq "$rounds"); do
     echo "  $name, round $round" >&2
     anchor="$(on_backend "$name" "$bench" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -ngl "$ngl" -o json)"
     ours="$(run_catena "$name" bench --model "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --gpu-layers "$ngl" --json)"
-    python3 - "$name" "$anchor" "$ours" <<'EOF'
-import json, sys
+    generator=""
+    for rep in $(seq "$reps"); do
+      # It prints "decoded N tokens in S s, speed: R t/s" on stderr, the text on stdout.
+      generator="$generator $(on_backend "$name" "$simple" -m "$model" -n "$tg" -ngl "$ngl" "Hello" 2>&1 >/dev/null |
+        sed -n 's/.*decoded [0-9]* tokens in .* speed: \([0-9.]*\) t\/s.*/\1/p')"
+    done
+    python3 - "$name" "$anchor" "$ours" "$generator" <<'EOF'
+import json, statistics, sys
 anchor = {("pp" if r["n_prompt"] else "tg") + str(r["n_prompt"] or r["n_gen"]): r["avg_ts"]
           for r in json.loads(sys.argv[2])}
 ours = json.loads(sys.argv[3])
+runs = [float(x) for x in sys.argv[4].split()]
 print(json.dumps({"kind": "engine", "anchor_name": sys.argv[1], "anchor": anchor,
                   "catena": {t["test"]: t["tokens_per_s"] for t in ours["tests"]},
+                  "generator": statistics.mean(runs) if runs else None,
                   "gpu_layers": ours["gpu_layers"]}))
 EOF
   done
@@ -412,6 +425,11 @@ for name in dict.fromkeys(l["anchor_name"] for l in lines if l["kind"] == "engin
         c = [positive(r["catena"].get(test), f"catena {test}") for r in rounds]
         ratio = statistics.median(x / y for x, y in zip(c, a))
         out.append(f"| {test}, {rounds[0]['gpu_layers']} layers offloaded | llama-bench ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
+    tg = next(t for t in rounds[0]["catena"] if t.startswith("tg"))
+    a = [positive(r.get("generator"), "llama-simple") for r in rounds]
+    c = [r["catena"][tg] for r in rounds]
+    ratio = statistics.median(x / y for x, y in zip(c, a))
+    out.append(f"| {tg}, a generator's loop | llama-simple ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
 for name in dict.fromkeys(l["anchor_name"] for l in lines if l["kind"] == "batched"):
     rounds = [l for l in lines if l["kind"] == "batched" and l["anchor_name"] == name]
     a = [positive(r["anchor"], "llama-batched-bench") for r in rounds]
@@ -455,7 +473,7 @@ mkdir -p "$logs"
 results="$logs/results.jsonl"
 : >"$results"
 record() { tee -a "$results" >&2; }
-declare -A bench batched_bench build_pid libs
+declare -A bench batched_bench simple build_pid libs
 if [ "$mode" = cpu ]; then
   catena="$(catena_bin)"
   anchors=(cpu)
@@ -511,6 +529,7 @@ for backend in "${anchors[@]}"; do
   fi
   bench[$backend]="$(sed -n 1p "$work/tools-$backend")"
   batched_bench[$backend]="$(sed -n 2p "$work/tools-$backend")"
+  simple[$backend]="$(sed -n 3p "$work/tools-$backend")"
   libs[$backend]="$(dirname "${bench[$backend]}")"
   echo "  $backend: ${bench[$backend]} and ${batched_bench[$backend]}, after $((SECONDS - started)) s" >&2
   measured+=("$backend")
@@ -556,7 +575,7 @@ fi
 
 for backend in "${measured[@]}"; do
   step "engine against llama.cpp ($backend)"
-  engine "$backend" "${bench[$backend]}" | record
+  engine "$backend" "${bench[$backend]}" "${simple[$backend]}" | record
   batched "$backend" "${batched_bench[$backend]}" | record
 done
 # The trainer on the GPU where this catena has CUDA (the carried one; the dry run's release build

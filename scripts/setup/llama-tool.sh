@@ -7,7 +7,8 @@
 # folder, so llama.cpp itself is compiled once.
 #
 # Usage: scripts/setup/llama-tool.sh [--gpu | --vulkan] TOOL_FOLDER TARGET   (e.g. llama-bench
-#        llama-bench, quantize llama-quantize, server llama-server); --gpu builds with CUDA (for
+#        llama-bench, quantize llama-quantize, server llama-server, or simple llama-simple: a
+#        folder of llama.cpp's tools/ or, failing that, its examples/); --gpu builds with CUDA (for
 #        the GPU of the machine it runs on, or CUDA_ARCHITECTURES), --vulkan with Vulkan.
 #        scripts/setup/llama-tool.sh --sources   prints the folder of the tools' sources (fetched
 #        once) and builds nothing: what the GPU check carries to build them elsewhere.
@@ -147,7 +148,10 @@ if [ ! -x "$bin" ]; then
     llama_src="$(crate_dir llama-cpp-sys-2)/llama.cpp"
   fi
   rm -rf "$work/src/$tool"
-  cp -r "$tools_src/$tool" "$work/src/$tool"
+  tool_dir="$tools_src/$tool"
+  [ -d "$tool_dir" ] || tool_dir="$tools_src/../examples/$tool"
+  [ -d "$tool_dir" ] || die "no $tool among llama.cpp's tools or examples (in $tools_src)"
+  cp -r "$tool_dir" "$work/src/$tool"
   if [ "$tool" = server ]; then
     # The server links llama.cpp's UI library (here an empty one) and its multimodal library;
     # the UI's CMake script finds its templates under the project's tools/ui.
