@@ -55,6 +55,16 @@ struct Turns {
     ids: Vec<i32>,
 }
 
+impl Turns {
+    /// What `session` holds after `generations`.
+    fn of(generations: Vec<Generation>, session: &dyn Session) -> Turns {
+        Turns {
+            texts: generations.into_iter().map(|g| g.text).collect(),
+            ids: session.tokens().iter().map(|t| t.id).collect(),
+        }
+    }
+}
+
 /// A prompt, a generation, an observation, a second generation.
 fn two_turns(session: &mut dyn Session, streamed: &mut String) -> Vec<Generation> {
     two_turns_apart(session, streamed, || {})
@@ -106,10 +116,7 @@ fn one_at_a_time(question: &str) -> Turns {
         .unwrap();
     session.start_prompt(&prompt_ids(question)).unwrap();
     let generations = two_turns(&mut session, &mut String::new());
-    Turns {
-        texts: generations.into_iter().map(|g| g.text).collect(),
-        ids: session.tokens().iter().map(|t| t.id).collect(),
-    }
+    Turns::of(generations, &session)
 }
 
 #[test]
@@ -170,6 +177,42 @@ fn batched_greedy_runs_match_single_sequence_runs_token_for_token() {
         copied.iter().any(|&n| n >= prompt_len - 1),
         "copied {copied:?} of a {prompt_len}-token prompt"
     );
+}
+
+/// Sequences decoded together with `greedy_on_device` (llama.cpp's argmax in the decode, no
+/// logits read back) give the single session's tokens, as the picks from the logits do; and a
+/// generation that needs the logits is refused, not served from missing ones.
+#[test]
+fn greedy_picks_on_the_device_give_the_single_sessions_tokens() {
+    let reference: Vec<Turns> = QUESTIONS.iter().map(|q| one_at_a_time(q)).collect();
+    let on_device = SessionOptions {
+        greedy_on_device: true,
+        logprobs: false,
+        ..options(SamplingParams::greedy())
+    };
+    let batched = engine()
+        .with_sequences(&on_device, QUESTIONS.len(), |sessions| {
+            each_question_on_a_thread(sessions, |seq, mut session, question| {
+                session.start_prompt(&prompt_ids(question)).unwrap();
+                if seq == 1 {
+                    // A draw at a temperature first: refused, and the sequence goes on greedy.
+                    session.set_sampling(SamplingParams::default());
+                    let refused = session.generate(
+                        &StopMatcher::default(),
+                        GenerateLimits::tokens(4),
+                        &mut |_| {},
+                    );
+                    assert!(refused.is_err(), "{refused:?}");
+                    session.set_sampling(SamplingParams::greedy());
+                }
+                let generations = two_turns(&mut session, &mut String::new());
+                Turns::of(generations, &session)
+            })
+        })
+        .unwrap();
+    for (i, (turns, expected)) in batched.iter().zip(&reference).enumerate() {
+        same_or_a_near_tie(i, turns, expected);
+    }
 }
 
 /// How far below the best logit a pick may be where llama.cpp's rounding chose it. A step
@@ -240,10 +283,7 @@ fn sequences_moved_between_streams_keep_their_context() {
                     if !inner {
                         outer_done.arrive();
                     }
-                    Turns {
-                        texts: generations.into_iter().map(|g| g.text).collect(),
-                        ids: session.tokens().iter().map(|t| t.id).collect(),
-                    }
+                    Turns::of(generations, &session)
                 })
             },
         )

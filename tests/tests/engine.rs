@@ -161,6 +161,82 @@ fn log_probabilities_are_recorded_only_where_asked_for() {
     }
 }
 
+/// With `greedy_on_device`, llama.cpp's argmax in the decode makes each pick and no logits come
+/// back; on the CPU backend both picks read the same floats (the same graph up to the logits),
+/// so the tokens must be the same, not merely close (only an exact tie between two logits could
+/// part them: ggml's argmax takes the last of equal maxima, `TokenSampler` the first).
+#[test]
+fn greedy_picks_on_the_device_are_the_picks_from_the_logits() {
+    let run = |greedy_on_device: bool| {
+        let mut session = engine()
+            .session(&SessionOptions {
+                greedy_on_device,
+                logprobs: false,
+                ..options(SamplingParams::greedy())
+            })
+            .unwrap();
+        session
+            .append(&prompt(
+                "Name three prime numbers and say why each is prime.",
+            ))
+            .unwrap();
+        let mut streamed = String::new();
+        let generation = session
+            .generate(
+                &StopMatcher::new(["\n\n"]),
+                GenerateLimits::tokens(64),
+                &mut |t| streamed.push_str(t),
+            )
+            .unwrap();
+        assert_eq!(streamed, generation.text);
+        let ids: Vec<i32> = session.tokens().iter().map(|t| t.id).collect();
+        (generation.text, generation.tokens, ids)
+    };
+    let on_device = run(true);
+    let from_logits = run(false);
+    assert!(on_device.1 >= 8, "generated only {:?}", on_device.0);
+    assert_eq!(on_device, from_logits);
+}
+
+/// A session that keeps no logits cannot serve a generation that needs them: it says so and
+/// generates nothing, and its context stays as it was.
+#[test]
+fn a_session_with_greedy_picks_on_the_device_refuses_what_needs_the_logits() {
+    let mut session = engine()
+        .session(&SessionOptions {
+            greedy_on_device: true,
+            logprobs: false,
+            ..options(SamplingParams::greedy())
+        })
+        .unwrap();
+    let prompt_tokens = session.append(&prompt("Name three colours.")).unwrap();
+    let generate = |session: &mut dyn Session| {
+        session.generate(
+            &StopMatcher::default(),
+            GenerateLimits::tokens(8),
+            &mut |_| {},
+        )
+    };
+    session.set_sampling(SamplingParams::default());
+    match generate(&mut session) {
+        Err(EngineError::Decode(message)) => assert!(message.contains("temperature"), "{message}"),
+        other => panic!("a draw at a temperature was not refused: {other:?}"),
+    }
+    session.set_sampling(SamplingParams::greedy());
+    session
+        .constrain(&catena_engine_api::Constraint::strict(
+            r#"start: "red" | "blue""#,
+        ))
+        .unwrap();
+    match generate(&mut session) {
+        Err(EngineError::Decode(message)) => assert!(message.contains("grammar"), "{message}"),
+        other => panic!("a grammar was not refused: {other:?}"),
+    }
+    assert_eq!(session.tokens().len(), prompt_tokens);
+    // A free greedy generation still runs after the refusals.
+    assert!(generate(&mut session).unwrap().tokens > 0);
+}
+
 #[test]
 fn a_full_context_is_an_error_not_a_crash() {
     let mut session = engine()

@@ -73,12 +73,19 @@ fn in_child_on_lavapipe(name: &str) -> bool {
     false
 }
 
-/// The default model's greedy continuation of `prompt`: token ids and their log-probabilities.
-fn greedy(engine: &LlamaEngine, prompt: &str, tokens: usize) -> (Vec<i32>, Vec<f32>) {
+/// The default model's greedy continuation of `prompt`: token ids and their log-probabilities
+/// (NaN where the picks are made in llama.cpp's decode, `on_device`, which keeps no logits).
+fn greedy(
+    engine: &LlamaEngine,
+    prompt: &str,
+    tokens: usize,
+    on_device: bool,
+) -> (Vec<i32>, Vec<f32>) {
     let options = SessionOptions {
         context_size: Some(1024),
         sampling: SamplingParams::greedy(),
-        logprobs: true,
+        logprobs: !on_device,
+        greedy_on_device: on_device,
         ..SessionOptions::default()
     };
     let mut session = engine.session(&options).expect("a session");
@@ -143,8 +150,8 @@ fn greedy_tokens_on_lavapipe_agree_with_the_cpu_backend() {
     // (mean) and 0.1 nats (max) on the shared tokens.
     const PROMPT: &str = "Write a Python function that returns the n-th Fibonacci number.";
     const TOKENS: usize = 32;
-    let (cpu_ids, cpu_logprobs) = greedy(&on_cpu, PROMPT, TOKENS);
-    let (vk_ids, vk_logprobs) = greedy(&on_vulkan, PROMPT, TOKENS);
+    let (cpu_ids, cpu_logprobs) = greedy(&on_cpu, PROMPT, TOKENS, false);
+    let (vk_ids, vk_logprobs) = greedy(&on_vulkan, PROMPT, TOKENS, false);
     assert_eq!(cpu_ids.len(), TOKENS);
     let same = cpu_ids
         .iter()
@@ -172,6 +179,19 @@ fn greedy_tokens_on_lavapipe_agree_with_the_cpu_backend() {
         );
     }
     assert!(mean_gap <= 0.02 && max_gap <= 0.1, "{gaps:?}");
+
+    // The picks made in the decode (`greedy_on_device`: llama.cpp's samplers in the graph, only
+    // the token read back) are the picks from the same engine's logits. On lavapipe llama.cpp
+    // keeps the output matrix in CPU memory, so the head and the picks' pad and argmax run on the
+    // CPU backend (`GGML_SCHED_DEBUG=2`); what this checks is the path through a build and a
+    // context whose layers are on a Vulkan device.
+    const ON_DEVICE: usize = 12;
+    let (device_ids, _) = greedy(&on_vulkan, PROMPT, ON_DEVICE, true);
+    assert_eq!(
+        device_ids,
+        vk_ids[..ON_DEVICE],
+        "picks in the decode on lavapipe"
+    );
 }
 
 /// A profile with a short prompt. Lavapipe is slow: on the 2-core VM it evaluates about one

@@ -368,6 +368,16 @@ pub struct SessionOptions {
     /// over the whole vocabulary a token, and only RL reads it, so it is off unless asked for.
     #[serde(default)]
     pub logprobs: bool,
+    /// Make each greedy pick inside llama.cpp's decode (its backend sampler: an argmax where the
+    /// logits are), so that only the token id comes back from a GPU, not the whole row of logits
+    /// (608 KB a token for the default model) for the CPU to scan. Only for sessions whose
+    /// generations are all greedy and free: no grammar, log-probabilities or penalties, which
+    /// need the logits on the CPU; such a generation is refused with an error. Only worth it where
+    /// [`ModelInfo::output_on_gpu`]: on the CPU backend it is slower (llama.cpp copies the row
+    /// into a padded tensor first, then scans it on one thread). `catena bench` sets it there
+    /// (docs/ARCHITECTURE.md, "Greedy picks on the device").
+    #[serde(default)]
+    pub greedy_on_device: bool,
 }
 
 /// The KV cache's element type: F16 is exact, Q8_0 halves the cache's memory for a small loss.
@@ -417,6 +427,7 @@ impl Default for SessionOptions {
             batch_size: 512,
             kv_cache: KvCacheType::default(),
             logprobs: false,
+            greedy_on_device: false,
         }
     }
 }
@@ -436,6 +447,15 @@ pub struct ModelInfo {
     /// The LoRA adapter applied on top, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<PathBuf>,
+}
+
+impl ModelInfo {
+    /// Whether the output layer (the logits) was given to a GPU: llama.cpp offloads it with the
+    /// layer past the last block. (A device that cannot hold its matrix leaves it in CPU memory
+    /// all the same, as lavapipe does.)
+    pub fn output_on_gpu(&self) -> bool {
+        self.gpu_layers > self.layers
+    }
 }
 
 /// How prompts are framed for this model.

@@ -22,7 +22,9 @@
 use super::LlamaEngine;
 use super::guide::{self, Guide};
 use super::prompt_cache::MIN_PREFIX_TOKENS;
-use super::session::{check_ids, context_size, kept_prefix, new_context, pick_token};
+use super::session::{
+    check_device_picks, check_ids, context_size, device_pick, kept_prefix, new_context, pick_token,
+};
 use super::streams::{Move, Streams};
 use crate::StopMatcher;
 use crate::generated::{GeneratedText, TokenText};
@@ -116,6 +118,7 @@ impl LlamaEngine {
                     streams,
                     samplers: (0..sequences).map(|_| None).collect(),
                     logprobs: options.logprobs,
+                    greedy_on_device: options.greedy_on_device,
                     active: Vec::new(),
                     report: BatchReport::default(),
                 }
@@ -382,6 +385,8 @@ struct Scheduler<'m> {
     samplers: Vec<Option<TokenSampler>>,
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
     logprobs: bool,
+    /// llama.cpp makes the greedy picks in its decode (`SessionOptions::greedy_on_device`).
+    greedy_on_device: bool,
     active: Vec<Active>,
     report: BatchReport,
 }
@@ -457,6 +462,13 @@ impl Scheduler<'_> {
 
     fn admit(&mut self, mut request: Request) {
         if let Err(error) = self.keep_cells(request.seq, request.keep) {
+            let _ = request.replies.send(Reply::Done(Err(error)));
+            return;
+        }
+        if self.greedy_on_device
+            && let Err(error) =
+                check_device_picks(&request.sampling, request.guide.is_some(), self.logprobs)
+        {
             let _ = request.replies.send(Reply::Done(Err(error)));
             return;
         }
@@ -755,6 +767,13 @@ impl Scheduler<'_> {
     /// the whole vocabulary, which, one sequence after another, would leave all but one core
     /// idle between two steps, and on a GPU could take longer than the step itself.
     fn pick_tokens(&mut self, picks: &[(usize, i32)]) -> Result<Vec<TokenRecord>, EngineError> {
+        if self.greedy_on_device {
+            // Made in the decode; `admit` let in only generations a greedy pick serves.
+            return picks
+                .iter()
+                .map(|&(_, at)| device_pick(&self.ctx, at))
+                .collect();
+        }
         let seqs: Vec<usize> = picks
             .iter()
             .map(|&(index, _)| self.active[index].request.seq)

@@ -19,6 +19,7 @@ use catena_engine_api::{AllowedTokens, RepetitionWatch, SessionState, SessionSta
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use std::num::NonZeroU32;
 use std::time::Instant;
@@ -41,6 +42,8 @@ pub struct LlamaSession<'m> {
     threads: Option<i32>,
     /// Record sampled tokens' log-probabilities (`SessionOptions::logprobs`).
     logprobs: bool,
+    /// llama.cpp makes the greedy picks in its decode (`SessionOptions::greedy_on_device`).
+    greedy_on_device: bool,
     /// The grammar the next generation follows ([`Session::constrain`]); cleared after it.
     guide: Option<Guide>,
     /// What, beside the engine, decides this context's numbers (the prompt cache's key).
@@ -70,6 +73,7 @@ impl<'m> LlamaSession<'m> {
             logits_at: None,
             threads: options.threads,
             logprobs: options.logprobs,
+            greedy_on_device: options.greedy_on_device,
             guide: None,
             settings: SessionSettings {
                 threads: thread_count(options),
@@ -126,6 +130,13 @@ impl<'m> LlamaSession<'m> {
         if !self.state.tokens.is_empty() {
             return Err(EngineError::Decode(
                 "logits_at_every_position needs an empty session".into(),
+            ));
+        }
+        if self.greedy_on_device {
+            return Err(EngineError::Decode(
+                "logits_at_every_position needs a session that keeps its logits \
+                 (not SessionOptions::greedy_on_device)"
+                    .into(),
             ));
         }
         if ids.len() > self.state.context_size {
@@ -211,12 +222,16 @@ impl<'m> LlamaSession<'m> {
                 "no logits to sample from (nothing was evaluated)".into(),
             ));
         };
-        let record = pick_token(
-            self.ctx.get_logits_ith(index),
-            &mut self.sampler,
-            self.guide.as_mut(),
-            self.logprobs,
-        )?;
+        let record = if self.greedy_on_device {
+            device_pick(&self.ctx, index)?
+        } else {
+            pick_token(
+                self.ctx.get_logits_ith(index),
+                &mut self.sampler,
+                self.guide.as_mut(),
+                self.logprobs,
+            )?
+        };
         let token = LlamaToken(record.id);
         self.state.tokens.push(record);
         self.logits_at = None;
@@ -231,6 +246,9 @@ impl<'m> LlamaSession<'m> {
         limits: GenerateLimits,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, EngineError> {
+        if self.greedy_on_device {
+            check_device_picks(&self.state.sampling, self.guide.is_some(), self.logprobs)?;
+        }
         let mut text = GeneratedText::default();
         let mut sampled = 0;
         let mut watch = limits.stop_on_repetition.then(RepetitionWatch::default);
@@ -533,6 +551,43 @@ pub(super) fn pick_token(
     Ok(record)
 }
 
+/// The pick llama.cpp made in its decode for the output at batch index `index`, in a context made
+/// with greedy samplers ([`new_context`] under `SessionOptions::greedy_on_device`).
+pub(super) fn device_pick(ctx: &LlamaContext<'_>, index: i32) -> Result<TokenRecord, EngineError> {
+    ctx.sampled_token_ith(index)
+        .map(|token| TokenRecord {
+            id: token.0,
+            logprob: None,
+        })
+        .ok_or_else(|| EngineError::Decode("llama.cpp made no pick in its decode".into()))
+}
+
+/// Refuses, in a context that makes its greedy picks in the decode, a generation that needs the
+/// logits on the CPU: a grammar's mask, log-probabilities, penalties or a draw at a temperature.
+/// Such a context copies no logits back, so it cannot serve one (docs/ARCHITECTURE.md, "Greedy
+/// picks on the device").
+pub(super) fn check_device_picks(
+    sampling: &SamplingParams,
+    guided: bool,
+    logprobs: bool,
+) -> Result<(), EngineError> {
+    let needs = if guided {
+        "a grammar"
+    } else if logprobs {
+        "log-probabilities"
+    } else if sampling.penalises() {
+        "penalties"
+    } else if !sampling.is_greedy() {
+        "a temperature above 0"
+    } else {
+        return Ok(());
+    };
+    Err(EngineError::Decode(format!(
+        "this session makes greedy picks on the device (SessionOptions::greedy_on_device), \
+         which keeps no logits; a generation with {needs} needs them"
+    )))
+}
+
 /// The context window of one sequence: the options' own, else the model's training context
 /// capped at the protocol's budget.
 pub(super) fn context_size(engine: &LlamaEngine, options: &SessionOptions) -> u32 {
@@ -565,20 +620,29 @@ pub(super) fn new_context<'m>(
         .with_type_v(kv_cache_type(options.kv_cache));
     let capture = super::log::install();
     let mark = capture.mark();
-    let mut ctx = engine
-        .model()
-        .new_context(super::backend()?, params)
-        .map_err(|e| {
-            let said = capture.problems_since(mark);
-            EngineError::ContextFailed {
-                context_size,
-                reason: if said.is_empty() {
-                    e.to_string()
-                } else {
-                    said.join("; ")
-                },
-            }
-        })?;
+    let backend = super::backend()?;
+    let made = if options.greedy_on_device {
+        // One greedy chain for each KV stream (a sequence's id is its stream's), which
+        // llama.cpp keeps and runs in every decode that outputs a row of that sequence.
+        let greedy = (0..streams as i32)
+            .map(|stream| (stream, LlamaSampler::chain_simple([LlamaSampler::greedy()])));
+        engine
+            .model()
+            .new_context_with_samplers(backend, params, greedy)
+    } else {
+        engine.model().new_context(backend, params)
+    };
+    let mut ctx = made.map_err(|e| {
+        let said = capture.problems_since(mark);
+        EngineError::ContextFailed {
+            context_size,
+            reason: if said.is_empty() {
+                e.to_string()
+            } else {
+                said.join("; ")
+            },
+        }
+    })?;
     engine.apply_adapter(&mut ctx)?;
     Ok(ctx)
 }
