@@ -12,7 +12,9 @@
 # makes a model of the default's exact shape with random weights (the same kernels over the same
 # bytes: on the CPU its prompt speed is the real model's and generation about 10% faster, in both
 # engines, so only ratios between engines on the same file are read), and prints:
-#   - single-sequence prompt and generation speed, catena against each llama-bench, alternating;
+#   - single-sequence prompt and generation speed, catena against each llama-bench, alternating
+#     (catena's greedy picks made in llama.cpp's decode, and again made on the CPU from the
+#     logits, as a generation under a grammar makes them: `catena bench --host-picks`);
 #   - single-sequence generation against llama.cpp's own simplest generator, `llama-simple` (the
 #     greedy sampler, each token read back before the next is decoded, as any generator must;
 #     llama-bench's generation test feeds tokens that do not depend on the output, so it never
@@ -319,14 +321,17 @@ on_backend() {
   fi
 }
 
-# engine ANCHOR_NAME LLAMA_BENCH LLAMA_SIMPLE: alternating rounds of llama-bench, catena bench and
-# llama-simple (its generation speed, the mean of `reps` runs); one JSON line a round.
+# engine ANCHOR_NAME LLAMA_BENCH LLAMA_SIMPLE: alternating rounds of llama-bench, catena bench (its
+# greedy picks made in llama.cpp's decode, then its generation again with the picks made on the
+# CPU from the logits, as under a grammar) and llama-simple (its generation speed, the mean of
+# `reps` runs); one JSON line a round.
 engine() {
-  local name="$1" bench="$2" simple="$3" round anchor ours generator rep
+  local name="$1" bench="$2" simple="$3" round anchor ours host generator rep
   for round in $(seq "$rounds"); do
     echo "  $name, round $round" >&2
     anchor="$(on_backend "$name" "$bench" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -ngl "$ngl" -o json)"
     ours="$(run_catena "$name" bench --model "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --gpu-layers "$ngl" --json)"
+    host="$(run_catena "$name" bench --model "$model" -p 0 -n "$tg" -t "$threads" -r "$reps" --gpu-layers "$ngl" --host-picks --json)"
     generator=""
     for rep in $(seq "$reps"); do
       # It prints "decoded N tokens in S s, speed: R t/s" on stderr, the text on stdout. It takes
@@ -335,14 +340,17 @@ engine() {
       generator="$generator $(on_backend "$name" "$simple" -m "$model" -n "$tg" -ngl "$ngl" "Hello" 2>&1 >/dev/null |
         sed -n 's/.*decoded [0-9]* tokens in .* speed: \([0-9.]*\) t\/s.*/\1/p')"
     done
-    python3 - "$name" "$anchor" "$ours" "$generator" <<'EOF'
+    python3 - "$name" "$anchor" "$ours" "$generator" "$host" <<'EOF'
 import json, statistics, sys
 anchor = {("pp" if r["n_prompt"] else "tg") + str(r["n_prompt"] or r["n_gen"]): r["avg_ts"]
           for r in json.loads(sys.argv[2])}
 ours = json.loads(sys.argv[3])
 runs = [float(x) for x in sys.argv[4].split()]
+host = json.loads(sys.argv[5])
 print(json.dumps({"kind": "engine", "anchor_name": sys.argv[1], "anchor": anchor,
                   "catena": {t["test"]: t["tokens_per_s"] for t in ours["tests"]},
+                  "catena_host_picks": host["tests"][0]["tokens_per_s"],
+                  "picks": ours["picks"],
                   "generator": statistics.mean(runs) if runs else None,
                   "gpu_layers": ours["gpu_layers"]}))
 EOF
@@ -426,8 +434,13 @@ for name in dict.fromkeys(l["anchor_name"] for l in lines if l["kind"] == "engin
         a = [positive(r["anchor"].get(test), f"llama-bench {test}") for r in rounds]
         c = [positive(r["catena"].get(test), f"catena {test}") for r in rounds]
         ratio = statistics.median(x / y for x, y in zip(c, a))
-        out.append(f"| {test}, {rounds[0]['gpu_layers']} layers offloaded | llama-bench ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
+        picks = f", picks: {rounds[0]['picks']}" if test.startswith("tg") else ""
+        out.append(f"| {test}, {rounds[0]['gpu_layers']} layers offloaded{picks} | llama-bench ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
     tg = next(t for t in rounds[0]["catena"] if t.startswith("tg"))
+    a = [r["anchor"][tg] for r in rounds]
+    c = [positive(r.get("catena_host_picks"), "catena --host-picks") for r in rounds]
+    ratio = statistics.median(x / y for x, y in zip(c, a))
+    out.append(f"| {tg}, picks from the logits on the CPU (--host-picks) | llama-bench ({name}) | {fmt(a)} | {fmt(c)} | **{ratio:.3f}** |")
     a = [positive(r.get("generator"), "llama-simple") for r in rounds]
     c = [r["catena"][tg] for r in rounds]
     ratio = statistics.median(x / y for x, y in zip(c, a))

@@ -4,8 +4,11 @@
 //!
 //! pp: a fresh context evaluates `n_prompt` random tokens in one batch.
 //! tg: a fresh context takes one token, then generates `n_gen` tokens greedily through
-//! `Session::generate` (sampling, log-probabilities, detokenising and stop checks included),
-//! continuing past end-of-turn tokens so every repetition generates exactly `n_gen`.
+//! `Session::generate` (the pick, detokenising and stop checks included), continuing past
+//! end-of-turn tokens so every repetition generates exactly `n_gen`. Where the output layer is
+//! on a GPU the picks are made inside llama.cpp's decode (`SessionOptions::greedy_on_device`)
+//! unless `--host-picks` asks for the CPU's, from each token's logits, as a generation under a
+//! grammar makes them.
 //!
 //! `--sequences 1,4,8,16`: aggregate generation over many sequences decoded together
 //! (`LlamaEngine::with_sequences`), measured as llama.cpp's `llama-batched-bench` measures it
@@ -55,6 +58,11 @@ pub struct BenchArgs {
     /// given (e.g. 1,4,8,16), instead of pp and tg.
     #[arg(short = 's', long, value_delimiter = ',', value_name = "N,...")]
     pub sequences: Vec<usize>,
+    /// Make the greedy picks on the CPU from each token's logits, as every generation under a
+    /// grammar, with log-probabilities or at a temperature does (default, where the model's
+    /// output layer is on a GPU: inside llama.cpp's decode, so only the token comes back).
+    #[arg(long)]
+    pub host_picks: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -71,6 +79,7 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         sampling: SamplingParams::greedy(),
         threads: args.threads,
         batch_size: args.batch_size,
+        greedy_on_device: device_picks(&engine, &args),
         ..SessionOptions::default()
     };
     let mut rng = XorShift::default();
@@ -119,6 +128,7 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
                 "architecture": info.architecture,
                 "gpu_layers": info.gpu_layers,
                 "threads": args.threads,
+                "picks": picks_name(device_picks(&engine, &args)),
                 "tests": tests,
             })
         );
@@ -180,6 +190,7 @@ fn batched(engine: &LlamaEngine, args: &BenchArgs, rng: &mut XorShift) -> Result
         sampling: SamplingParams::greedy(),
         threads: args.threads,
         batch_size: args.batch_size,
+        greedy_on_device: device_picks(engine, args),
         ..SessionOptions::default()
     };
     // Warm up: one sequence, a short prompt, one generated token. On a GPU also one unmeasured
@@ -218,7 +229,11 @@ fn batched(engine: &LlamaEngine, args: &BenchArgs, rng: &mut XorShift) -> Result
     if args.json {
         println!(
             "{}",
-            serde_json::json!({ "threads": args.threads, "tests": tests })
+            serde_json::json!({
+                "threads": args.threads,
+                "picks": picks_name(device_picks(engine, args)),
+                "tests": tests,
+            })
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -277,6 +292,18 @@ fn batched_gen_rate(
         })
     })??;
     Ok((sequences * n_gen) as f64 / took.as_secs_f64())
+}
+
+/// Whether the greedy picks are made in llama.cpp's decode: where the logits are on a GPU,
+/// unless `--host-picks` (on the CPU backend the picks from the logits are the faster ones:
+/// `SessionOptions::greedy_on_device`).
+fn device_picks(engine: &LlamaEngine, args: &BenchArgs) -> bool {
+    !args.host_picks && engine.info().output_on_gpu()
+}
+
+/// Where the greedy picks were made, for the JSON report.
+fn picks_name(on_device: bool) -> &'static str {
+    if on_device { "device" } else { "host" }
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
