@@ -6,6 +6,9 @@ export default defineConfig({
   testDir: 'e2e',
   globalSetup: './e2e/global-setup.ts',
   timeout: 180_000,
+  // Each `expect` waits this long for the page (5 s by default): a deadline for a screen that never
+  // comes, not a speed check, which a 2-core machine busy with a build would fail.
+  expect: { timeout: 30_000 },
   workers: 1,
   reporter: [['list']],
   use: {

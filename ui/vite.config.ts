@@ -16,5 +16,9 @@ export default defineConfig({
   test: {
     environment: 'jsdom',
     include: ['tests/**/*.test.ts'],
+    setupFiles: ['tests/setup.ts'],
+    // A deadline for a test that hangs, not a speed check: Vitest's default of 5 s failed a
+    // component test (7.96 s) on a 2-core machine busy with two builds.
+    testTimeout: 60_000,
   },
 });
