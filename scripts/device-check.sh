@@ -4,9 +4,9 @@
 # "The GPU check"). What travels is a release `catena` binary built with llama.cpp as shared
 # libraries (`--features shared-llama`) and its trainer on candle's CUDA (`catena-trainer/cuda`,
 # built with CUDA 13.0 as the GPU machine has it), the default model's header, and llama.cpp's
-# sources; there it builds llama.cpp's own `llama-bench` and `llama-batched-bench` from those
-# sources twice (CUDA and Vulkan), each with llama.cpp's shared libraries beside it, and runs
-# catena on each backend's libraries: catena and its anchor run the same compiled llama.cpp. The
+# sources; there it builds llama.cpp's own `llama-bench`, `llama-batched-bench` and `llama-simple`
+# from those sources twice (CUDA and Vulkan), each with llama.cpp's shared libraries beside it, and
+# runs catena on each backend's libraries: catena and its anchor run the same compiled llama.cpp. The
 # CUDA build can be made here instead, with the same nvcc, and placed there by a first call of its
 # own (it does not fit beside the rest): on an H200 it was 349 of the check's 430 s. It
 # makes a model of the default's exact shape with random weights (the same kernels over the same

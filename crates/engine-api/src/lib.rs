@@ -451,8 +451,8 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     /// Whether the output layer (the logits) was given to a GPU: llama.cpp offloads it with the
-    /// layer past the last block. (A device that cannot hold its matrix leaves it in CPU memory
-    /// all the same, as lavapipe does.)
+    /// layer past the last block. (llama.cpp may keep the matrix in CPU memory all the same: with
+    /// lavapipe it does, docs/ARCHITECTURE.md, "Greedy picks on the device".)
     pub fn output_on_gpu(&self) -> bool {
         self.gpu_layers > self.layers
     }
