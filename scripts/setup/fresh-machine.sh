@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves the README's two commands on a machine that has never seen Catena, and times them.
 #
-#   sudo scripts/setup/fresh-machine.sh [--only-run | --only-test] [ROOTFS]
+#   sudo scripts/setup/fresh-machine.sh [--only-run | --only-test | --only-prepare] [ROOTFS]
 #   (ROOTFS: default /var/tmp/catena-fresh; it must not exist yet, except with --only-test)
 #
 # What "fresh" means here: a Debian 12 (bookworm) root file system made by debootstrap from
@@ -18,6 +18,9 @@
 # Each is timed; the log and the timings go to ROOTFS.log and ROOTFS.times.
 #   --only-run    stops after the first command.
 #   --only-test   runs the second command again in a ROOTFS an earlier run left (after a fix).
+#   --only-prepare
+#                 runs neither: only `scripts/device-check.sh --prepare`, what a session lent a GPU
+#                 runs first on a machine that may never have built the project.
 # The package clients use this machine's configuration for them (apt sources, pip and npm
 # settings, its CA certificates and the variables that point clients at them), nothing else of it.
 set -euo pipefail
@@ -27,6 +30,7 @@ mode=all
 case "${1:-}" in
   --only-run) mode=run; shift ;;
   --only-test) mode=test; shift ;;
+  --only-prepare) mode=prepare; shift ;;
 esac
 rootfs="${1:-/var/tmp/catena-fresh}"
 checkout="$root" # cloned into the fresh root at the same path
@@ -159,6 +163,11 @@ git clone -q --no-hardlinks "$checkout" "$rootfs$checkout"
 if [ -d "$checkout/../shared" ]; then cp -a "$checkout/../shared" "$rootfs$(dirname "$checkout")/shared"; fi
 echo "commit $(git -C "$checkout" rev-parse HEAD)" | tee -a "$times" >&2
 
+if [ "$mode" = prepare ]; then
+  inside "device-check prepare" ./scripts/device-check.sh --prepare
+  du -sb "$rootfs$checkout/.device" "$rootfs$checkout/.device-cuda" | tee -a "$times" >&2
+  exit 0
+fi
 inside "first command" ./catena run "$task"
 [ "$mode" = run ] && exit 0
 inside "test command" ./scripts/test.sh
