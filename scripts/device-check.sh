@@ -18,8 +18,8 @@
 #     picks in the decode fail, that row runs with --host-picks and the table says what failed);
 #   - single-sequence generation against llama.cpp's own simplest generator, `llama-simple` (the
 #     greedy sampler, each token read back before the next is decoded, as any generator must;
-#     llama-bench's generation test feeds tokens that do not depend on the output, so it never
-#     waits for the device between two tokens);
+#     llama-bench's generation test waits for each token's logits to reach host memory but never
+#     reads them: its next token is drawn at random);
 #   - aggregate generation of a group decoded together, catena against llama-batched-bench;
 #   - two SFT steps of `catena train sft` on that model, the trainer on the GPU and on the CPU.
 # No RL update: its rollouts run code in the sandbox, whose CPython (150 MB) cannot travel, and
