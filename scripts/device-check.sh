@@ -86,7 +86,7 @@ unxz_to() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(s
 untar_xz() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' "$1" "$2"; }
 
 prepare() {
-  scripts/setup/packages.sh
+  scripts/setup/packages.sh --device-check
   # The binary runs on the GPU machine's CPU, not this one, so it is built for any x86-64 CPU
   # with AVX2 (not for this CPU, as .cargo/config.toml builds), in a build folder of its own; the
   # libraries it loads there are built the same way (LLAMA_TOOLS_CPU below).

@@ -20,7 +20,8 @@
 #   --only-test   runs the second command again in a ROOTFS an earlier run left (after a fix).
 #   --only-prepare
 #                 runs neither: only `scripts/device-check.sh --prepare`, what a session lent a GPU
-#                 runs first on a machine that may never have built the project.
+#                 runs first on a machine that may never have built the project; in a ROOTFS an
+#                 earlier --only-prepare left, it runs it again there (after a fix).
 # The package clients use this machine's configuration for them (apt sources, pip and npm
 # settings, its CA certificates and the variables that point clients at them), nothing else of it.
 set -euo pipefail
@@ -141,11 +142,21 @@ inside() { # inside LABEL COMMAND...: runs in the fresh root as a new login woul
   return "$status"
 }
 
-if [ "$mode" = test ]; then
+# prepare_inside: the GPU check's packing, and the sizes of what it packed.
+prepare_inside() {
+  inside "device-check prepare" ./scripts/device-check.sh --prepare
+  du -sb "$rootfs$checkout/.device" "$rootfs$checkout/.device-cuda" | tee -a "$times" >&2
+}
+
+if [ "$mode" = test ] || { [ "$mode" = prepare ] && [ -e "$rootfs" ]; }; then
   [ -d "$rootfs$checkout" ] || die "no earlier run in $rootfs"
   mount_all
   git -C "$rootfs$checkout" pull -q --ff-only "$checkout" HEAD
-  echo "commit $(git -C "$rootfs$checkout" rev-parse HEAD) (again, after the first command)" | tee -a "$times" >&2
+  echo "commit $(git -C "$rootfs$checkout" rev-parse HEAD) (again)" | tee -a "$times" >&2
+  if [ "$mode" = prepare ]; then
+    prepare_inside
+    exit 0
+  fi
   inside "test command" ./scripts/test.sh
   echo "the test command passed; timings in $times" >&2
   exit 0
@@ -164,8 +175,7 @@ if [ -d "$checkout/../shared" ]; then cp -a "$checkout/../shared" "$rootfs$(dirn
 echo "commit $(git -C "$checkout" rev-parse HEAD)" | tee -a "$times" >&2
 
 if [ "$mode" = prepare ]; then
-  inside "device-check prepare" ./scripts/device-check.sh --prepare
-  du -sb "$rootfs$checkout/.device" "$rootfs$checkout/.device-cuda" | tee -a "$times" >&2
+  prepare_inside
   exit 0
 fi
 inside "first command" ./catena run "$task"

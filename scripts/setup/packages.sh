@@ -10,7 +10,9 @@
 # backend is tested on machines without a GPU), and git where a machine lacks it (the suite's
 # long-function check lists the clone's files with it). With --bench, a Python virtual environment outside the clone
 # (~/.cache/catena-bench/venv) with PyTorch, transformers, PEFT and gguf: the anchor that
-# scripts/bench/train.py measures the trainer against (several GB; never needed otherwise).
+# scripts/bench/train.py measures the trainer against (several GB; never needed otherwise). With
+# --device-check, also what `scripts/device-check.sh --prepare` packs with: git (it sizes what
+# travels from the clone's tracked files), binutils (readelf, strip) and xz.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
@@ -42,6 +44,11 @@ case "${1:-}" in
   --tests) tests=true; desktop=true ;;
   --desktop) desktop=true ;;
   --bench) bench=true ;;
+  --device-check)
+    command -v git >/dev/null 2>&1 || need+=(git)
+    command -v readelf >/dev/null 2>&1 && command -v strip >/dev/null 2>&1 || need+=(binutils)
+    command -v xz >/dev/null 2>&1 || need+=(xz-utils)
+    ;;
 esac
 if $tests; then
   # Playwright drives this very binary (ui/playwright.config.ts).
