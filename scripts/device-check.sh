@@ -164,7 +164,7 @@ prepare() {
 # the 64 MiB a call carries.
 prepare_cuda_build() {
   local portable="$1" cuda="$2" tree="$3" tool size
-  step "llama.cpp's CUDA build for compute capability $cuda_arch (the first time about 15 minutes on 2 cores)"
+  step "llama.cpp's CUDA build for compute capability $cuda_arch (the first time 22 to 25 minutes on 2 cores)"
   for tool in "llama-bench llama-bench" "batched-bench llama-batched-bench" "simple llama-simple"; do
     # The linker resolves libggml-cuda's CUDA libraries through LD_LIBRARY_PATH when it links a
     # tool: CMake leaves nvcc's own folders out of the library's RUNPATH. The driver's is the

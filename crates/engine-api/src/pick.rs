@@ -14,7 +14,7 @@
 
 use crate::TokenRecord;
 use crate::sampling::{
-    BLOCK, SamplingParams, exp_nonpositive, max_of, token_logprob_given_max, weight_sum,
+    BLOCK, SamplingParams, exp_nonpositive, first_max, max_of, token_logprob_given_max, weight_sum,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -159,14 +159,20 @@ impl TokenSampler {
         allowed: Option<AllowedTokens<'_>>,
         logprob: bool,
     ) -> Option<TokenRecord> {
-        let max = max_of(logits);
+        // A free greedy pick finds the largest logit and where it is in one pass.
+        let (first, max) = match (self.params.is_greedy(), allowed) {
+            (true, None) => {
+                first_max(logits).map_or((None, f32::NEG_INFINITY), |(i, m)| (Some(i), m))
+            }
+            _ => (None, max_of(logits)),
+        };
         if !max.is_finite() {
             return None;
         }
         let temperature = self.params.logprob_temperature();
         let (token, logprob) = if self.params.is_greedy() {
             let token = match allowed {
-                None => logits.iter().position(|&l| l == max)?,
+                None => first?,
                 Some(allowed) => best_allowed(logits, allowed)?,
             };
             let lp = logprob

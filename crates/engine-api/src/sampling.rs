@@ -88,18 +88,13 @@ impl SamplingParams {
 /// The most likely token (the first of equals): greedy sampling without building llama.cpp's
 /// candidate array. `None` when no logit is a number above minus infinity.
 pub fn argmax(logits: &[f32]) -> Option<usize> {
-    let max = max_of(logits);
-    if max == f32::NEG_INFINITY {
-        return None;
-    }
-    logits.iter().position(|&l| l == max)
+    first_max(logits).map(|(index, _)| index)
 }
 
 /// The most likely token and its log-probability (temperature 1): [`argmax`] and one more pass
 /// over the logits.
 pub fn greedy_pick(logits: &[f32]) -> Option<(usize, f32)> {
-    let max = max_of(logits);
-    let token = logits.iter().position(|&l| l == max)?;
+    let (token, max) = first_max(logits)?;
     Some((token, token_logprob_given_max(logits, token, 1.0, max)?))
 }
 
@@ -192,6 +187,46 @@ pub(crate) fn max_of(values: &[f32]) -> f32 {
     max
 }
 
+/// The first index of the largest value and that value (NaN is skipped), or `None` where no value
+/// is above minus infinity. One pass in independent lanes, each keeping its largest value and the
+/// block it was first seen in, so the comparisons and the index updates vectorise and the row is
+/// read once. (A pass of [`max_of`] and then a search for the first equal value reads a real row,
+/// whose largest logit may be anywhere, one and a half times on average, the search one element
+/// at a time: benches/sampling.rs has that as its anchor.)
+pub(crate) fn first_max(values: &[f32]) -> Option<(usize, f32)> {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    // The block of LANES values each lane's value came from (u32, the float's width, so that
+    // one vector mask selects both); a row of 2^32 blocks is beyond any vocabulary.
+    let mut blocks = [0u32; LANES];
+    let mut pieces = values.chunks_exact(LANES);
+    for (block, piece) in (&mut pieces).enumerate() {
+        let block = block as u32;
+        for ((lane, at), &v) in lanes.iter_mut().zip(blocks.iter_mut()).zip(piece) {
+            let larger = v > *lane;
+            *lane = if larger { v } else { *lane };
+            *at = if larger { block } else { *at };
+        }
+    }
+    let mut best: Option<(usize, f32)> = None;
+    let mut consider = |index: usize, v: f32| {
+        let better = match best {
+            None => v > f32::NEG_INFINITY,
+            Some((at, max)) => v > max || (v == max && index < at),
+        };
+        if better {
+            best = Some((index, v));
+        }
+    };
+    for (lane, (&v, &block)) in lanes.iter().zip(&blocks).enumerate() {
+        consider(block as usize * LANES + lane, v);
+    }
+    let tail = values.len() - pieces.remainder().len();
+    for (offset, &v) in pieces.remainder().iter().enumerate() {
+        consider(tail + offset, v);
+    }
+    best
+}
+
 /// `e^x` for `x <= 0` to about 2e-7 relative error, in operations SSE2 has for four lanes at
 /// once (float multiply-adds, bit casts, integer adds and shifts), so a loop of it vectorises on
 /// any x86-64 CPU. Below -87 it returns e^-87 (about 1.6e-38), which no sum notices; NaN stays
@@ -231,6 +266,47 @@ mod tests {
         assert_eq!(argmax(&[]), None);
         assert_eq!(argmax(&[f32::NAN, f32::NAN]), None);
         assert_eq!(argmax(&[f32::NEG_INFINITY]), None);
+    }
+
+    /// The one-pass search against the plain definition, on rows with ties across lanes and
+    /// blocks, NaNs, infinities, signed zeros and every length around a multiple of the lanes.
+    #[test]
+    fn first_max_is_the_first_of_the_largest() {
+        let plain = |row: &[f32]| {
+            let mut best: Option<(usize, f32)> = None;
+            for (i, &v) in row.iter().enumerate() {
+                if v > best.map_or(f32::NEG_INFINITY, |(_, m)| m) {
+                    best = Some((i, v));
+                }
+            }
+            best
+        };
+        let mut x = 0x2545_F491u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+        for len in (0..80).chain([1000, 151_936]) {
+            for round in 0..20 {
+                let row: Vec<f32> = (0..len)
+                    .map(|_| match next() % 16 {
+                        0 => specials[(next() % 5) as usize],
+                        // Few distinct values, so the largest is often tied.
+                        _ if round % 2 == 0 => (next() % 7) as f32,
+                        _ => (next() % 100_000) as f32 / 7.0 - 5000.0,
+                    })
+                    .collect();
+                let (ours, theirs) = (first_max(&row), plain(&row));
+                assert_eq!(
+                    ours.map(|(i, v)| (i, v.to_bits())),
+                    theirs.map(|(i, v)| (i, v.to_bits())),
+                    "length {len}, round {round}"
+                );
+            }
+        }
     }
 
     #[test]
