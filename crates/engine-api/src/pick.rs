@@ -14,7 +14,8 @@
 
 use crate::TokenRecord;
 use crate::sampling::{
-    BLOCK, SamplingParams, exp_nonpositive, first_max, max_of, token_logprob_given_max, weight_sum,
+    BLOCK, SamplingParams, exp_nonpositive, first_max, first_max_allowed, max_of,
+    token_logprob_given_max, weight_sum,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -122,7 +123,8 @@ impl TokenSampler {
 
     /// The next token from `logits`, among `allowed` when a grammar is in force, with its
     /// log-probability when `logprob` is set. `None` when the row has no usable number (NaN or
-    /// infinite logits) or the mask allows no token of the row.
+    /// infinite logits) or the mask allows no token of the row (a greedy pick takes an allowed
+    /// token whose logit is minus infinity for one it does not allow).
     ///
     /// With frequency or presence penalties, the tokens this sampler picked before are lowered
     /// first (OpenAI's formula: `logit - count × frequency - presence` for a token picked `count`
@@ -173,7 +175,7 @@ impl TokenSampler {
         let (token, logprob) = if self.params.is_greedy() {
             let token = match allowed {
                 None => first?,
-                Some(allowed) => best_allowed(logits, allowed)?,
+                Some(allowed) => first_max_allowed(logits, allowed.0)?.0,
             };
             let lp = logprob
                 .then(|| token_logprob_given_max(logits, token, temperature, max))
@@ -403,15 +405,25 @@ fn top_k(logits: &[f32], allowed: Option<AllowedTokens<'_>>, k: usize, out: &mut
             }
         }
     };
-    match allowed {
-        Some(allowed) => allowed.for_each(logits.len(), |t| offer(t, out, &mut bar)),
-        // Without a mask, whole blocks under the bar are passed over after one vectorised max.
-        None => {
-            for (b, block) in logits.chunks(BLOCK).enumerate() {
+    // Whole blocks under the bar are passed over after one vectorised max (of the allowed
+    // logits, under a mask: a block starts on a word of it).
+    const _: () = assert!(BLOCK.is_multiple_of(32));
+    for (b, block) in logits.chunks(BLOCK).enumerate() {
+        let start = b * BLOCK;
+        match allowed {
+            Some(allowed) => {
+                let words = allowed.0.get(start / 32..).unwrap_or_default();
+                let best = first_max_allowed(block, words).map(|(_, max)| max);
+                if out.len() >= k && best.is_none_or(|max| max <= bar) {
+                    continue;
+                }
+                AllowedTokens(words).for_each(block.len(), |t| offer(start + t, out, &mut bar));
+            }
+            None => {
                 if out.len() >= k && max_of(block) <= bar {
                     continue;
                 }
-                (b * BLOCK..b * BLOCK + block.len()).for_each(|t| offer(t, out, &mut bar));
+                (start..start + block.len()).for_each(|t| offer(t, out, &mut bar));
             }
         }
     }
@@ -429,18 +441,6 @@ fn pick_in(weights: &[f32], target: f64) -> Option<usize> {
         left -= w;
         false
     })
-}
-
-/// The allowed token with the largest logit (the lowest of equals).
-fn best_allowed(logits: &[f32], allowed: AllowedTokens<'_>) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    allowed.for_each(logits.len(), |t| {
-        let l = logits[t];
-        if !l.is_nan() && best.is_none_or(|b| l > logits[b]) {
-            best = Some(t);
-        }
-    });
-    best
 }
 
 #[cfg(test)]

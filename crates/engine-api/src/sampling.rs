@@ -194,14 +194,47 @@ pub(crate) fn max_of(values: &[f32]) -> f32 {
 /// whose largest logit may be anywhere, one and a half times on average, the search one element
 /// at a time: benches/sampling.rs has that as its anchor.)
 pub(crate) fn first_max(values: &[f32]) -> Option<(usize, f32)> {
+    first_max_where(values, |_| u32::MAX)
+}
+
+/// [`first_max`] over the values a grammar's mask allows (llguidance's layout: bit `i % 32` of
+/// word `i / 32` for value `i`; values past the last word are not allowed). An allowed value of
+/// minus infinity counts as none, as in [`first_max`].
+pub(crate) fn first_max_allowed(values: &[f32], words: &[u32]) -> Option<(usize, f32)> {
+    first_max_where(values, |block| {
+        words
+            .get(block / 2)
+            .map_or(0, |word| word >> (block % 2 * LANES))
+    })
+}
+
+// The masks hand each block of LANES values the low LANES bits of a 32-bit word.
+const _: () = assert!(LANES == 16);
+
+/// The search behind [`first_max`] and [`first_max_allowed`]: `bits(block)` holds in its low
+/// LANES bits which values of the block of LANES at `block * LANES` take part. Inlined into both,
+/// so that the unmasked one's constant bits fold away.
+#[inline(always)]
+fn first_max_where(values: &[f32], bits: impl Fn(usize) -> u32) -> Option<(usize, f32)> {
     let mut lanes = [f32::NEG_INFINITY; LANES];
     // The block of LANES values each lane's value came from (u32, the float's width, so that
     // one vector mask selects both); a row of 2^32 blocks is beyond any vocabulary.
     let mut blocks = [0u32; LANES];
     let mut pieces = values.chunks_exact(LANES);
     for (block, piece) in (&mut pieces).enumerate() {
+        let taken = bits(block);
         let block = block as u32;
-        for ((lane, at), &v) in lanes.iter_mut().zip(blocks.iter_mut()).zip(piece) {
+        for (j, ((lane, at), &v)) in lanes
+            .iter_mut()
+            .zip(blocks.iter_mut())
+            .zip(piece)
+            .enumerate()
+        {
+            let v = if taken >> j & 1 != 0 {
+                v
+            } else {
+                f32::NEG_INFINITY
+            };
             let larger = v > *lane;
             *lane = if larger { v } else { *lane };
             *at = if larger { block } else { *at };
@@ -221,8 +254,11 @@ pub(crate) fn first_max(values: &[f32]) -> Option<(usize, f32)> {
         consider(block as usize * LANES + lane, v);
     }
     let tail = values.len() - pieces.remainder().len();
+    let taken = bits(tail / LANES);
     for (offset, &v) in pieces.remainder().iter().enumerate() {
-        consider(tail + offset, v);
+        if taken >> offset & 1 != 0 {
+            consider(tail + offset, v);
+        }
     }
     best
 }
@@ -268,14 +304,15 @@ mod tests {
         assert_eq!(argmax(&[f32::NEG_INFINITY]), None);
     }
 
-    /// The one-pass search against the plain definition, on rows with ties across lanes and
-    /// blocks, NaNs, infinities, signed zeros and every length around a multiple of the lanes.
+    /// The one-pass search, with and without a mask, against the plain definition, on rows with
+    /// ties across lanes and blocks, NaNs, infinities, signed zeros and every length around a
+    /// multiple of the lanes, under masks dense and sparse, some shorter than the row.
     #[test]
     fn first_max_is_the_first_of_the_largest() {
-        let plain = |row: &[f32]| {
+        let plain = |row: &[f32], allowed: &dyn Fn(usize) -> bool| {
             let mut best: Option<(usize, f32)> = None;
             for (i, &v) in row.iter().enumerate() {
-                if v > best.map_or(f32::NEG_INFINITY, |(_, m)| m) {
+                if allowed(i) && v > best.map_or(f32::NEG_INFINITY, |(_, m)| m) {
                     best = Some((i, v));
                 }
             }
@@ -289,7 +326,7 @@ mod tests {
             x
         };
         let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
-        for len in (0..80).chain([1000, 151_936]) {
+        for len in (0..80usize).chain([1000, 151_936]) {
             for round in 0..20 {
                 let row: Vec<f32> = (0..len)
                     .map(|_| match next() % 16 {
@@ -299,11 +336,26 @@ mod tests {
                         _ => (next() % 100_000) as f32 / 7.0 - 5000.0,
                     })
                     .collect();
-                let (ours, theirs) = (first_max(&row), plain(&row));
+                let bits = |found: Option<(usize, f32)>| found.map(|(i, v)| (i, v.to_bits()));
+                let (ours, theirs) = (first_max(&row), plain(&row, &|_| true));
+                assert_eq!(bits(ours), bits(theirs), "length {len}, round {round}");
+                // A mask one word short in some rounds; dense in odd rounds, sparse in even.
+                let words = (len.div_ceil(32)).saturating_sub(round % 3 / 2);
+                let mask: Vec<u32> = (0..words)
+                    .map(|_| {
+                        if round % 2 == 1 {
+                            !(next() & next())
+                        } else {
+                            next() & next() & next()
+                        }
+                    })
+                    .collect();
+                let allowed = |i: usize| mask.get(i / 32).is_some_and(|w| w >> (i % 32) & 1 != 0);
+                let (ours, theirs) = (first_max_allowed(&row, &mask), plain(&row, &allowed));
                 assert_eq!(
-                    ours.map(|(i, v)| (i, v.to_bits())),
-                    theirs.map(|(i, v)| (i, v.to_bits())),
-                    "length {len}, round {round}"
+                    bits(ours),
+                    bits(theirs),
+                    "masked: length {len}, round {round}"
                 );
             }
         }
