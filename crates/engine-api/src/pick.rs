@@ -14,8 +14,8 @@
 
 use crate::TokenRecord;
 use crate::sampling::{
-    BLOCK, SamplingParams, exp_nonpositive, first_max, first_max_allowed, max_of,
-    token_logprob_given_max, weight_sum,
+    BLOCK, LANES, SamplingParams, above_in_group, all_bits, exp_nonpositive, first_max,
+    first_max_allowed, mask_bits, max_of, max_where, token_logprob_given_max, weight_sum,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -383,6 +383,17 @@ impl TokenSampler {
 /// least logit kept so far, in most cases: candidates gather in a buffer of up to `2k` and are cut
 /// back to the best `k` when it fills, which raises the bar.
 fn top_k(logits: &[f32], allowed: Option<AllowedTokens<'_>>, k: usize, out: &mut Vec<Candidate>) {
+    match allowed {
+        Some(allowed) => top_k_where(logits, k, out, mask_bits(allowed.0)),
+        None => top_k_where(logits, k, out, all_bits),
+    }
+}
+
+/// [`top_k`] over the logits `bits` lets through (`bits(group)`: which of the LANES values of
+/// that group, as `sampling::max_where` reads it). Whole blocks under the bar are passed over
+/// after one vectorised max; in the others each group of LANES is compared with the bar at once
+/// and only the values above it are offered.
+fn top_k_where(logits: &[f32], k: usize, out: &mut Vec<Candidate>, bits: impl Fn(usize) -> u32) {
     let cut = |out: &mut Vec<Candidate>| {
         if out.len() > k {
             out.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
@@ -405,25 +416,27 @@ fn top_k(logits: &[f32], allowed: Option<AllowedTokens<'_>>, k: usize, out: &mut
             }
         }
     };
-    // Whole blocks under the bar are passed over after one vectorised max (of the allowed
-    // logits, under a mask: a block starts on a word of it).
-    const _: () = assert!(BLOCK.is_multiple_of(32));
+    const GROUPS: usize = BLOCK / LANES;
+    const _: () = assert!(BLOCK.is_multiple_of(LANES));
     for (b, block) in logits.chunks(BLOCK).enumerate() {
-        let start = b * BLOCK;
-        match allowed {
-            Some(allowed) => {
-                let words = allowed.0.get(start / 32..).unwrap_or_default();
-                let best = first_max_allowed(block, words).map(|(_, max)| max);
-                if out.len() >= k && best.is_none_or(|max| max <= bar) {
-                    continue;
-                }
-                AllowedTokens(words).for_each(block.len(), |t| offer(start + t, out, &mut bar));
-            }
-            None => {
-                if out.len() >= k && max_of(block) <= bar {
-                    continue;
-                }
-                (start..start + block.len()).for_each(|t| offer(t, out, &mut bar));
+        let block_bits = |g: usize| bits(b * GROUPS + g);
+        if out.len() >= k && max_where(block, block_bits) <= bar {
+            continue;
+        }
+        for (g, group) in block.chunks(LANES).enumerate() {
+            // Only the group's own values (a last group may be short).
+            let taken = block_bits(g) & (u32::MAX >> (32 - group.len()));
+            // Until k are kept every allowed number is offered; then those above the bar (a cut
+            // within the group may raise it: `offer` compares again).
+            let mut wanted = if out.len() < k {
+                taken
+            } else {
+                above_in_group(group, bar, taken)
+            };
+            while wanted != 0 {
+                let j = wanted.trailing_zeros() as usize;
+                wanted &= wanted - 1;
+                offer(b * BLOCK + g * LANES + j, out, &mut bar);
             }
         }
     }

@@ -131,7 +131,7 @@ pub(crate) fn token_logprob_given_max(
 }
 
 /// Independent lanes of a vectorised pass over the logits.
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 /// The logits a partial sum covers before it is added, in f64, to the row's total.
 pub(crate) const BLOCK: usize = 256;
 
@@ -171,20 +171,64 @@ pub(crate) fn weight_sum(
 /// The largest value, in independent lanes so the comparisons vectorise (one running maximum
 /// is a chain of dependent instructions).
 pub(crate) fn max_of(values: &[f32]) -> f32 {
+    max_where(values, all_bits)
+}
+
+/// The largest of the values `bits` lets through (as in [`first_max_where`]), minus infinity
+/// where none is a number. Inlined, so that [`all_bits`] folds away.
+#[inline(always)]
+pub(crate) fn max_where(values: &[f32], bits: impl Fn(usize) -> u32) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let mut pieces = values.chunks_exact(LANES);
-    for piece in &mut pieces {
-        for (lane, &v) in lanes.iter_mut().zip(piece) {
+    for (group, piece) in (&mut pieces).enumerate() {
+        let taken = bits(group);
+        for (j, (lane, &v)) in lanes.iter_mut().zip(piece).enumerate() {
+            let v = if taken >> j & 1 != 0 {
+                v
+            } else {
+                f32::NEG_INFINITY
+            };
             *lane = if v > *lane { v } else { *lane };
         }
     }
+    let tail = values.len() - pieces.remainder().len();
+    let taken = bits(tail / LANES);
+    let rest = pieces.remainder().iter().enumerate();
+    let rest = rest.filter(|&(offset, _)| taken >> offset & 1 != 0);
     let mut max = f32::NEG_INFINITY;
-    for &v in lanes.iter().chain(pieces.remainder()) {
+    for &v in lanes.iter().chain(rest.map(|(_, v)| v)) {
         if v > max {
             max = v;
         }
     }
     max
+}
+
+/// Every value of every group of LANES: the bits of a row without a mask.
+pub(crate) fn all_bits(_group: usize) -> u32 {
+    u32::MAX
+}
+
+/// The bits of a grammar's mask (llguidance's layout: bit `i % 32` of word `i / 32` for value
+/// `i`) for each group of LANES values of the row: `bits(group)` holds in its low LANES bits which
+/// values of the group at `group * LANES` are allowed; values past the last word are not.
+pub(crate) fn mask_bits(words: &[u32]) -> impl Fn(usize) -> u32 + Copy + '_ {
+    move |group| {
+        words
+            .get(group / 2)
+            .map_or(0, |word| word >> (group % 2 * LANES))
+    }
+}
+
+/// Which values of one group of at most LANES are above `bar` and let through by `taken`, as
+/// bits (a comparison of the whole group at once, where the values are vectors).
+#[inline(always)]
+pub(crate) fn above_in_group(group: &[f32], bar: f32, taken: u32) -> u32 {
+    let mut above = 0u32;
+    for (j, &v) in group.iter().enumerate() {
+        above |= u32::from(v > bar) << j;
+    }
+    above & taken
 }
 
 /// The first index of the largest value and that value (NaN is skipped), or `None` where no value
@@ -194,18 +238,14 @@ pub(crate) fn max_of(values: &[f32]) -> f32 {
 /// whose largest logit may be anywhere, one and a half times on average, the search one element
 /// at a time: benches/sampling.rs has that as its anchor.)
 pub(crate) fn first_max(values: &[f32]) -> Option<(usize, f32)> {
-    first_max_where(values, |_| u32::MAX)
+    first_max_where(values, all_bits)
 }
 
 /// [`first_max`] over the values a grammar's mask allows (llguidance's layout: bit `i % 32` of
 /// word `i / 32` for value `i`; values past the last word are not allowed). An allowed value of
 /// minus infinity counts as none, as in [`first_max`].
 pub(crate) fn first_max_allowed(values: &[f32], words: &[u32]) -> Option<(usize, f32)> {
-    first_max_where(values, |block| {
-        words
-            .get(block / 2)
-            .map_or(0, |word| word >> (block % 2 * LANES))
-    })
+    first_max_where(values, mask_bits(words))
 }
 
 // The masks hand each block of LANES values the low LANES bits of a 32-bit word.
@@ -304,7 +344,8 @@ mod tests {
         assert_eq!(argmax(&[f32::NEG_INFINITY]), None);
     }
 
-    /// The one-pass search, with and without a mask, against the plain definition, on rows with
+    /// The one-pass search and the maximum, with and without a mask, against the plain
+    /// definition, on rows with
     /// ties across lanes and blocks, NaNs, infinities, signed zeros and every length around a
     /// multiple of the lanes, under masks dense and sparse, some shorter than the row.
     #[test]
@@ -356,6 +397,14 @@ mod tests {
                     bits(ours),
                     bits(theirs),
                     "masked: length {len}, round {round}"
+                );
+                // The maxima alone, as top-k's blocks and the sampler's row read them.
+                let max = |found: Option<(usize, f32)>| found.map_or(f32::NEG_INFINITY, |(_, m)| m);
+                assert_eq!(max_of(&row), max(plain(&row, &|_| true)), "length {len}");
+                assert_eq!(
+                    max_where(&row, mask_bits(&mask)),
+                    max(theirs),
+                    "masked: {len}"
                 );
             }
         }

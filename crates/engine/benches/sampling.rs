@@ -52,6 +52,16 @@ fn mask(stride: usize) -> Vec<u32> {
     words
 }
 
+/// A mask allowing every token but each `stride`-th (free text inside a chain's segment, where a
+/// grammar rules out only the protocol's tags and a few special tokens).
+fn mask_all_but(stride: usize) -> Vec<u32> {
+    let mut words = vec![u32::MAX; VOCAB.div_ceil(32)];
+    for t in (0..VOCAB).step_by(stride) {
+        words[t / 32] &= !(1 << (t % 32));
+    }
+    words
+}
+
 fn chain(p: &SamplingParams) -> LlamaSampler {
     let mut chain = Vec::new();
     if p.top_k > 0 {
@@ -100,6 +110,7 @@ fn bench(c: &mut Criterion) {
     let row = logits();
     let half = mask(2);
     let few = mask(5_000);
+    let most = mask_all_but(100);
     let rl = SamplingParams {
         temperature: 1.0,
         top_p: 1.0,
@@ -108,7 +119,7 @@ fn bench(c: &mut Criterion) {
         ..SamplingParams::default()
     };
     let run = SamplingParams::default();
-    let cases: [(&str, SamplingParams, Option<&[u32]>, bool); 4] = [
+    let cases: [(&str, SamplingParams, Option<&[u32]>, bool); 6] = [
         ("RL, free, with log-probability", rl, None, true),
         (
             "RL, mask allows half, with log-probability",
@@ -126,6 +137,18 @@ fn bench(c: &mut Criterion) {
             "catena run defaults (top-k 40, top-p 0.95, t 0.6)",
             run,
             None,
+            false,
+        ),
+        (
+            "catena run defaults, mask allows 99%",
+            run,
+            Some(&most),
+            false,
+        ),
+        (
+            "greedy, mask allows 99%",
+            SamplingParams::greedy(),
+            Some(&most),
             false,
         ),
     ];
