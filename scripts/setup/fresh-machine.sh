@@ -2,7 +2,8 @@
 # Proves the README's two commands on a machine that has never seen Catena, and times them.
 #
 #   sudo scripts/setup/fresh-machine.sh [--only-run | --only-test | --only-prepare] [ROOTFS]
-#   (ROOTFS: default /var/tmp/catena-fresh; it must not exist yet, except with --only-test)
+#   (ROOTFS: default /var/tmp/catena-fresh; it must not exist yet, except with --only-test or
+#   --only-prepare, which run again in one an earlier run left)
 #
 # What "fresh" means here: a Debian 12 (bookworm) root file system made by debootstrap from
 # Debian's packages (`minbase`: no compiler, no Python, no CMake, no libclang), with only what a
