@@ -451,8 +451,10 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     /// Whether the output layer (the logits) was given to a GPU: llama.cpp offloads it with the
-    /// layer past the last block. (llama.cpp may keep the matrix in CPU memory all the same: with
-    /// lavapipe it does, docs/ARCHITECTURE.md, "Greedy picks on the device".)
+    /// layer past the last block. llama.cpp may keep the matrix in CPU memory all the same, where
+    /// the device refuses its product with 512 tokens: lavapipe's 128 MiB storage-buffer limit
+    /// does so for any vocabulary over 65,536 tokens (docs/ARCHITECTURE.md, "Greedy picks on the
+    /// device").
     pub fn output_on_gpu(&self) -> bool {
         self.gpu_layers > self.layers
     }
