@@ -9,8 +9,9 @@
 //! largest value and then a search for the first equal one.
 //!
 //! The sampler's pick under a grammar's mask that lets most tokens through (free text inside a
-//! chain's segment), greedy and at the default settings, each against the same pick without a
-//! mask: what the mask costs a token.
+//! chain's segment), greedy, at the default settings and at RL's (a draw from the whole
+//! distribution, the mask RL's rollouts are held to), each against the same pick without a mask:
+//! what the mask costs a token.
 //!
 //! Also the loop watch (`RepetitionWatch`) that every chain's token passes through, against
 //! the same `argmax`, the least a decoded token costs Catena.
@@ -88,10 +89,19 @@ fn bench(c: &mut Criterion) {
     let mut mask = vec![u32::MAX; row.len().div_ceil(32)];
     mask.iter_mut().step_by(97).for_each(|word| *word = 0);
     for (name, params) in [
-        ("greedy", SamplingParams::greedy()),
-        ("default settings", SamplingParams::default()),
+        ("a greedy", SamplingParams::greedy()),
+        ("a default settings", SamplingParams::default()),
+        (
+            "an RL settings (temperature 1, no top-k or top-p)",
+            SamplingParams {
+                temperature: 1.0,
+                top_p: 1.0,
+                top_k: 0,
+                ..SamplingParams::default()
+            },
+        ),
     ] {
-        let mut group = c.benchmark_group(format!("a {name} pick under a grammar's mask"));
+        let mut group = c.benchmark_group(format!("{name} pick under a grammar's mask"));
         let mut sampler = TokenSampler::new(params);
         group.bench_function("anchor: the same pick without a mask", |b| {
             b.iter(|| sampler.pick(black_box(&row), None, false))

@@ -15,7 +15,8 @@
 use crate::TokenRecord;
 use crate::sampling::{
     BLOCK, LANES, SamplingParams, above_in_group, all_bits, exp_nonpositive, first_max,
-    first_max_allowed, mask_bits, max_of, max_where, token_logprob_given_max, weight_sum,
+    first_max_allowed, mask_bits, max_of, max_where, sum_where, token_logprob_given_max,
+    weight_sum,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -123,8 +124,9 @@ impl TokenSampler {
 
     /// The next token from `logits`, among `allowed` when a grammar is in force, with its
     /// log-probability when `logprob` is set. `None` when the row has no usable number (NaN or
-    /// infinite logits) or the mask allows no token of the row (a greedy pick takes an allowed
-    /// token whose logit is minus infinity for one it does not allow).
+    /// infinite logits) or the mask allows no token of the row (a greedy pick, and a draw whose
+    /// allowed tokens all sit about 60 below the row's best, take an allowed token whose logit is
+    /// minus infinity for one it does not allow).
     ///
     /// With frequency or presence penalties, the tokens this sampler picked before are lowered
     /// first (OpenAI's formula: `logit - count × frequency - presence` for a token picked `count`
@@ -248,42 +250,79 @@ impl TokenSampler {
         last
     }
 
-    /// A draw among the allowed tokens, weighted as [`Self::fill_weights`] wrote them; when the
-    /// best allowed token sits so far below the row's maximum that those weights lose precision,
-    /// the allowed tokens' weights are taken again relative to their own maximum.
+    /// A draw among the allowed tokens, weighted as [`Self::fill_weights`] wrote them: each
+    /// block's allowed weight summed in vector lanes, then the block drawn, then the token in it.
+    /// When the best allowed token sits so far below the row's maximum that those weights lose
+    /// precision, the allowed tokens' weights are taken again relative to their own maximum.
+    /// (RL's rollouts draw here at every token: the whole distribution, held to the grammar.)
     fn draw_allowed(&mut self, logits: &[f32], allowed: AllowedTokens<'_>) -> Option<usize> {
-        let n = logits.len();
-        let weights = &mut self.weights;
-        let (mut total, mut best) = (0.0f64, None::<usize>);
-        allowed.for_each(n, |t| {
-            total += f64::from(weights[t]);
-            if !logits[t].is_nan() && best.is_none_or(|b| logits[t] > logits[b]) {
-                best = Some(t);
-            }
-        });
-        let top = logits[best?];
+        let mut total = self.allowed_block_sums(allowed);
         // e^-60 of the row's best: the weights keep about 26 of f32's 38 decimal orders.
         if total < 1e-26 {
+            let (_, top) = first_max_allowed(logits, allowed.0)?;
             let inv_t = 1.0 / self.params.logprob_temperature();
-            total = 0.0;
-            allowed.for_each(n, |t| {
+            let weights = &mut self.weights;
+            allowed.for_each(logits.len(), |t| {
                 weights[t] = exp_nonpositive((logits[t] - top) * inv_t);
-                total += f64::from(weights[t]);
             });
+            total = self.allowed_block_sums(allowed);
         }
         let mut target = self.rng.random::<f64>() * total;
-        let mut last = best;
-        let picked = allowed.find(n, |t| {
-            last = Some(t);
-            let w = f64::from(weights[t]);
+        let mut last_block = None;
+        for (b, &sum) in self.block_sums.iter().enumerate() {
+            if sum <= 0.0 {
+                continue;
+            }
+            if target < sum {
+                return self.draw_in_block(b, target, allowed);
+            }
+            target -= sum;
+            last_block = Some(b);
+        }
+        // Rounding left the target past the last block: its last allowed token, then.
+        self.draw_in_block(last_block?, f64::INFINITY, allowed)
+    }
+
+    /// Each block's weight over the tokens `allowed` lets through, into `block_sums` (the
+    /// unmasked sums [`Self::fill_weights`] left there are not needed after its total); returns
+    /// their sum.
+    fn allowed_block_sums(&mut self, allowed: AllowedTokens<'_>) -> f64 {
+        const GROUPS: usize = BLOCK / LANES;
+        let bits = mask_bits(allowed.0);
+        self.block_sums.clear();
+        let mut total = 0.0f64;
+        for (b, block) in self.weights.chunks(BLOCK).enumerate() {
+            let sum = sum_where(block, |group| bits(b * GROUPS + group));
+            self.block_sums.push(sum);
+            total += sum;
+        }
+        total
+    }
+
+    /// The allowed token of block `b` at which `target` falls among the block's allowed weights,
+    /// or the block's last allowed token where rounding leaves `target` past them all.
+    fn draw_in_block(
+        &self,
+        b: usize,
+        mut target: f64,
+        allowed: AllowedTokens<'_>,
+    ) -> Option<usize> {
+        const _: () = assert!(BLOCK.is_multiple_of(32));
+        let start = b * BLOCK;
+        let end = (start + BLOCK).min(self.weights.len());
+        let words = allowed.0.get(start / 32..)?;
+        let words = &words[..words.len().min(BLOCK / 32)];
+        let mut last = None;
+        let found = AllowedTokens(words).find(end - start, |i| {
+            last = Some(start + i);
+            let w = f64::from(self.weights[start + i]);
             if target < w {
                 return true;
             }
             target -= w;
             false
         });
-        // Rounding can leave the target past the last allowed token: that token, then.
-        picked.or(last)
+        found.map(|i| start + i).or(last)
     }
 
     /// Mask, top-k, top-p (on the temperature-1 probabilities), then a draw at the temperature.
@@ -671,6 +710,83 @@ mod tests {
         let p41 = 1.0 / (1.0 + (-1.0f64).exp());
         assert!((seen[41] - p41).abs() < 0.01, "{}", seen[41]);
         assert!((seen[40] - (1.0 - p41)).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_mask_over_many_blocks_keeps_its_tokens_and_their_odds() {
+        // A row of many blocks and a short last one, a mask letting 99% through (one word in 97
+        // shut, as a grammar's free text), a few heavy allowed tokens across the blocks and the
+        // last, and a heavier one the mask shuts out.
+        const N: usize = 20_007;
+        let heavy = [
+            (7usize, 3.0f32),
+            (300, 2.0),
+            (4_095, 4.0),
+            (13_001, 3.5),
+            (20_006, 2.5),
+        ];
+        let mut logits = vec![-3.0f32; N];
+        let mut words = vec![u32::MAX; N.div_ceil(32)];
+        words.iter_mut().step_by(97).for_each(|w| *w = 0);
+        for &(t, l) in &heavy {
+            logits[t] = l;
+            words[t / 32] |= 1 << (t % 32);
+        }
+        logits[96] = 10.0;
+        words[96 / 32] &= !(1 << (96 % 32));
+        let allowed = |t: usize| words[t / 32] >> (t % 32) & 1 != 0;
+        let keep: Vec<usize> = (0..N).filter(|&t| allowed(t)).collect();
+        let want = expected(&logits, 1.0, &keep);
+
+        let draws = 200_000;
+        let mut sampler = TokenSampler::new(params(1.0, 0, 1.0));
+        let seen = frequencies(&mut sampler, &logits, Some(&words), draws);
+        for t in (0..N).filter(|&t| seen[t] > 0.0) {
+            assert!(
+                allowed(t),
+                "token {t} was drawn though the mask shuts it out"
+            );
+        }
+        for &(t, _) in &heavy {
+            assert!(
+                (seen[t] - want[t]).abs() < 0.005,
+                "token {t}: drawn {:.4}, expected {:.4}",
+                seen[t],
+                want[t]
+            );
+        }
+        // The light tokens' share in each eighth of the row: the blocks are drawn by their mass.
+        let eighth = N.div_ceil(8);
+        for part in 0..8 {
+            let range = part * eighth..((part + 1) * eighth).min(N);
+            let light = |p: &[f64]| -> f64 {
+                range
+                    .clone()
+                    .filter(|t| !heavy.iter().any(|&(h, _)| h == *t))
+                    .map(|t| p[t])
+                    .sum()
+            };
+            let (s, w) = (light(&seen), light(&want));
+            assert!(
+                (s - w).abs() < 0.005,
+                "eighth {part}: drawn {s:.4}, expected {w:.4}"
+            );
+        }
+    }
+
+    #[test]
+    fn allowed_tokens_far_below_the_best_in_other_blocks_keep_their_odds() {
+        // As below, with the allowed tokens in two blocks far apart and the row's best in a third.
+        let mut logits = vec![0.0f32; 20_000];
+        logits[5] = 300.0;
+        logits[700] = 100.0;
+        logits[19_000] = 101.0;
+        let allowed = mask(logits.len(), &[700, 19_000]);
+        let mut sampler = TokenSampler::new(params(1.0, 0, 1.0));
+        let seen = frequencies(&mut sampler, &logits, Some(&allowed), 20_000);
+        let p = 1.0 / (1.0 + (-1.0f64).exp());
+        assert!((seen[19_000] - p).abs() < 0.015, "{}", seen[19_000]);
+        assert!((seen[700] - (1.0 - p)).abs() < 0.015, "{}", seen[700]);
     }
 
     #[test]
