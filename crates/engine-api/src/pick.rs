@@ -56,14 +56,6 @@ impl AllowedTokens<'_> {
     }
 }
 
-/// Calls `f` with each token below `n` that `allowed` lets through (every one without a mask).
-fn each_token(n: usize, allowed: Option<AllowedTokens<'_>>, f: impl FnMut(usize)) {
-    match allowed {
-        None => (0..n).for_each(f),
-        Some(allowed) => allowed.for_each(n, f),
-    }
-}
-
 /// Picks tokens for one sequence; its random state carries from token to token, so a seed gives
 /// the same generation each time.
 pub struct TokenSampler {
@@ -285,14 +277,21 @@ impl TokenSampler {
 
     /// Each block's weight over the tokens `allowed` lets through, into `block_sums` (the
     /// unmasked sums [`Self::fill_weights`] left there are not needed after its total); returns
-    /// their sum.
+    /// their sum. A block whose words allow nothing is not read: a sparse mask costs its words.
     fn allowed_block_sums(&mut self, allowed: AllowedTokens<'_>) -> f64 {
         const GROUPS: usize = BLOCK / LANES;
+        const WORDS: usize = BLOCK / 32;
         let bits = mask_bits(allowed.0);
         self.block_sums.clear();
         let mut total = 0.0f64;
         for (b, block) in self.weights.chunks(BLOCK).enumerate() {
-            let sum = sum_where(block, |group| bits(b * GROUPS + group));
+            let words = allowed.0.get(b * WORDS..).unwrap_or_default();
+            let none = words.iter().take(WORDS).all(|&word| word == 0);
+            let sum = if none {
+                0.0
+            } else {
+                sum_where(block, |group| bits(b * GROUPS + group))
+            };
             self.block_sums.push(sum);
             total += sum;
         }
@@ -362,13 +361,9 @@ impl TokenSampler {
 
     /// Fills `candidates` with the tokens the mask and top-k leave, and returns the mass top-p
     /// measures against: the sum of `exp(logit - best)` over the tokens top-k keeps, or over every
-    /// allowed token without top-k (including those left out below).
-    ///
-    /// With top-p alone, every allowed token is a candidate, but sorting 151,936 of them costs
-    /// milliseconds; the nucleus cannot reach a token under e^-20 of the best while the tokens
-    /// above that already hold `top_p` of the mass, so those are left out first.
+    /// allowed token without top-k. With top-p alone the candidates are the allowed tokens its
+    /// nucleus can reach ([`nucleus_where`]), not all of them: sorting 151,936 costs milliseconds.
     fn gather_candidates(&mut self, logits: &[f32], allowed: Option<AllowedTokens<'_>>) -> f64 {
-        let n = logits.len();
         let candidates = &mut self.candidates;
         candidates.clear();
         let k = usize::try_from(self.params.top_k).unwrap_or(0);
@@ -383,39 +378,94 @@ impl TokenSampler {
                 .map(|c| f64::from(exp_nonpositive(c.logit - best)))
                 .sum();
         }
-        let mut best = f32::NEG_INFINITY;
-        each_token(n, allowed, |t| best = best.max(logits[t]));
-        let floor = best - 20.0;
-        let (mut near, mut all) = (0.0f64, 0.0f64);
-        each_token(n, allowed, |t| {
-            let logit = logits[t];
-            if logit.is_nan() {
-                return;
-            }
-            let p = f64::from(exp_nonpositive(logit - best));
-            all += p;
-            if logit >= floor {
-                near += p;
-                candidates.push(Candidate {
-                    logit,
-                    token: t as u32,
-                });
-            }
-        });
-        if near < f64::from(self.params.top_p) * all {
-            candidates.clear();
-            each_token(n, allowed, |t| {
-                let logit = logits[t];
-                if !logit.is_nan() {
-                    candidates.push(Candidate {
-                        logit,
-                        token: t as u32,
-                    });
-                }
+        let top_p = self.params.top_p;
+        match allowed {
+            Some(allowed) => nucleus_where(logits, top_p, candidates, mask_bits(allowed.0)),
+            None => nucleus_where(logits, top_p, candidates, all_bits),
+        }
+    }
+}
+
+/// How far below the row's best logit [`nucleus_where`] looks for the nucleus, nearest first.
+const NUCLEUS_DEPTHS: [f32; 4] = [4.0, 8.0, 16.0, 32.0];
+
+/// Top-p alone: fills `out` with the allowed tokens (`bits`, as `top_k_where` reads them) within
+/// the first of [`NUCLEUS_DEPTHS`] below the best whose tokens hold `top_p` of the mass (every
+/// allowed token where none does), and returns the mass over every allowed token (of
+/// `exp(logit - best)`, at temperature 1, NaN left out). The nucleus, the best tokens until their
+/// mass reaches `top_p` of the whole, is among them: any set of the best tokens that holds that
+/// much contains it. One vectorised pass measures the whole mass; each depth tried offers only
+/// the logits above it (a few, on a model's peaked row) and sums their mass, and only the
+/// tokens offered are sorted.
+fn nucleus_where(
+    logits: &[f32],
+    top_p: f32,
+    out: &mut Vec<Candidate>,
+    bits: impl Fn(usize) -> u32 + Copy,
+) -> f64 {
+    let best = max_where(logits, bits);
+    if best == f32::NEG_INFINITY {
+        return 0.0;
+    }
+    let all = allowed_mass(logits, best, bits);
+    let wanted = f64::from(top_p) * all;
+    for depth in NUCLEUS_DEPTHS {
+        offer_above(logits, (best - depth).next_down(), out, bits);
+        let mass: f64 = out
+            .iter()
+            .map(|c| f64::from(exp_nonpositive(c.logit - best)))
+            .sum();
+        if mass >= wanted {
+            return all;
+        }
+        out.clear();
+    }
+    offer_above(logits, f32::NEG_INFINITY, out, bits);
+    all
+}
+
+/// Appends to `out` every allowed logit above `bar` (NaN is never above), a group of LANES
+/// compared at once.
+fn offer_above(logits: &[f32], bar: f32, out: &mut Vec<Candidate>, bits: impl Fn(usize) -> u32) {
+    for (g, group) in logits.chunks(LANES).enumerate() {
+        let mut above = above_in_group(group, bar, bits(g));
+        while above != 0 {
+            let j = above.trailing_zeros() as usize;
+            above &= above - 1;
+            out.push(Candidate {
+                logit: group[j],
+                token: (g * LANES + j) as u32,
             });
         }
-        all
     }
+}
+
+/// The sum of `exp(logit - best)` over the allowed logits (NaN left out): f32 lanes over each
+/// block of BLOCK logits, added in f64, as `weight_sum` adds.
+fn allowed_mass(logits: &[f32], best: f32, bits: impl Fn(usize) -> u32) -> f64 {
+    const GROUPS: usize = BLOCK / LANES;
+    let (groups, rest) = logits.as_chunks::<LANES>();
+    let mut total = 0.0f64;
+    for (b, block) in groups.chunks(GROUPS).enumerate() {
+        let mut lanes = [0.0f32; LANES];
+        for (g, group) in block.iter().enumerate() {
+            let taken = bits(b * GROUPS + g);
+            for (j, (lane, &logit)) in lanes.iter_mut().zip(group).enumerate() {
+                let weight = exp_nonpositive(logit - best);
+                // NaN is not at or above minus infinity.
+                let counted = taken >> j & 1 != 0 && logit >= f32::NEG_INFINITY;
+                *lane += if counted { weight } else { 0.0 };
+            }
+        }
+        total += lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+    }
+    let taken = bits(groups.len());
+    let rest = rest.iter().enumerate();
+    let rest = rest.filter(|&(j, &logit)| taken >> j & 1 != 0 && !logit.is_nan());
+    total
+        + rest
+            .map(|(_, &logit)| f64::from(exp_nonpositive(logit - best)))
+            .sum::<f64>()
 }
 
 /// Fills `out` with the `k` allowed tokens of largest logit. One comparison per token against the
@@ -669,6 +719,88 @@ mod tests {
         assert!(distinct.len() > 950, "{} distinct tokens", distinct.len());
     }
 
+    /// The nucleus by its definition: every allowed token sorted (logit down, then token up),
+    /// kept until their mass `exp(logit - best)` reaches `top_p` of all the allowed tokens'.
+    fn plain_nucleus(logits: &[f32], allowed: &dyn Fn(usize) -> bool, top_p: f64) -> Vec<usize> {
+        let mut tokens: Vec<usize> = (0..logits.len())
+            .filter(|&t| allowed(t) && !logits[t].is_nan())
+            .collect();
+        tokens.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let best = logits[tokens[0]];
+        let mass = |t: usize| (f64::from(logits[t]) - f64::from(best)).exp();
+        let all: f64 = tokens.iter().map(|&t| mass(t)).sum();
+        let mut cumulative = 0.0;
+        let kept = tokens
+            .iter()
+            .position(|&t| {
+                cumulative += mass(t);
+                cumulative >= top_p * all
+            })
+            .map_or(tokens.len(), |i| i + 1);
+        tokens.truncate(kept);
+        tokens
+    }
+
+    #[test]
+    fn top_p_alone_draws_from_the_nucleus_at_every_depth() {
+        // Tiers of tokens 1.5, 2, 4 (a depth looked at, exactly), 6 and 12 below the best over a
+        // tail 40 below, so that the nucleus ends in another tier (and at another depth) for each
+        // top-p; a NaN among them, and a mask that shuts out every fifth word and a token 0.5
+        // above the rest (so that unmasked, the tiers sit 0.5 deeper).
+        const N: usize = 20_007;
+        let mut logits = vec![-40.0f32; N];
+        logits[40] = 0.0;
+        let tiers = [
+            (-1.5f32, 3usize),
+            (-2.0, 4),
+            (-4.0, 10),
+            (-6.0, 50),
+            (-12.0, 2_000),
+        ];
+        let mut t = 7;
+        for (logit, count) in tiers {
+            for _ in 0..count {
+                logits[t] = logit;
+                t = (t + 4_999) % N;
+            }
+        }
+        logits[N - 1] = 0.5;
+        logits[N - 2] = f32::NAN;
+        logits[1_000] = f32::NAN;
+        let mut words = vec![u32::MAX; N.div_ceil(32)];
+        words.iter_mut().step_by(5).for_each(|w| *w = 0);
+        words[(N - 1) / 32] &= !(1 << ((N - 1) % 32));
+        for (top_p, masked) in [0.3, 0.6, 0.65, 0.9, 0.99, 0.9995]
+            .into_iter()
+            .flat_map(|p| [(p, false), (p, true)])
+        {
+            let allowed = |t: usize| !masked || words[t / 32] >> (t % 32) & 1 != 0;
+            let nucleus = plain_nucleus(&logits, &allowed, top_p);
+            let mut sampler = TokenSampler::new(params(1.0, 0, top_p as f32));
+            let seen = frequencies(
+                &mut sampler,
+                &logits,
+                masked.then_some(words.as_slice()),
+                20_000,
+            );
+            let want = expected(&logits, 1.0, &nucleus);
+            for t in 0..N {
+                assert!(
+                    seen[t] == 0.0 || nucleus.contains(&t),
+                    "top-p {top_p}, masked {masked}: token {t} ({}) is outside the nucleus of {}",
+                    logits[t],
+                    nucleus.len()
+                );
+                assert!(
+                    (seen[t] - want[t]).abs() < 0.015,
+                    "top-p {top_p}, masked {masked}: token {t} drawn {:.4}, expected {:.4}",
+                    seen[t],
+                    want[t]
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_log_probability_is_the_unmasked_policys() {
         let logits: Vec<f32> = (0..5000)
@@ -776,17 +908,18 @@ mod tests {
 
     #[test]
     fn allowed_tokens_far_below_the_best_in_other_blocks_keep_their_odds() {
-        // As below, with the allowed tokens in two blocks far apart and the row's best in a third.
+        // As below, with the allowed tokens in two blocks far apart (one in its block's last
+        // word, all other blocks' words empty) and the row's best in a third.
         let mut logits = vec![0.0f32; 20_000];
         logits[5] = 300.0;
-        logits[700] = 100.0;
+        logits[767] = 100.0;
         logits[19_000] = 101.0;
-        let allowed = mask(logits.len(), &[700, 19_000]);
+        let allowed = mask(logits.len(), &[767, 19_000]);
         let mut sampler = TokenSampler::new(params(1.0, 0, 1.0));
         let seen = frequencies(&mut sampler, &logits, Some(&allowed), 20_000);
         let p = 1.0 / (1.0 + (-1.0f64).exp());
         assert!((seen[19_000] - p).abs() < 0.015, "{}", seen[19_000]);
-        assert!((seen[700] - (1.0 - p)).abs() < 0.015, "{}", seen[700]);
+        assert!((seen[767] - (1.0 - p)).abs() < 0.015, "{}", seen[767]);
     }
 
     #[test]

@@ -119,7 +119,16 @@ fn bench(c: &mut Criterion) {
         ..SamplingParams::default()
     };
     let run = SamplingParams::default();
-    let cases: [(&str, SamplingParams, Option<&[u32]>, bool); 6] = [
+    // What `catena serve` draws with for an OpenAI client that sets top_p alone (its requests
+    // carry no top_k, which the server then leaves off).
+    let top_p_alone = SamplingParams {
+        temperature: 0.7,
+        top_p: 0.9,
+        top_k: 0,
+        seed: 5,
+        ..SamplingParams::default()
+    };
+    let cases: [(&str, SamplingParams, Option<&[u32]>, bool); 8] = [
         ("RL, free, with log-probability", rl, None, true),
         (
             "RL, mask allows half, with log-probability",
@@ -148,6 +157,13 @@ fn bench(c: &mut Criterion) {
         (
             "greedy, mask allows 99%",
             SamplingParams::greedy(),
+            Some(&most),
+            false,
+        ),
+        ("top-p 0.9 alone (t 0.7)", top_p_alone, None, false),
+        (
+            "top-p 0.9 alone (t 0.7), mask allows 99%",
+            top_p_alone,
             Some(&most),
             false,
         ),
