@@ -59,7 +59,7 @@ impl Default for RepetitionWatch {
 
 impl RepetitionWatch {
     /// Takes the next token; returns the shortest period the latest tokens repeat with (over
-    /// that period's [`window`]), once they do. O([`MAX_PERIOD`]) a token.
+    /// that period's `window`), once they do. O(`MAX_PERIOD`) a token.
     pub fn push(&mut self, token: i32) -> Option<usize> {
         if self.recent.len() == 2 * KEPT {
             self.recent.drain(..KEPT);
