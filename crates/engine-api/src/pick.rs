@@ -395,8 +395,8 @@ const NUCLEUS_DEPTHS: [f32; 4] = [4.0, 8.0, 16.0, 32.0];
 /// `exp(logit - best)`, at temperature 1, NaN left out). The nucleus, the best tokens until their
 /// mass reaches `top_p` of the whole, is among them: any set of the best tokens that holds that
 /// much contains it. One vectorised pass measures the whole mass; each depth tried offers only
-/// the logits above it (a few, on a model's peaked row) and sums their mass, and only the
-/// tokens offered are sorted.
+/// the logits between it and the depth before (a few, on a model's peaked row) and adds their
+/// mass, and only the tokens offered are sorted.
 fn nucleus_where(
     logits: &[f32],
     top_p: f32,
@@ -409,29 +409,43 @@ fn nucleus_where(
     }
     let all = allowed_mass(logits, best, bits);
     let wanted = f64::from(top_p) * all;
+    let (mut mass, mut offered_above) = (0.0f64, f32::INFINITY);
     for depth in NUCLEUS_DEPTHS {
-        offer_above(logits, (best - depth).next_down(), out, bits);
-        let mass: f64 = out
+        let bar = (best - depth).next_down();
+        let from = out.len();
+        offer_between(logits, bar, offered_above, out, bits);
+        offered_above = bar;
+        mass += out[from..]
             .iter()
             .map(|c| f64::from(exp_nonpositive(c.logit - best)))
-            .sum();
+            .sum::<f64>();
         if mass >= wanted {
             return all;
         }
-        out.clear();
     }
-    offer_above(logits, f32::NEG_INFINITY, out, bits);
+    offer_between(logits, f32::NEG_INFINITY, offered_above, out, bits);
     all
 }
 
-/// Appends to `out` every allowed logit above `bar` (NaN is never above), a group of LANES
-/// compared at once.
-fn offer_above(logits: &[f32], bar: f32, out: &mut Vec<Candidate>, bits: impl Fn(usize) -> u32) {
+/// Appends to `out` every allowed logit above `bar` and not above `top` (NaN is never above), a
+/// group of LANES compared at once.
+fn offer_between(
+    logits: &[f32],
+    bar: f32,
+    top: f32,
+    out: &mut Vec<Candidate>,
+    bits: impl Fn(usize) -> u32,
+) {
+    // Nothing is above infinity: the first depth compares once.
+    let bounded = top < f32::INFINITY;
     for (g, group) in logits.chunks(LANES).enumerate() {
-        let mut above = above_in_group(group, bar, bits(g));
-        while above != 0 {
-            let j = above.trailing_zeros() as usize;
-            above &= above - 1;
+        let mut band = above_in_group(group, bar, bits(g));
+        if bounded {
+            band &= !above_in_group(group, top, u32::MAX);
+        }
+        while band != 0 {
+            let j = band.trailing_zeros() as usize;
+            band &= band - 1;
             out.push(Candidate {
                 logit: group[j],
                 token: (g * LANES + j) as u32,
