@@ -2,13 +2,18 @@
 //! path, measured the way llama.cpp's `llama-bench` measures them, so the two can be compared
 //! token for token (scripts/bench/engine.sh runs both).
 //!
-//! pp: a fresh context evaluates `n_prompt` random tokens in one batch.
-//! tg: a fresh context takes one token, then generates `n_gen` tokens greedily through
+//! pp: the context, emptied, evaluates `n_prompt` random tokens in one batch.
+//! tg: the context, emptied, takes one token, then generates `n_gen` tokens greedily through
 //! `Session::generate` (the pick, detokenising and stop checks included), continuing past
 //! end-of-turn tokens so every repetition generates exactly `n_gen`. Where the output layer is
 //! on a GPU the picks are made inside llama.cpp's decode (`SessionOptions::greedy_on_device`)
 //! unless `--host-picks` asks for the CPU's, from each token's logits, as a generation under a
 //! grammar makes them.
+//!
+//! Each test keeps one context for its warm-up and all its repetitions and empties its KV cache
+//! before each, as `llama-bench` does, so neither side times a new context's first decode (on
+//! Vulkan a new context's first large batch appeared to cost more, docs/BENCHMARKS.md, "The whole
+//! table on an H200").
 //!
 //! `--sequences 1,4,8,16`: aggregate generation over many sequences decoded together
 //! (`LlamaEngine::with_sequences`), measured as llama.cpp's `llama-batched-bench` measures it
@@ -18,7 +23,7 @@
 
 use crate::setup;
 use anyhow::{Result, bail};
-use catena_engine::llama::LlamaEngine;
+use catena_engine::llama::{LlamaEngine, LlamaSession};
 use catena_engine_api::{
     GenerateLimits, SamplingParams, Session, SessionOptions, StartPrompt, StopMatcher,
 };
@@ -87,23 +92,22 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
         return batched(&engine, &args, &mut rng);
     }
     let mut results = Vec::new();
-    // Warm up as the vendored llama-bench does: the whole prompt, one generated token. On a GPU
-    // the prompt's pipelines are compiled on first use (docs/BENCHMARKS.md, "The GPU check").
+    // Warm up as the vendored llama-bench does, in the context the test then measures in: the
+    // whole prompt, one generated token. On a GPU the prompt's pipelines are compiled on first
+    // use (docs/BENCHMARKS.md, "The GPU check").
     if args.n_prompt > 0 {
-        prompt_rate(&engine, &options, args.n_prompt, &mut rng)?;
-    }
-    if args.n_gen > 0 {
-        gen_rate(&engine, &options, 1, &mut rng)?;
-    }
-    if args.n_prompt > 0 {
+        let mut session = engine.session(&options)?;
+        prompt_rate(&engine, &mut session, args.n_prompt, &mut rng)?;
         let rates = (0..args.repetitions)
-            .map(|_| prompt_rate(&engine, &options, args.n_prompt, &mut rng))
+            .map(|_| prompt_rate(&engine, &mut session, args.n_prompt, &mut rng))
             .collect::<Result<Vec<_>>>()?;
         results.push(("pp", args.n_prompt, rates));
     }
     if args.n_gen > 0 {
+        let mut session = engine.session(&options)?;
+        gen_rate(&engine, &mut session, 1, &mut rng)?;
         let rates = (0..args.repetitions)
-            .map(|_| gen_rate(&engine, &options, args.n_gen, &mut rng))
+            .map(|_| gen_rate(&engine, &mut session, args.n_gen, &mut rng))
             .collect::<Result<Vec<_>>>()?;
         results.push(("tg", args.n_gen, rates));
     }
@@ -141,30 +145,32 @@ pub fn run(args: BenchArgs, paths: &Paths) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Empties `session`'s context, then times its evaluation of `n` random tokens in one batch.
 pub(crate) fn prompt_rate(
     engine: &LlamaEngine,
-    options: &SessionOptions,
+    session: &mut LlamaSession<'_>,
     n: usize,
     rng: &mut XorShift,
 ) -> Result<f64> {
     let vocab = engine.vocab_size() as u64;
     let tokens: Vec<i32> = (0..n).map(|_| (rng.next() % vocab) as i32).collect();
-    let mut session = engine.session(options)?;
+    session.truncate(0)?;
     let start = Instant::now();
     session.append_tokens(&tokens)?;
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Empties `session`'s context, then times one token evaluated and `n` generated greedily.
 pub(crate) fn gen_rate(
     engine: &LlamaEngine,
-    options: &SessionOptions,
+    session: &mut LlamaSession<'_>,
     n: usize,
     rng: &mut XorShift,
 ) -> Result<f64> {
     let first = engine
         .bos_token()
         .unwrap_or_else(|| (rng.next() % engine.vocab_size() as u64) as i32);
-    let mut session = engine.session(options)?;
+    session.truncate(0)?;
     let no_stops = StopMatcher::default();
     let start = Instant::now();
     session.append_tokens(&[first])?;

@@ -232,14 +232,16 @@ fn measure(path: &std::path::Path, p: &Plan) -> Result<Speed> {
         ..SessionOptions::default()
     };
     let mut rng = XorShift::default();
-    // Warm-up, as llama-bench does, with the measured shapes: a Vulkan driver compiles each
-    // pipeline the first time it runs, which took seconds on an H200 (docs/BENCHMARKS.md, "The
-    // GPU check") and would otherwise be read as the device's speed.
-    prompt_rate(&engine, &options, 128, &mut rng)?;
-    gen_rate(&engine, &options, 4, &mut rng)?;
+    // Warm-up, as llama-bench does, with the measured shapes and in the contexts then measured
+    // in: a Vulkan driver compiles each pipeline the first time it runs, which took seconds on an
+    // H200 (docs/BENCHMARKS.md, "The GPU check") and would otherwise be read as the device's speed.
+    let mut prompt_session = engine.session(&options)?;
+    prompt_rate(&engine, &mut prompt_session, 128, &mut rng)?;
+    let mut gen_session = engine.session(&options)?;
+    gen_rate(&engine, &mut gen_session, 4, &mut rng)?;
     Ok(Speed {
-        prompt: prompt_rate(&engine, &options, 128, &mut rng)?,
-        generation: gen_rate(&engine, &options, 32, &mut rng)?,
+        prompt: prompt_rate(&engine, &mut prompt_session, 128, &mut rng)?,
+        generation: gen_rate(&engine, &mut gen_session, 32, &mut rng)?,
         gpu_layers: engine.info().gpu_layers,
     })
 }
