@@ -28,6 +28,18 @@ scripts/setup/ui.sh build
 step "build"
 cargo build --release --locked --workspace
 
+step "the fuzz targets' build, started beside the lint and the tests' set-up"
+# The fuzz build is 8 minutes of both cores on a fresh machine. SCHED_IDLE (`chrt --idle`) runs it
+# on the CPU time the stages up to the tests leave idle (the tails of clippy and of the tests'
+# build, downloads, CMake's configure steps), and the tests wait for what is left of it. Not beside the tests: there it made
+# llama.cpp's threads crawl (one end-to-end test took 449 s beside it against 34 s alone,
+# docs/BENCHMARKS.md, "The test command on a new VM, nothing beside it"). Its own build folder, so
+# it never waits for the workspace's lock.
+fuzz_build_log="$(mktemp)"
+setsid chrt --idle 0 scripts/dev/fuzz.sh --build >"$fuzz_build_log" 2>&1 &
+fuzz_build=$!
+trap 'kill -- "-$fuzz_build" 2>/dev/null || true' EXIT
+
 step "lint"
 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 
@@ -38,17 +50,17 @@ step "assets and the sandbox's compiled CPython"
 step "llama.cpp's llama-server from the crate's llama.cpp (the remote-engine test's peer)"
 scripts/setup/llama-tool.sh server llama-server
 
-step "the fuzz targets' build, started beside the tests on the CPU time they leave idle"
-# A quarter of two cores' time went unused while the tests ran (single-threaded tests, waits on
-# processes and sockets); the fuzz build is 8 minutes of both on a fresh machine. SCHED_IDLE
-# (`chrt --idle`) runs it only when no test wants a core; it still slowed the tests (caches,
-# llama.cpp's spinning threads): 2,228 s against 1,870 s, for 3 to 4 minutes saved in all when
-# the fuzz build starts from nothing (docs/BENCHMARKS.md). Its own build folder, so it never
-# waits for the workspace's lock.
-fuzz_build_log="$(mktemp)"
-setsid chrt --idle 0 scripts/dev/fuzz.sh --build >"$fuzz_build_log" 2>&1 &
-fuzz_build=$!
-trap 'kill -- "-$fuzz_build" 2>/dev/null || true' EXIT
+step "the tests' build"
+cargo test --release --locked --workspace --no-run
+
+step "the fuzz targets' build: what is left of it, before the tests run"
+if ! wait "$fuzz_build"; then
+  cat "$fuzz_build_log" >&2
+  die "the fuzz targets did not build"
+fi
+trap - EXIT
+tail -n 1 "$fuzz_build_log"
+rm -f "$fuzz_build_log"
 
 step "tests"
 # One test at a time: most end-to-end tests run llama.cpp or the trainer on every core, and
@@ -70,14 +82,6 @@ step "desktop package (deb)"
 scripts/setup/package-desktop.sh
 
 step "fuzz smoke (the parsers of untrusted bytes)"
-if ! wait "$fuzz_build"; then
-  cat "$fuzz_build_log" >&2
-  die "the fuzz targets did not build"
-fi
-trap - EXIT
-tail -n 1 "$fuzz_build_log"
-rm -f "$fuzz_build_log"
-step "fuzz smoke: running"
 scripts/dev/fuzz.sh 20
 
 step "done"
