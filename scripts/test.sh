@@ -29,12 +29,12 @@ step "build"
 cargo build --release --locked --workspace
 
 step "the fuzz targets' build, started beside the lint and the tests' set-up"
-# The fuzz build is 8 minutes of both cores on a fresh machine. SCHED_IDLE (`chrt --idle`) runs it
-# on the CPU time the stages up to the tests leave idle (the tails of clippy and of the tests'
-# build, downloads, CMake's configure steps), and the tests wait for what is left of it. Not beside the tests: there it made
-# llama.cpp's threads crawl (one end-to-end test took 449 s beside it against 34 s alone,
-# docs/BENCHMARKS.md, "The test command on a new VM, nothing beside it"). Its own build folder, so
-# it never waits for the workspace's lock.
+# The fuzz build is 7 to 8 minutes of both cores on a fresh machine. SCHED_IDLE (`chrt --idle`)
+# runs it on the CPU time the stages up to the tests leave idle (the tails of clippy and of the
+# tests' build, downloads, CMake's configure steps), and the tests wait for what is left of it.
+# Not beside the tests: there it made llama.cpp's threads crawl (one end-to-end test took 449 s
+# beside it against 34 s alone, docs/BENCHMARKS.md, "The test command on a new VM, nothing beside
+# it"). Its own build folder, so it never waits for the workspace's lock.
 fuzz_build_log="$(mktemp)"
 setsid chrt --idle 0 scripts/dev/fuzz.sh --build >"$fuzz_build_log" 2>&1 &
 fuzz_build=$!
